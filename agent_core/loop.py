@@ -1,0 +1,115 @@
+"""The tool loop of one turn, with steer points at every tool and model boundary."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from agent_core.llm import LLMProvider, TokenCallback, Usage
+from agent_core.tools.base import ToolContext, ToolRegistry
+from gateway.contracts.history import ChatMessage, Role, TurnResult
+
+ITERATION_CAP_NOTE = (
+    "You have used every tool call this turn allows. Answer now with what you have."
+)
+
+
+class SteerSource(Protocol):
+    """Messages that arrived for a running turn and should be injected into it."""
+
+    def take(self) -> list[str]:
+        """Remove and return the texts waiting to be injected (possibly none)."""
+        ...
+
+
+@dataclass
+class TurnProgress:
+    """What a turn has produced so far. Read it after cancellation to keep partial output."""
+
+    messages: list[ChatMessage] = field(default_factory=list)
+    partial: list[str] = field(default_factory=list)
+    """Streamed text of the model call in flight."""
+    usage: Usage | None = None
+    steered: int = 0
+    """How many steer messages were injected."""
+
+    def add_usage(self, usage: Usage | None) -> None:
+        """Prompt tokens of the latest call (the context size); completion tokens summed."""
+        if usage is None:
+            return
+        done = self.usage.completion_tokens if self.usage else 0
+        self.usage = Usage(usage.prompt_tokens, done + usage.completion_tokens)
+
+    @property
+    def final_text(self) -> str:
+        """The text of the last assistant message without tool calls ("" if none yet)."""
+        for m in reversed(self.messages):
+            if m.role is Role.ASSISTANT and not m.tool_calls:
+                return m.content
+        return ""
+
+    def result(self, status: str, error: str | None = None) -> TurnResult:
+        """What to store: complete messages, plus the partial text marked interrupted."""
+        messages = list(self.messages)
+        partial = "".join(self.partial)
+        if status != "completed" and partial.strip():
+            messages.append(ChatMessage(Role.ASSISTANT, partial, interrupted=True))
+        return TurnResult(
+            status=status,
+            messages=tuple(messages),
+            prompt_tokens=self.usage.prompt_tokens if self.usage else None,
+            completion_tokens=self.usage.completion_tokens if self.usage else None,
+            error=error,
+        )
+
+
+async def run_tool_loop(
+    provider: LLMProvider,
+    context: Sequence[ChatMessage],
+    tools: ToolRegistry,
+    ctx: ToolContext,
+    progress: TurnProgress,
+    *,
+    max_iterations: int,
+    on_token: TokenCallback | None = None,
+    steer: SteerSource | None = None,
+) -> str:
+    """Call the model, run the tools it asks for, repeat; return the final answer.
+
+    Every message produced is appended to `progress` as soon as it is complete. Steer
+    messages are injected as user messages after each tool round; one that arrives while
+    the final answer is being written is left for the next turn. Raises LLMError.
+    """
+
+    async def stream(token: str) -> None:
+        progress.partial.append(token)
+        if on_token is not None:
+            await on_token(token)
+
+    specs = tools.specs()
+    for iteration in range(max_iterations + 1):
+        last = iteration == max_iterations
+        messages = [*context, *progress.messages]
+        if last and specs:
+            messages.append(ChatMessage(Role.SYSTEM, ITERATION_CAP_NOTE))
+        progress.partial.clear()
+        completion = await provider.complete(messages, tools=() if last else specs, on_token=stream)
+        progress.partial.clear()
+        progress.add_usage(completion.usage)
+        if not completion.tool_calls or last:
+            progress.messages.append(ChatMessage(Role.ASSISTANT, completion.content))
+            return completion.content
+        progress.messages.append(
+            ChatMessage(Role.ASSISTANT, completion.content, tool_calls=completion.tool_calls)
+        )
+        for call in completion.tool_calls:
+            output = await tools.call(call, ctx)
+            progress.messages.append(
+                ChatMessage(Role.TOOL, output, tool_call_id=call.id, name=call.name)
+            )
+        if steer is not None:
+            for text in steer.take():
+                progress.messages.append(ChatMessage(Role.USER, text))
+                progress.steered += 1
+    raise AssertionError("unreachable: the last iteration always returns")

@@ -1,0 +1,17 @@
+"""The agent's tools."""
+
+from agent_core.tools.base import Tool, ToolContext, ToolError, ToolRegistry
+from agent_core.tools.memory_tool import MemoryTool
+from agent_core.tools.send_message import ChannelSender, SendMessageTool
+from agent_core.tools.session_search import SessionSearchTool
+
+__all__ = [
+    "ChannelSender",
+    "MemoryTool",
+    "SendMessageTool",
+    "SessionSearchTool",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "ToolRegistry",
+]

@@ -1,0 +1,58 @@
+"""The `memory` tool: add, replace or remove entries of USER.md or MEMORY.md."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent_core.memory import MemoryEditError, MemoryFiles, MemoryScope
+from agent_core.tools.base import ToolContext, ToolError, str_arg
+
+
+class MemoryTool:
+    """Edits the memory files of the session's user. Changes show in the next session."""
+
+    name = "memory"
+    description = (
+        "Save durable facts. target 'user' is USER.md (who the person is, their preferences); "
+        "target 'memory' is MEMORY.md (your notes on ongoing work). action 'add' appends "
+        "`content`; 'replace' swaps the entry containing `old_text` for `content`; 'remove' "
+        "deletes the entry containing `old_text`. Files are size-capped."
+    )
+    schema: dict[str, Any] = {  # noqa: RUF012 - the schema is read-only data
+        "type": "object",
+        "properties": {
+            "action": {"type": "string", "enum": ["add", "replace", "remove"]},
+            "target": {"type": "string", "enum": ["user", "memory"]},
+            "content": {"type": "string", "description": "the new entry (add, replace)"},
+            "old_text": {"type": "string", "description": "part of the entry to change"},
+        },
+        "required": ["action", "target"],
+    }
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """The JSON schema of the arguments."""
+        return self.schema
+
+    def __init__(self, files: MemoryFiles) -> None:
+        self.files = files
+
+    async def __call__(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        """Apply one edit; ToolError when it is refused (full, not found, ambiguous)."""
+        action = str_arg(args, "action")
+        try:
+            scope = MemoryScope(str_arg(args, "target"))
+        except ValueError as err:
+            raise ToolError("target must be 'user' or 'memory'") from err
+        try:
+            if action == "add":
+                return await self.files.add(scope, ctx.user_id, str_arg(args, "content"))
+            if action == "replace":
+                return await self.files.replace(
+                    scope, ctx.user_id, str_arg(args, "old_text"), str_arg(args, "content")
+                )
+            if action == "remove":
+                return await self.files.remove(scope, ctx.user_id, str_arg(args, "old_text"))
+        except MemoryEditError as err:
+            raise ToolError(str(err)) from err
+        raise ToolError("action must be 'add', 'replace' or 'remove'")

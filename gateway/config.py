@@ -1,0 +1,329 @@
+"""Herald's configuration: one YAML file, overridden by `HERALD_<SECTION>__<KEY>` variables.
+
+Loaded and validated once at startup into frozen models. Any secret may instead be given as
+`<key>_file` (a path whose contents, without the trailing newline, become the value).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from gateway.contracts.errors import ConfigError
+
+ENV_PREFIX = "HERALD_"
+
+
+class BusyMode(StrEnum):
+    """What happens to a message for a session whose turn is still running."""
+
+    QUEUE = "queue"
+    COLLECT = "collect"
+    STEER = "steer"
+    INTERRUPT = "interrupt"
+
+
+def _read_secret_files(data: Any) -> Any:
+    """Replace every `<key>_file` entry by `<key>` holding the file's contents."""
+    if not isinstance(data, Mapping):
+        return data
+    out = dict(data)
+    for name in [k for k in out if isinstance(k, str) and k.endswith("_file")]:
+        path = out.pop(name)
+        key = name.removesuffix("_file")
+        if path is None:
+            continue
+        try:
+            out[key] = Path(str(path)).expanduser().read_text(encoding="utf-8").rstrip("\r\n")
+        except OSError as err:
+            raise ValueError(f"{name}: cannot read {path}: {err.strerror}") from err
+    return out
+
+
+class Section(BaseModel):
+    """A frozen config section that rejects unknown keys and reads `<key>_file` secrets."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _secret_files(cls, data: Any) -> Any:
+        return _read_secret_files(data)
+
+
+class LLMConfig(Section):
+    """The language model. With neither `base_url` nor `api_key`, the offline echo provider."""
+
+    provider: Literal["auto", "openai", "echo"] = "auto"
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    model: str = "gpt-4o-mini"
+    context_window: int = Field(default=128_000, ge=1_000)
+    compression_threshold: float = Field(default=0.5, gt=0.0, lt=1.0)
+    history_window: int = Field(default=40, ge=2, le=10_000)
+    """How many recent messages (after the latest summary) are loaded for a turn."""
+    connect_timeout: float = Field(default=10.0, gt=0)
+    request_timeout: float = Field(default=120.0, gt=0)
+    max_retries: int = Field(default=2, ge=0, le=10)
+    max_tool_iterations: int = Field(default=8, ge=1, le=100)
+    memory_pass: bool = True
+    """After each turn, ask the model whether anything is worth remembering."""
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+
+    @property
+    def effective_provider(self) -> Literal["openai", "echo"]:
+        """`openai` when an endpoint or key is configured, else `echo`."""
+        if self.provider != "auto":
+            return self.provider
+        return "openai" if (self.base_url or self.api_key) else "echo"
+
+
+class APIConfig(Section):
+    """The HTTP server: OpenAI-compatible API, health, metrics, webhooks."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = Field(default=8642, ge=0, le=65535)
+    key: SecretStr | None = None
+    max_body_bytes: int = Field(default=1_048_576, ge=1024)
+    model_name: str = "herald"
+    """The model id `GET /v1/models` lists."""
+    keepalive_seconds: float = Field(default=15.0, gt=0)
+
+    @property
+    def is_loopback(self) -> bool:
+        """True when the server listens on a loopback address only."""
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+
+class SessionsConfig(Section):
+    """Turns, lanes and busy modes."""
+
+    busy_mode: BusyMode = BusyMode.QUEUE
+    debounce_seconds: float = Field(default=2.0, ge=0)
+    queue_cap: int = Field(default=20, ge=1)
+    max_concurrent_turns: int = Field(default=8, ge=1)
+    turn_timeout: float = Field(default=600.0, gt=0)
+    drain_timeout: float = Field(default=20.0, ge=0)
+    """On SIGTERM, how long running turns may finish before they are checkpointed."""
+
+
+class HomeConfig(Section):
+    """Where scheduled reports go: targets like `telegram:<chat>[:<thread>]`."""
+
+    targets: tuple[str, ...] = ()
+
+    @field_validator("targets")
+    @classmethod
+    def _targets(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for target in value:
+            platform, sep, rest = target.partition(":")
+            if not sep or not platform or not rest:
+                raise ValueError(f"{target!r} is not of the form platform:chat[:thread]")
+        return value
+
+
+class MemoryConfig(Section):
+    """Size caps of the memory files the agent edits."""
+
+    user_max_chars: int = Field(default=4_000, ge=100)
+    memory_max_chars: int = Field(default=8_000, ge=100)
+
+
+class PlatformsConfig(Section):
+    """One optional section per platform adapter."""
+
+
+class _EnvSource(EnvSettingsSource):
+    """The environment, minus the variables that are not config keys.
+
+    `HERALD_HOME` names the state directory (a default), not the `home` section, and
+    `HERALD_CONFIG` names the file.
+    """
+
+    IGNORED = frozenset({"herald_home", "herald_config", "herald_require_services"})
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        env = super()._load_env_vars()
+        return {k: v for k, v in env.items() if k.lower() not in self.IGNORED}
+
+
+class HeraldConfig(BaseSettings):
+    """The whole configuration, validated once at startup."""
+
+    model_config = SettingsConfigDict(
+        frozen=True,
+        extra="forbid",
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        case_sensitive=False,
+    )
+
+    state_dir: Path = Field(
+        default_factory=lambda: Path(
+            os.environ.get("HERALD_HOME") or "~/.local/state/herald"
+        ).expanduser()
+    )
+    database_url: str | None = None
+    """Default: `sqlite+aiosqlite:///<state_dir>/herald.db`."""
+    instance_id: str | None = None
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    llm: LLMConfig = LLMConfig()
+    api: APIConfig = APIConfig()
+    sessions: SessionsConfig = SessionsConfig()
+    home: HomeConfig = HomeConfig()
+    memory: MemoryConfig = MemoryConfig()
+    platforms: PlatformsConfig = PlatformsConfig()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The YAML file arrives as init kwargs; the environment overrides it.
+        return (_EnvSource(settings_cls), init_settings)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _secret_files(cls, data: Any) -> Any:
+        return _read_secret_files(data)
+
+    @field_validator("state_dir")
+    @classmethod
+    def _expand(cls, value: Path) -> Path:
+        return value.expanduser()
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
+            raise ValueError("must start with sqlite+aiosqlite:// or postgresql+asyncpg://")
+        return value
+
+    @model_validator(mode="after")
+    def _api_key_off_loopback(self) -> HeraldConfig:
+        if self.api.enabled and not self.api.is_loopback and self.api.key is None:
+            raise ValueError(
+                f"api.key is required when api.host is {self.api.host!r} (not loopback)"
+            )
+        return self
+
+    @property
+    def effective_database_url(self) -> str:
+        """The configured database URL, or the embedded SQLite file under `state_dir`."""
+        return self.database_url or f"sqlite+aiosqlite:///{self.state_dir / 'herald.db'}"
+
+    @property
+    def effective_instance_id(self) -> str:
+        """The configured instance id, or `<hostname>-<pid>`."""
+        return self.instance_id or f"{os.uname().nodename}-{os.getpid()}"
+
+
+def _format_error(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        lines.append(f"  {key}: {msg}")
+    return "invalid configuration:\n" + "\n".join(lines)
+
+
+def config_path_from_env(explicit: Path | None) -> Path | None:
+    """The config file to read: `--config`, else `HERALD_CONFIG`, else none."""
+    if explicit is not None:
+        return explicit
+    env = os.environ.get("HERALD_CONFIG")
+    return Path(env) if env else None
+
+
+def load_config(path: Path | None = None) -> HeraldConfig:
+    """Read, merge and validate the configuration. Raises ConfigError naming each bad key."""
+    data: dict[str, Any] = {}
+    path = config_path_from_env(path)
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except OSError as err:
+            raise ConfigError(f"cannot read config file {path}: {err.strerror}") from err
+        except yaml.YAMLError as err:
+            raise ConfigError(f"config file {path} is not valid YAML: {err}") from err
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path} must hold a mapping at the top level")
+        data = loaded or {}
+    # Top-level secrets from the environment as files (nested ones go through `Section`).
+    for name in HeraldConfig.model_fields:
+        env_file = os.environ.get(f"{ENV_PREFIX}{name.upper()}_FILE")
+        if env_file:
+            data[f"{name}_file"] = env_file
+    try:
+        return HeraldConfig(**data)
+    except ValidationError as err:
+        raise ConfigError(_format_error(err)) from err
+    except ValueError as err:  # secrets files and the like, raised before field validation
+        raise ConfigError(f"invalid configuration: {err}") from err
+
+
+def masked(config: HeraldConfig) -> dict[str, Any]:
+    """The effective configuration as plain data with every secret replaced by `***`."""
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, SecretStr):
+            return "***" if value.get_secret_value() else ""
+        if isinstance(value, BaseModel):
+            return {k: walk(getattr(value, k)) for k in type(value).model_fields}
+        if isinstance(value, tuple | list):
+            return [walk(v) for v in value]
+        if isinstance(value, dict):
+            return {k: walk(v) for k, v in value.items()}
+        if isinstance(value, Path):
+            return str(value)
+        if isinstance(value, StrEnum):
+            return str(value)
+        return value
+
+    data: dict[str, Any] = walk(config)
+    data["database_url"] = _mask_url(config.effective_database_url)
+    data["llm"]["provider"] = config.llm.effective_provider
+    data["instance_id"] = config.effective_instance_id
+    return data
+
+
+def _mask_url(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    creds, at, host = rest.rpartition("@")
+    if not at or ":" not in creds:
+        return url
+    user = creds.split(":", 1)[0]
+    return f"{scheme}{sep}{user}:***@{host}"

@@ -1,0 +1,77 @@
+"""The adapter protocol: one connection to one platform account."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol, Self, runtime_checkable
+
+from gateway.contracts.ids import AccountId, Platform
+from gateway.contracts.messages import DeliveryReceipt, InboundMessage, OutboundMessage, SendLimits
+
+
+class AdapterState(StrEnum):
+    """What `/health` and `/ready` report for an adapter."""
+
+    STARTING = "starting"
+    RECEIVING = "receiving"
+    RECONNECTING = "reconnecting"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+class InboundSink(Protocol):
+    """Where an adapter hands inbound messages.
+
+    `accept` returns only after the message is durably stored; the adapter acknowledges the
+    message to its platform after that and never before.
+    """
+
+    async def accept(self, message: InboundMessage) -> None: ...
+
+
+@runtime_checkable
+class Adapter(Protocol):
+    """A connection to one platform account. Entered once; `run` until cancelled."""
+
+    platform: Platform
+    account: AccountId
+    limits: SendLimits
+
+    async def __aenter__(self) -> Self:
+        """Open the connection. Raises AuthError (stop) or NotReady (retry later)."""
+        ...
+
+    async def __aexit__(self, *exc: object) -> None: ...
+
+    async def run(self, sink: InboundSink) -> None:
+        """Receive until cancelled. Raises AuthError or NotReady when the connection fails."""
+        ...
+
+    async def send(self, message: OutboundMessage) -> DeliveryReceipt:
+        """Deliver one chunk. Raises RateLimited, PermanentSendError or NotReady."""
+        ...
+
+    def liveness(self) -> AdapterState:
+        """Whether inbound traffic is flowing, not merely whether a task is alive."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookResponse:
+    """What a webhook adapter answers the platform."""
+
+    status: int
+    body: bytes = b""
+    content_type: str = "text/plain"
+
+
+class WebhookAdapter(Adapter, Protocol):
+    """An adapter that also receives over HTTP at `/webhooks/<platform>/...`."""
+
+    async def handle_webhook(
+        self, path: str, headers: Mapping[str, str], body: bytes, sink: InboundSink
+    ) -> WebhookResponse:
+        """Verify and store one request; answer only after the inbox commit."""
+        ...

@@ -1,0 +1,55 @@
+"""Errors shared across Herald. Each class says what the caller should do next."""
+
+from __future__ import annotations
+
+
+class HeraldError(Exception):
+    """Base of every error Herald raises on purpose."""
+
+
+class TransientError(HeraldError):
+    """Try again later; nothing is wrong with the request itself."""
+
+
+class NotReady(TransientError):
+    """The connection is not usable yet (network down, server 5xx). Retry with backoff."""
+
+
+class RateLimited(TransientError):
+    """The remote side asked us to slow down. Retry this target after `retry_after` seconds."""
+
+    def __init__(self, retry_after: float, message: str = "") -> None:
+        self.retry_after = max(0.0, float(retry_after))
+        super().__init__(message or f"rate limited; retry after {self.retry_after:.1f}s")
+
+
+class AuthError(HeraldError):
+    """Credentials were refused. Stop and re-authenticate; retrying will not help."""
+
+
+class PermanentSendError(HeraldError):
+    """This message can never be delivered as it is (bad chat, blocked). Dead-letter it."""
+
+
+class ConfigError(HeraldError):
+    """The configuration is invalid. Fix the named key and start again."""
+
+
+class ShuttingDown(TransientError):
+    """The daemon is draining and accepts no new work. Retry against another instance or later."""
+
+
+class LLMError(HeraldError):
+    """The language model could not answer."""
+
+
+class LLMUnavailable(LLMError, TransientError):
+    """The model endpoint is unreachable, overloaded or timed out. Retry later."""
+
+
+class LLMRejected(LLMError):
+    """The model endpoint refused the request (bad key, unknown model, bad request). Fix config."""
+
+
+class SessionNotFound(HeraldError, LookupError):
+    """No session has that key."""

@@ -1,0 +1,116 @@
+"""Normalized messages: what adapters produce and consume. No platform types in here."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from gateway.contracts.ids import (
+    AccountId,
+    ChatId,
+    ExternalUserId,
+    Platform,
+    PlatformMessageId,
+    SessionKey,
+    ThreadId,
+    session_key,
+)
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+class TextFormat(StrEnum):
+    """How `OutboundMessage.text` is written."""
+
+    MARKDOWN = "markdown"
+    PLAIN = "plain"
+
+
+@dataclass(frozen=True, slots=True)
+class Sender:
+    """Who wrote an inbound message."""
+
+    id: ExternalUserId
+    display_name: str = ""
+    is_bot: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """A file that came with a message (already downloaded) or goes out with one."""
+
+    path: Path
+    mime_type: str
+    size: int
+    filename: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class InboundMessage:
+    """One message received from a platform, normalized at the adapter's edge."""
+
+    platform: Platform
+    account: AccountId
+    chat_id: ChatId
+    sender: Sender
+    text: str
+    platform_message_id: PlatformMessageId
+    is_direct: bool = True
+    mentions_bot: bool = False
+    thread_id: ThreadId | None = None
+    reply_to: PlatformMessageId | None = None
+    attachments: tuple[Attachment, ...] = ()
+    received_at: datetime = field(default_factory=utcnow)
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.received_at.tzinfo is None:
+            raise ValueError("received_at must be timezone-aware")
+
+    @property
+    def session_key(self) -> SessionKey:
+        """The default session key: one session per chat (and thread)."""
+        return session_key(self.platform, self.account, self.chat_id, self.thread_id)
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundMessage:
+    """One chunk of text (and files) to deliver to a chat."""
+
+    platform: Platform
+    account: AccountId
+    chat_id: ChatId
+    text: str
+    idempotency_key: str
+    thread_id: ThreadId | None = None
+    format: TextFormat = TextFormat.MARKDOWN
+    reply_to: PlatformMessageId | None = None
+    attachments: tuple[Attachment, ...] = ()
+    recovered: bool = False
+    """True when this is a resend after a crash left the first send's outcome unknown."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryReceipt:
+    """What the platform said after accepting an outbound message."""
+
+    platform_message_id: PlatformMessageId | None
+    delivered_at: datetime = field(default_factory=utcnow)
+
+
+@dataclass(frozen=True, slots=True)
+class SendLimits:
+    """What an adapter can send in one message."""
+
+    max_chunk: int = 4000
+    count_utf16: bool = False
+    """True when the platform counts length in UTF-16 code units (Telegram)."""
+    min_edit_interval: float = 1.0
+    """Seconds between two edits of one message when streaming by edits."""

@@ -1,0 +1,1 @@
+"""Herald's HTTP server: API, webhooks, health and metrics."""

@@ -1,0 +1,312 @@
+"""The OpenAI-compatible API: `POST /v1/chat/completions` and `GET /v1/models`."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Header, HTTPException, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.contracts.errors import ShuttingDown
+from gateway.contracts.history import ChatMessage, Role, ToolCall
+from gateway.contracts.ids import Platform, SessionKey, UserId, session_key
+from gateway.http.deps import AppDeps
+from gateway.http.errors import error_body, error_response
+from gateway.sessions import Finished, Token, TurnRequest, TurnStream
+
+SESSION_HEADERS = ("x-herald-session-id", "x-hermes-session-id")
+USER_HEADERS = ("x-herald-user-id", "x-hermes-user-id")
+MAX_ID_LENGTH = 256
+API_ACCOUNT = "default"
+
+
+class TextPart(BaseModel):
+    """One part of a multi-part message content."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str
+    text: str | None = None
+
+
+class FunctionCallIn(BaseModel):
+    """The function of a tool call in a message history."""
+
+    name: str
+    arguments: str = ""
+
+
+class ToolCallIn(BaseModel):
+    """A tool call in a message history."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCallIn
+
+
+class MessageIn(BaseModel):
+    """One message of the request's `messages`."""
+
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCallIn] | None = None
+    tool_call_id: str | None = None
+
+    def text(self) -> str:
+        """The text of the message, parts joined."""
+        if isinstance(self.content, list):
+            return "\n".join(p.text for p in self.content if p.type == "text" and p.text)
+        return self.content or ""
+
+
+class StreamOptions(BaseModel):
+    """`stream_options` of the request."""
+
+    model_config = ConfigDict(extra="allow")
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(BaseModel):
+    """The body of `POST /v1/chat/completions`. Unknown OpenAI parameters are accepted."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    messages: list[MessageIn] = Field(min_length=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = Field(default=None, max_length=MAX_ID_LENGTH)
+
+
+def _check_id(name: str, value: str) -> str:
+    if len(value) > MAX_ID_LENGTH:
+        raise HTTPException(400, f"{name} is longer than {MAX_ID_LENGTH} characters")
+    if not value or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise HTTPException(400, f"{name} is empty or contains control characters")
+    return value
+
+
+def _header(request: Request, names: tuple[str, ...]) -> tuple[str, str] | None:
+    for name in names:
+        value = request.headers.get(name)
+        if value is not None:
+            return name, _check_id(name, value)
+    return None
+
+
+def require_key(request: Request) -> AppDeps:
+    """Check `Authorization: Bearer <api.key>` (in constant time) when a key is configured."""
+    deps: AppDeps = request.app.state.deps
+    key = deps.config.api.key
+    if key is None:
+        return deps
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    expected = key.get_secret_value().encode()
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), expected):
+        raise HTTPException(401, "missing or wrong API key", headers={"WWW-Authenticate": "Bearer"})
+    return deps
+
+
+Deps = Annotated[AppDeps, Depends(require_key)]
+router = APIRouter(prefix="/v1", tags=["openai"])
+
+
+@router.get("/models")
+async def list_models(deps: Deps) -> dict[str, Any]:
+    """The one model Herald serves: the agent."""
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": deps.config.api.model_name,
+                "object": "model",
+                "created": 0,
+                "owned_by": "herald",
+            }
+        ],
+    }
+
+
+@router.post(
+    "/chat/completions",
+    responses={
+        400: {"description": "Invalid request"},
+        401: {"description": "Missing or wrong API key"},
+        403: {"description": "Session or user headers without an API key configured"},
+        413: {"description": "Body too large"},
+        503: {"description": "Shutting down or the model is unavailable; retry later"},
+    },
+)
+async def chat_completions(
+    body: ChatCompletionRequest,
+    request: Request,
+    deps: Deps,
+    x_herald_session_id: Annotated[str | None, Header()] = None,
+    x_herald_user_id: Annotated[str | None, Header()] = None,
+) -> Response:
+    """Answer as the agent. A named session keeps its history; send only the new message.
+
+    The session is named by `X-Herald-Session-Id` (or `X-Hermes-Session-Id`) or the `user`
+    field. Without one, the request is stateless and `messages` is the whole conversation.
+    """
+    session_header = _header(request, SESSION_HEADERS)
+    user_header = _header(request, USER_HEADERS)
+    if (session_header or user_header) and deps.config.api.key is None:
+        raise HTTPException(
+            403, "session and user headers need an API key; set api.key in the config"
+        )
+    session_id = session_header[1] if session_header else None
+    if session_id is None and body.user is not None:
+        session_id = _check_id("user", body.user)
+    user_id: UserId | None = None
+    if user_header is not None:
+        user_id = await deps.store.resolve_user(str(Platform.API), user_header[1])
+
+    if session_id is not None:
+        key = session_key(Platform.API, API_ACCOUNT, session_id)
+        if user_id is None:
+            user_id = await deps.store.resolve_user("local", "owner")
+        turn = TurnRequest(key, str(Platform.API), _new_input(body.messages), user_id)
+    else:
+        key = SessionKey(f"api:stateless:{uuid.uuid4().hex}")
+        turn = TurnRequest(key, str(Platform.API), "", None, history=_history(body.messages))
+
+    try:
+        stream = deps.manager.submit(turn)
+    except ShuttingDown as err:
+        return error_response(503, str(err), headers={"Retry-After": "5"})
+    headers = {"X-Herald-Session-Id": session_id} if session_id else {}
+    model = body.model or deps.config.api.model_name
+    completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        events = _sse(stream, completion_id, model, include_usage, deps)
+        return StreamingResponse(
+            events,
+            media_type="text/event-stream",
+            headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+    done = await stream.result()
+    if done.status != "completed":
+        return _failure(done, headers)
+    return JSONResponse(
+        {
+            "id": completion_id,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": done.text},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": _usage(done),
+        },
+        headers=headers,
+    )
+
+
+def _new_input(messages: list[MessageIn]) -> str:
+    """The user messages after the last assistant message: what is new in this request."""
+    tail: list[str] = []
+    for m in reversed(messages):
+        if m.role == "assistant":
+            break
+        if m.role == "user":
+            tail.append(m.text())
+    text = "\n\n".join(t for t in reversed(tail) if t.strip())
+    if not text:
+        raise HTTPException(400, "messages: the request has no new user message")
+    return text
+
+
+def _history(messages: list[MessageIn]) -> tuple[ChatMessage, ...]:
+    if messages[-1].role not in ("user", "tool"):
+        raise HTTPException(400, "messages: the last message must be from the user")
+    out = []
+    for m in messages:
+        role = Role.SYSTEM if m.role == "developer" else Role(m.role)
+        calls = tuple(
+            ToolCall(c.id, c.function.name, c.function.arguments) for c in m.tool_calls or ()
+        )
+        out.append(
+            ChatMessage(role, m.text(), tool_calls=calls, tool_call_id=m.tool_call_id, name=m.name)
+        )
+    return tuple(out)
+
+
+def _usage(done: Finished) -> dict[str, int]:
+    prompt = done.usage.prompt_tokens if done.usage else 0
+    completion = done.usage.completion_tokens if done.usage else 0
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def _failure(done: Finished, headers: dict[str, str]) -> JSONResponse:
+    if done.status == "interrupted":
+        return error_response(503, "the turn was interrupted; retry", headers=headers)
+    if done.retryable:
+        message = f"the model could not answer ({done.error}); retry later"
+        return error_response(503, message, headers={**headers, "Retry-After": "10"})
+    return error_response(502, f"the model refused the request: {done.error}", headers=headers)
+
+
+async def _sse(
+    stream: TurnStream, completion_id: str, model: str, include_usage: bool, deps: AppDeps
+) -> AsyncIterator[bytes]:
+    created = int(time.time())
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        data = {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+        return b"data: " + json.dumps(data).encode() + b"\n\n"
+
+    yield chunk({"role": "assistant", "content": ""})
+    keepalive = deps.config.api.keepalive_seconds
+    while True:
+        try:
+            event = await asyncio.wait_for(stream.next(), keepalive)
+        except TimeoutError:
+            yield b": keep-alive\n\n"
+            continue
+        if isinstance(event, Token):
+            yield chunk({"content": event.text})
+            continue
+        assert isinstance(event, Finished)
+        if event.status == "completed":
+            yield chunk({}, "stop")
+            if include_usage:
+                usage = {
+                    "id": completion_id,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "choices": [],
+                    "usage": _usage(event),
+                }
+                yield b"data: " + json.dumps(usage).encode() + b"\n\n"
+        else:
+            status = 502 if event.status == "failed" and not event.retryable else 503
+            message = f"the turn ended {event.status}: {event.error}"
+            yield b"data: " + json.dumps(error_body(status, message)).encode() + b"\n\n"
+        yield b"data: [DONE]\n\n"
+        return

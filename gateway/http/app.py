@@ -1,0 +1,77 @@
+"""The ASGI app: OpenAI-compatible API, health, readiness and metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException
+
+from gateway import __version__
+from gateway.contracts.adapter import AdapterState
+from gateway.http import api
+from gateway.http.deps import AppDeps
+from gateway.http.errors import http_exception, validation_exception
+from gateway.http.middleware import BodyLimit, RequestMetrics
+
+OFFLINE_WARNING = "no LLM configured: replies come from the offline echo provider"
+
+
+def create_app(deps: AppDeps) -> FastAPI:
+    """Build the app around the daemon's parts."""
+    app = FastAPI(
+        title="Herald",
+        version=__version__,
+        summary="An always-on messaging gateway for an LLM agent",
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.deps = deps
+    app.add_exception_handler(HTTPException, http_exception)
+    app.add_exception_handler(RequestValidationError, validation_exception)
+    app.include_router(api.router)
+
+    @app.get("/health", tags=["operations"])
+    async def health() -> dict[str, Any]:
+        """Liveness: the process answers. Lists each adapter's state and the LLM provider."""
+        adapters = {name: str(state) for name, state in deps.adapters().items()}
+        body: dict[str, Any] = {
+            "status": "draining" if deps.state.draining else "ok",
+            "version": __version__,
+            "instance": deps.config.effective_instance_id,
+            "database": deps.store.dialect,
+            "llm": {"provider": deps.llm_provider, "model": deps.llm_model},
+            "adapters": adapters,
+            "turns": {"active": deps.manager.active_turns},
+        }
+        if deps.llm_provider == "echo":
+            body["llm"]["warning"] = OFFLINE_WARNING
+        return body
+
+    @app.get("/ready", tags=["operations"], responses={503: {"description": "Not ready"}})
+    async def ready() -> JSONResponse:
+        """200 when serving and every enabled adapter is receiving; 503 otherwise."""
+        adapters = deps.adapters()
+        waiting = sorted(n for n, s in adapters.items() if s is not AdapterState.RECEIVING)
+        ok = deps.state.serving and not deps.state.draining and not waiting
+        body = {
+            "ready": ok,
+            "serving": deps.state.serving,
+            "draining": deps.state.draining,
+            "not_receiving": waiting,
+        }
+        return JSONResponse(body, status_code=200 if ok else 503)
+
+    @app.get("/metrics", tags=["operations"])
+    async def metrics(request: Request) -> Response:
+        """Prometheus metrics (behind the API key when one is configured)."""
+        api.require_key(request)
+        return Response(deps.metrics.render(), media_type=deps.metrics.content_type)
+
+    wrapped: Any = RequestMetrics(app, deps.metrics)
+    wrapped = BodyLimit(wrapped, deps.config.api.max_body_bytes)
+    # FastAPI stays reachable (for openapi()) while the server runs the wrapped app.
+    app.state.asgi = wrapped
+    return app

@@ -1,0 +1,34 @@
+"""What the HTTP handlers need, handed to the app by the supervisor."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from gateway.config import HeraldConfig
+from gateway.contracts.adapter import AdapterState
+from gateway.metrics import Metrics
+from gateway.sessions import SessionManager
+from gateway.store import Store
+
+
+@dataclass
+class ServingState:
+    """Whether the daemon is serving; set by the supervisor."""
+
+    serving: bool = False
+    draining: bool = False
+
+
+@dataclass(frozen=True)
+class AppDeps:
+    """The daemon's parts the HTTP server uses."""
+
+    config: HeraldConfig
+    store: Store
+    manager: SessionManager
+    metrics: Metrics
+    llm_provider: str
+    llm_model: str
+    adapters: Callable[[], Mapping[str, AdapterState]] = dict
+    state: ServingState = field(default_factory=ServingState)

@@ -1,0 +1,46 @@
+"""Prometheus metrics, in a registry of Herald's own (no process-global state)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+
+class Metrics:
+    """Every metric Herald exports. One instance per daemon."""
+
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.turns = Counter(
+            "herald_turns", "Finished turns by status", ["status"], registry=self.registry
+        )
+        self.turn_seconds = Histogram(
+            "herald_turn_duration_seconds",
+            "Time from a turn's start to its end",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+            registry=self.registry,
+        )
+        self.running_turns = Gauge(
+            "herald_running_turns", "Turns running now", registry=self.registry
+        )
+        self.waiting_turns = Gauge(
+            "herald_waiting_turns", "Turns waiting for their session lane", registry=self.registry
+        )
+        self.http_requests = Counter(
+            "herald_http_requests",
+            "HTTP requests by route and status code",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.adapter_restarts = Counter(
+            "herald_adapter_restarts",
+            "Adapter restarts after an error",
+            ["adapter"],
+            registry=self.registry,
+        )
+
+    def render(self) -> bytes:
+        """The text exposition format of every metric."""
+        return generate_latest(self.registry)

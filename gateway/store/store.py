@@ -1,0 +1,502 @@
+"""The store: every read and write of Herald's SQL state goes through this class."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any, Self
+
+from sqlalchemy import RowMapping, and_, insert, select, text, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from gateway.contracts.history import (
+    ChatMessage,
+    History,
+    Role,
+    SearchHit,
+    SessionInfo,
+    ToolCall,
+    TurnResult,
+)
+from gateway.contracts.ids import MessageId, SessionId, SessionKey, TurnId, UserId
+from gateway.contracts.messages import utcnow
+from gateway.store import engine as engine_mod
+from gateway.store.tables import identities, messages, sessions, summaries, turns, users
+
+SnapshotFactory = Callable[[UserId | None], Awaitable[tuple[str, str]]]
+"""Returns (USER.md, MEMORY.md) as they are now, for a new session of that user."""
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+class Store:
+    """Herald's SQL state on SQLite or PostgreSQL. Safe to share across tasks."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    @classmethod
+    @asynccontextmanager
+    async def open(cls, url: str, *, migrate: bool = True) -> AsyncIterator[Self]:
+        """Connect (and migrate to the newest schema unless `migrate` is False)."""
+        engine = engine_mod.create_engine(url)
+        try:
+            if migrate:
+                await engine_mod.upgrade(engine)
+            yield cls(engine)
+        finally:
+            await engine.dispose()
+
+    @property
+    def dialect(self) -> str:
+        """`sqlite` or `postgresql`."""
+        return self.engine.dialect.name
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncConnection]:
+        """A write transaction: committed on success, rolled back on any error."""
+        async with self.engine.connect() as plain:
+            conn = await plain.execution_options(herald_write=True)
+            async with conn.begin():
+                yield conn
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncConnection]:
+        """A read-only transaction."""
+        async with self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    async def ping(self) -> None:
+        """Raise if the database cannot answer a trivial query."""
+        async with self.read() as conn:
+            await conn.execute(text("SELECT 1"))
+
+    # users -----------------------------------------------------------------------------------
+
+    async def resolve_user(self, platform: str, external_id: str, display_name: str = "") -> UserId:
+        """The user that `platform:external_id` belongs to, created on first sight."""
+        for _ in range(3):
+            async with self.read() as conn:
+                found = await conn.scalar(
+                    select(identities.c.user_id).where(
+                        identities.c.platform == platform,
+                        identities.c.external_id == external_id,
+                    )
+                )
+            if found is not None:
+                return UserId(found)
+            user_id = UserId(f"u_{secrets.token_hex(8)}")
+            now = utcnow()
+            try:
+                async with self.write() as conn:
+                    await conn.execute(
+                        insert(users).values(
+                            id=user_id, display_name=display_name[:256], created_at=now
+                        )
+                    )
+                    await conn.execute(
+                        insert(identities).values(
+                            user_id=user_id,
+                            platform=platform,
+                            external_id=external_id,
+                            created_at=now,
+                        )
+                    )
+                return user_id
+            except IntegrityError:
+                continue  # another task created it first; read it back
+        raise RuntimeError(f"could not resolve user {platform}:{external_id}")
+
+    # sessions --------------------------------------------------------------------------------
+
+    async def get_session(self, key: SessionKey | str) -> SessionInfo | None:
+        """The current session (highest epoch) of `key`, or None."""
+        async with self.read() as conn:
+            row = (
+                (
+                    await conn.execute(
+                        select(sessions)
+                        .where(sessions.c.key == key)
+                        .order_by(sessions.c.epoch.desc())
+                        .limit(1)
+                    )
+                )
+                .mappings()
+                .first()
+            )
+        return _session(row) if row else None
+
+    async def get_session_by_id(self, session_id: SessionId) -> SessionInfo | None:
+        """The session with that id (of any epoch), or None."""
+        async with self.read() as conn:
+            row = (
+                (await conn.execute(select(sessions).where(sessions.c.id == session_id)))
+                .mappings()
+                .first()
+            )
+        return _session(row) if row else None
+
+    async def open_session(
+        self,
+        key: SessionKey,
+        *,
+        platform: str,
+        user_id: UserId | None,
+        snapshot: SnapshotFactory,
+        new_epoch: bool = False,
+    ) -> SessionInfo:
+        """The current session of `key`, created (with memory snapshots) when there is none.
+
+        With `new_epoch`, always start a fresh session under the same key (`/new`).
+        """
+        for _ in range(3):
+            current = await self.get_session(key)
+            if current is not None and not new_epoch:
+                return current
+            epoch = current.epoch + 1 if current is not None else 0
+            user_md, memory_md = await snapshot(user_id)
+            now = utcnow()
+            try:
+                async with self.write() as conn:
+                    await conn.execute(
+                        insert(sessions).values(
+                            key=key,
+                            epoch=epoch,
+                            platform=platform,
+                            user_id=user_id,
+                            user_snapshot=user_md,
+                            memory_snapshot=memory_md,
+                            created_at=now,
+                            updated_at=now,
+                            message_count=0,
+                        )
+                    )
+            except IntegrityError:
+                new_epoch = False  # someone else just created it; take theirs
+                continue
+            created = await self.get_session(key)
+            assert created is not None
+            return created
+        raise RuntimeError(f"could not open session {key}")
+
+    async def list_sessions(
+        self, *, user_id: UserId | None = None, limit: int = 50, offset: int = 0
+    ) -> list[SessionInfo]:
+        """Sessions, most recently active first."""
+        query = select(sessions).order_by(sessions.c.updated_at.desc(), sessions.c.id.desc())
+        if user_id is not None:
+            query = query.where(sessions.c.user_id == user_id)
+        async with self.read() as conn:
+            rows = (await conn.execute(query.limit(limit).offset(offset))).mappings().all()
+        return [_session(r) for r in rows]
+
+    async def recent_sessions(
+        self, *, user_id: UserId | None, limit: int = 10
+    ) -> list[SessionInfo]:
+        """The most recently active sessions of `user_id` (all when None)."""
+        return await self.list_sessions(user_id=user_id, limit=limit)
+
+    # turns and transcripts ---------------------------------------------------------------------
+
+    async def start_turn(
+        self, session_id: SessionId, user_message: ChatMessage | None
+    ) -> tuple[TurnId, MessageId | None]:
+        """Record a running turn and (in the same transaction) the message that started it."""
+        now = utcnow()
+        async with self.write() as conn:
+            turn_id = TurnId(
+                (
+                    await conn.execute(
+                        insert(turns)
+                        .values(session_id=session_id, status="running", started_at=now)
+                        .returning(turns.c.id)
+                    )
+                ).scalar_one()
+            )
+            message_id = None
+            if user_message is not None:
+                (message_id,) = await _insert_messages(
+                    conn, session_id, turn_id, [user_message], now
+                )
+        return turn_id, message_id
+
+    async def finish_turn(
+        self, session_id: SessionId, turn_id: TurnId, result: TurnResult
+    ) -> list[MessageId]:
+        """Store what the turn produced and its final status, in one transaction."""
+        now = utcnow()
+        async with self.write() as conn:
+            ids = await _insert_messages(conn, session_id, turn_id, result.messages, now)
+            await conn.execute(
+                update(turns)
+                .where(turns.c.id == turn_id)
+                .values(
+                    status=result.status,
+                    finished_at=now,
+                    prompt_tokens=result.prompt_tokens,
+                    completion_tokens=result.completion_tokens,
+                    error=result.error,
+                )
+            )
+        return ids
+
+    async def turn_status(self, turn_id: TurnId) -> str | None:
+        """running, completed, failed or interrupted; None when there is no such turn."""
+        async with self.read() as conn:
+            value = await conn.scalar(select(turns.c.status).where(turns.c.id == turn_id))
+        return None if value is None else str(value)
+
+    async def last_usage(self, session_id: SessionId) -> tuple[int, int] | None:
+        """(prompt, completion) tokens the model reported for the session's latest turn."""
+        async with self.read() as conn:
+            row = (
+                await conn.execute(
+                    select(turns.c.prompt_tokens, turns.c.completion_tokens)
+                    .where(turns.c.session_id == session_id, turns.c.prompt_tokens.is_not(None))
+                    .order_by(turns.c.id.desc())
+                    .limit(1)
+                )
+            ).first()
+        return None if row is None else (int(row[0]), int(row[1] or 0))
+
+    async def interrupt_running_turns(self) -> int:
+        """Mark turns left `running` by a previous process as interrupted; return how many."""
+        async with self.write() as conn:
+            result = await conn.execute(
+                update(turns)
+                .where(turns.c.status == "running")
+                .values(status="interrupted", finished_at=utcnow(), error="process stopped")
+            )
+        return int(result.rowcount or 0)
+
+    async def load_history(self, session_id: SessionId, window: int) -> History:
+        """The latest summary and at most `window` messages after it, oldest first."""
+        async with self.read() as conn:
+            summary = (
+                (
+                    await conn.execute(
+                        select(summaries.c.content, summaries.c.upto_message_id)
+                        .where(summaries.c.session_id == session_id)
+                        .order_by(summaries.c.id.desc())
+                        .limit(1)
+                    )
+                )
+                .mappings()
+                .first()
+            )
+            query = select(messages).where(messages.c.session_id == session_id)
+            if summary is not None:
+                query = query.where(messages.c.id > summary["upto_message_id"])
+            rows = (
+                (await conn.execute(query.order_by(messages.c.id.desc()).limit(window)))
+                .mappings()
+                .all()
+            )
+        return History(
+            summary=None if summary is None else str(summary["content"]),
+            summary_upto=None if summary is None else MessageId(summary["upto_message_id"]),
+            messages=tuple(_message(r) for r in reversed(rows)),
+        )
+
+    async def save_summary(
+        self, session_id: SessionId, upto_message_id: MessageId, content: str
+    ) -> None:
+        """Record a summary covering every message of the session up to `upto_message_id`."""
+        async with self.write() as conn:
+            await conn.execute(
+                insert(summaries).values(
+                    session_id=session_id,
+                    upto_message_id=upto_message_id,
+                    content=content,
+                    created_at=utcnow(),
+                )
+            )
+
+    async def transcript(
+        self, session_id: SessionId, *, limit: int = 200, before: MessageId | None = None
+    ) -> list[ChatMessage]:
+        """Up to `limit` messages of a session (before `before`), oldest first."""
+        query = select(messages).where(messages.c.session_id == session_id)
+        if before is not None:
+            query = query.where(messages.c.id < before)
+        async with self.read() as conn:
+            rows = (
+                (await conn.execute(query.order_by(messages.c.id.desc()).limit(limit)))
+                .mappings()
+                .all()
+            )
+        return [_message(r) for r in reversed(rows)]
+
+    async def messages_around(
+        self, message_id: MessageId, *, before: int, after: int
+    ) -> list[ChatMessage]:
+        """The messages of the same session surrounding `message_id`, itself included."""
+        async with self.read() as conn:
+            session_id = await conn.scalar(
+                select(messages.c.session_id).where(messages.c.id == message_id)
+            )
+            if session_id is None:
+                return []
+            same = messages.c.session_id == session_id
+            earlier = (
+                (
+                    await conn.execute(
+                        select(messages)
+                        .where(and_(same, messages.c.id < message_id))
+                        .order_by(messages.c.id.desc())
+                        .limit(before)
+                    )
+                )
+                .mappings()
+                .all()
+            )
+            later = (
+                (
+                    await conn.execute(
+                        select(messages)
+                        .where(and_(same, messages.c.id >= message_id))
+                        .order_by(messages.c.id)
+                        .limit(after + 1)
+                    )
+                )
+                .mappings()
+                .all()
+            )
+        return [_message(r) for r in [*reversed(earlier), *later]]
+
+    async def search_messages(
+        self, query: str, *, user_id: UserId | None, limit: int = 10
+    ) -> list[SearchHit]:
+        """Full-text search over user and assistant messages, best match first."""
+        words = _WORD.findall(query)
+        if not words:
+            return []
+        params: dict[str, Any] = {"limit": limit, "user_id": user_id}
+        owner = "AND s.user_id = :user_id" if user_id is not None else ""
+        if self.dialect == "sqlite":
+            params["q"] = " ".join('"' + w.replace('"', "") + '"' for w in words)
+            sql = f"""
+                SELECT m.id, m.session_id, s.key, m.role, m.created_at,
+                       snippet(messages_fts, 0, '«', '»', '…', 16) AS snippet
+                FROM messages_fts
+                JOIN messages m ON m.id = messages_fts.rowid
+                JOIN sessions s ON s.id = m.session_id
+                WHERE messages_fts MATCH :q AND m.role IN ('user', 'assistant') {owner}
+                ORDER BY messages_fts.rank
+                LIMIT :limit
+            """
+        else:
+            params["q"] = " ".join(words)
+            sql = f"""
+                SELECT hit.id, hit.session_id, hit.key, hit.role, hit.created_at,
+                       ts_headline('english', hit.content, hit.q,
+                                   'StartSel=«, StopSel=», MaxWords=24, MinWords=8') AS snippet
+                FROM (
+                    SELECT m.id, m.session_id, s.key, m.role, m.created_at, m.content, q,
+                           ts_rank(m.search, q) AS rank
+                    FROM messages m
+                    JOIN sessions s ON s.id = m.session_id,
+                         plainto_tsquery('english', :q) q
+                    WHERE m.search @@ q AND m.role IN ('user', 'assistant') {owner}
+                    ORDER BY rank DESC, m.id DESC
+                    LIMIT :limit
+                ) hit
+                ORDER BY hit.rank DESC, hit.id DESC
+            """
+        async with self.read() as conn:
+            rows = (await conn.execute(text(sql), params)).mappings().all()
+        return [
+            SearchHit(
+                message_id=MessageId(r["id"]),
+                session_id=SessionId(r["session_id"]),
+                session_key=SessionKey(r["key"]),
+                role=Role(r["role"]),
+                snippet=str(r["snippet"]),
+                created_at=_aware(r["created_at"]),
+            )
+            for r in rows
+        ]
+
+
+async def _insert_messages(
+    conn: AsyncConnection,
+    session_id: SessionId,
+    turn_id: TurnId | None,
+    items: Sequence[ChatMessage],
+    now: datetime,
+) -> list[MessageId]:
+    ids: list[MessageId] = []
+    for m in items:
+        new_id = (
+            await conn.execute(
+                insert(messages)
+                .values(
+                    session_id=session_id,
+                    turn_id=turn_id,
+                    role=str(m.role),
+                    content=m.content,
+                    tool_calls=[c.to_openai() for c in m.tool_calls] if m.tool_calls else None,
+                    tool_call_id=m.tool_call_id,
+                    name=m.name,
+                    interrupted=m.interrupted,
+                    created_at=m.created_at or now,
+                )
+                .returning(messages.c.id)
+            )
+        ).scalar_one()
+        ids.append(MessageId(new_id))
+    await conn.execute(
+        update(sessions)
+        .where(sessions.c.id == session_id)
+        .values(updated_at=now, message_count=sessions.c.message_count + len(items))
+    )
+    return ids
+
+
+def _aware(value: Any) -> datetime:
+    # Raw SQL bypasses the column type; SQLite hands back text.
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    assert isinstance(value, datetime)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _session(row: RowMapping) -> SessionInfo:
+    return SessionInfo(
+        id=SessionId(row["id"]),
+        key=SessionKey(row["key"]),
+        epoch=int(row["epoch"]),
+        platform=str(row["platform"]),
+        user_id=None if row["user_id"] is None else UserId(row["user_id"]),
+        busy_mode=row["busy_mode"],
+        user_snapshot=str(row["user_snapshot"]),
+        memory_snapshot=str(row["memory_snapshot"]),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        message_count=int(row["message_count"]),
+    )
+
+
+def _message(row: RowMapping) -> ChatMessage:
+    calls = tuple(
+        ToolCall(
+            id=str(c["id"]),
+            name=str(c["function"]["name"]),
+            arguments=str(c["function"]["arguments"]),
+        )
+        for c in (row["tool_calls"] or ())
+    )
+    return ChatMessage(
+        role=Role(row["role"]),
+        content=str(row["content"]),
+        tool_calls=calls,
+        tool_call_id=row["tool_call_id"],
+        name=row["name"],
+        interrupted=bool(row["interrupted"]),
+        id=MessageId(row["id"]),
+        created_at=row["created_at"],
+    )

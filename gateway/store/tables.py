@@ -1,0 +1,210 @@
+"""The schema. Alembic migrations under `migrations/` create and change it."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+from gateway.store.types import BigId, UTCDateTime
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+users = Table(
+    "users",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("display_name", String(256), nullable=False, default=""),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
+identities = Table(
+    "identities",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("user_id", String(64), ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    Column("platform", String(32), nullable=False),
+    Column("external_id", String(256), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    UniqueConstraint("platform", "external_id"),
+)
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("key", String(512), nullable=False),
+    Column("epoch", Integer, nullable=False, default=0),
+    # Incremented by /new: the highest epoch of a key is its current session.
+    Column("platform", String(32), nullable=False),
+    Column("user_id", String(64), ForeignKey("users.id", ondelete="SET NULL"), nullable=True),
+    Column("busy_mode", String(16), nullable=True),
+    Column("title", String(256), nullable=True),
+    Column("user_snapshot", Text, nullable=False, default=""),
+    Column("memory_snapshot", Text, nullable=False, default=""),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("message_count", Integer, nullable=False, default=0),
+    UniqueConstraint("key", "epoch"),
+    Index(None, "updated_at"),
+    Index(None, "user_id", "updated_at"),
+)
+
+turns = Table(
+    "turns",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("session_id", BigId, ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False),
+    Column("status", String(16), nullable=False),
+    # running, completed, failed, interrupted.
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("finished_at", UTCDateTime, nullable=True),
+    Column("prompt_tokens", Integer, nullable=True),
+    Column("completion_tokens", Integer, nullable=True),
+    Column("error", Text, nullable=True),
+    Index(None, "session_id", "id"),
+    Index(None, "status"),
+)
+
+messages = Table(
+    "messages",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("session_id", BigId, ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False),
+    Column("turn_id", BigId, ForeignKey("turns.id", ondelete="SET NULL"), nullable=True),
+    Column("role", String(16), nullable=False),
+    # user, assistant, tool.
+    Column("content", Text, nullable=False, default=""),
+    Column("tool_calls", JSON, nullable=True),
+    Column("tool_call_id", String(128), nullable=True),
+    Column("name", String(128), nullable=True),
+    Column("interrupted", Boolean, nullable=False, default=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Index(None, "session_id", "id"),
+)
+
+summaries = Table(
+    "summaries",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("session_id", BigId, ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False),
+    Column("upto_message_id", BigId, nullable=False),
+    # Every message of the session with an id up to this one is covered by the summary.
+    Column("content", Text, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Index(None, "session_id", "id"),
+)
+
+inbox = Table(
+    "inbox",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("platform", String(32), nullable=False),
+    Column("account", String(256), nullable=False),
+    Column("platform_message_id", String(256), nullable=False),
+    Column("session_key", String(512), nullable=False),
+    Column("chat_id", String(256), nullable=False),
+    Column("thread_id", String(256), nullable=True),
+    Column("sender_id", String(256), nullable=False),
+    Column("sender_name", String(256), nullable=False, default=""),
+    Column("text", Text, nullable=False),
+    Column("payload", JSON, nullable=True),
+    Column("received_at", UTCDateTime, nullable=False),
+    Column("accepted_at", UTCDateTime, nullable=False),
+    Column("status", String(16), nullable=False, default="pending"),
+    # pending (waiting for its turn), running, done.
+    Column("outcome", String(16), nullable=True),
+    # answered, merged, steered, dropped, rejected; set exactly once.
+    Column("outcome_detail", Text, nullable=True),
+    Column("turn_id", BigId, ForeignKey("turns.id", ondelete="SET NULL"), nullable=True),
+    UniqueConstraint("platform", "account", "platform_message_id"),
+    Index(None, "session_key", "status", "id"),
+    Index(None, "status", "id"),
+)
+
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("idempotency_key", String(256), nullable=False, unique=True),
+    Column("session_id", BigId, ForeignKey("sessions.id", ondelete="CASCADE"), nullable=True),
+    Column("turn_id", BigId, ForeignKey("turns.id", ondelete="SET NULL"), nullable=True),
+    Column("chunk_index", Integer, nullable=False, default=0),
+    Column("platform", String(32), nullable=False),
+    Column("account", String(256), nullable=False),
+    Column("chat_id", String(256), nullable=False),
+    Column("thread_id", String(256), nullable=True),
+    Column("reply_to", String(256), nullable=True),
+    Column("text", Text, nullable=False),
+    Column("format", String(16), nullable=False, default="markdown"),
+    Column("status", String(16), nullable=False, default="pending"),
+    # pending, sending, sent, dead.
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("next_attempt_at", UTCDateTime, nullable=False),
+    Column("last_error", Text, nullable=True),
+    Column("recovered", Boolean, nullable=False, default=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("sent_at", UTCDateTime, nullable=True),
+    Column("platform_message_id", String(256), nullable=True),
+    Index(None, "status", "next_attempt_at"),
+    Index(None, "platform", "account", "chat_id", "id"),
+)
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("name", String(256), nullable=False),
+    Column("prompt", Text, nullable=False),
+    Column("schedule", String(256), nullable=False),
+    Column("timezone", String(64), nullable=False, default="UTC"),
+    Column("targets", JSON, nullable=False),
+    Column("enabled", Boolean, nullable=False, default=True),
+    Column("created_by", String(256), nullable=False, default=""),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+job_runs = Table(
+    "job_runs",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("job_id", String(64), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("scheduled_for", UTCDateTime, nullable=False),
+    Column("status", String(16), nullable=False),
+    # running, ok, failed, timed_out, missed.
+    Column("delivery_status", String(16), nullable=True),
+    # delivered, failed, suppressed.
+    Column("output", Text, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("started_at", UTCDateTime, nullable=True),
+    Column("finished_at", UTCDateTime, nullable=True),
+    UniqueConstraint("job_id", "scheduled_for"),
+)
+
+leases = Table(
+    "leases",
+    metadata,
+    Column("name", String(256), primary_key=True),
+    Column("owner", String(256), nullable=False),
+    Column("token", BigId, nullable=False),
+    # Fencing token: grows with every change of owner.
+    Column("expires_at", UTCDateTime, nullable=False),
+)

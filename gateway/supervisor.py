@@ -1,0 +1,289 @@
+"""The supervisor: wires Herald's parts together and owns every long-lived task.
+
+One `asyncio.TaskGroup` holds the HTTP server, each adapter's runner and the systemd
+watchdog. SIGTERM / SIGINT drain: stop accepting, give running turns `sessions.drain_timeout`
+to finish (then checkpoint them as interrupted), stop the server, exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import signal
+import socket
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+
+import uvicorn
+
+from agent_core.agent import Agent, AgentSettings
+from agent_core.llm import LLMProvider, make_provider
+from agent_core.memory import MemoryFiles, MemoryLimits
+from agent_core.tools import (
+    MemoryTool,
+    SendMessageTool,
+    SessionSearchTool,
+    ToolContext,
+    ToolError,
+    ToolRegistry,
+)
+from gateway.config import HeraldConfig
+from gateway.contracts.adapter import Adapter, AdapterState, InboundSink
+from gateway.contracts.errors import AuthError, NotReady
+from gateway.http.app import OFFLINE_WARNING, create_app
+from gateway.http.deps import AppDeps, ServingState
+from gateway.metrics import Metrics
+from gateway.sdnotify import SystemdNotifier
+from gateway.sessions import SessionManager
+from gateway.store import Store
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Jittered exponential backoff: `initial * factor**n`, capped, times a random 0.5-1.0."""
+
+    initial: float = 1.0
+    factor: float = 2.0
+    maximum: float = 300.0
+
+    def delay(self, attempt: int) -> float:
+        """The wait before retry number `attempt` (0-based)."""
+        base = min(self.maximum, self.initial * self.factor ** min(attempt, 32))
+        return base * random.uniform(0.5, 1.0)
+
+
+class AdapterRunner:
+    """Keeps one adapter running: reconnects on NotReady, stops for good on AuthError.
+
+    Any other error is treated like NotReady (logged with its traceback). A failure of one
+    adapter never reaches the others or the supervisor.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        factory: Callable[[], Adapter],
+        sink: InboundSink,
+        metrics: Metrics,
+        *,
+        backoff: Backoff = Backoff(),
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.name = name
+        self.factory = factory
+        self.sink = sink
+        self.metrics = metrics
+        self.backoff = backoff
+        self.sleep = sleep
+        self.state = AdapterState.STARTING
+        self.adapter: Adapter | None = None
+        self.last_error: str | None = None
+        self.restarts = 0
+
+    def liveness(self) -> AdapterState:
+        """The adapter's own liveness while connected, else the runner's state."""
+        if self.adapter is not None and self.state is AdapterState.RECEIVING:
+            return self.adapter.liveness()
+        return self.state
+
+    async def run(self) -> None:
+        """Run until cancelled, or until the adapter's credentials are refused."""
+        attempt = 0
+        while True:
+            try:
+                async with self.factory() as adapter:
+                    self.adapter = adapter
+                    self.state = AdapterState.RECEIVING
+                    attempt = 0
+                    await adapter.run(self.sink)
+                raise NotReady("the receive loop ended")
+            except AuthError as err:
+                self.state, self.last_error = AdapterState.FAILED, str(err)
+                logger.error("adapter %s stopped: credentials refused: %s", self.name, err)
+                return
+            except NotReady as err:
+                self.last_error = str(err)
+                logger.warning("adapter %s not ready: %s", self.name, err)
+            except Exception as err:
+                self.last_error = f"{type(err).__name__}: {err}"
+                logger.exception("adapter %s failed", self.name)
+            finally:
+                self.adapter = None
+            self.state = AdapterState.RECONNECTING
+            self.restarts += 1
+            self.metrics.adapter_restarts.labels(adapter=self.name).inc()
+            await self.sleep(self.backoff.delay(attempt))
+            attempt += 1
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: the supervisor owns the signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class _NoChannels:
+    """The send_message targets until a platform adapter is running."""
+
+    def targets(self) -> list[str]:
+        return []
+
+    async def send(self, target: str, text: str, ctx: ToolContext) -> str:
+        raise ToolError("no messaging platform is connected, so there is nowhere to send")
+
+
+def build_agent(
+    config: HeraldConfig, provider: LLMProvider, store: Store
+) -> tuple[Agent, MemoryFiles]:
+    """The agent with its tools, from config."""
+    memory = MemoryFiles(
+        config.state_dir,
+        MemoryLimits(config.memory.user_max_chars, config.memory.memory_max_chars),
+    )
+    tools = ToolRegistry(
+        [MemoryTool(memory), SessionSearchTool(store), SendMessageTool(_NoChannels())]
+    )
+    settings = AgentSettings(
+        history_window=config.llm.history_window,
+        context_window=config.llm.context_window,
+        compression_threshold=config.llm.compression_threshold,
+        max_tool_iterations=config.llm.max_tool_iterations,
+        memory_pass=config.llm.memory_pass,
+    )
+    return Agent(provider, store, memory, tools, settings), memory
+
+
+class Supervisor:
+    """Runs the daemon until SIGTERM / SIGINT (or `stop()`), then drains and returns."""
+
+    def __init__(self, config: HeraldConfig, *, environ: Mapping[str, str] | None = None) -> None:
+        self.config = config
+        self.notifier = SystemdNotifier(os.environ if environ is None else environ)
+        self.metrics = Metrics()
+        self.state = ServingState()
+        self.runners: dict[str, AdapterRunner] = {}
+        self._stop = asyncio.Event()
+
+    def stop(self) -> None:
+        """Begin the drain (what SIGTERM does)."""
+        self._stop.set()
+
+    def adapter_states(self) -> dict[str, AdapterState]:
+        """Each enabled adapter's liveness."""
+        return {name: r.liveness() for name, r in self.runners.items()}
+
+    async def run(self) -> int:
+        """Serve until asked to stop; return the process exit code."""
+        cfg = self.config
+        cfg.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        try:
+            async with AsyncExitStack() as stack:
+                store = await stack.enter_async_context(Store.open(cfg.effective_database_url))
+                interrupted = await store.interrupt_running_turns()
+                if interrupted:
+                    logger.warning("%d turn(s) were cut off by the last stop", interrupted)
+                provider = make_provider(cfg.llm)
+                stack.push_async_callback(provider.aclose)
+                if provider.name == "echo":
+                    logger.warning("*** %s ***", OFFLINE_WARNING.upper())
+                agent, memory = build_agent(cfg, provider, store)
+                manager = await stack.enter_async_context(
+                    SessionManager(store, agent, cfg.sessions, self.metrics, memory.snapshot)
+                )
+                deps = AppDeps(
+                    config=cfg,
+                    store=store,
+                    manager=manager,
+                    metrics=self.metrics,
+                    llm_provider=provider.name,
+                    llm_model=provider.model,
+                    adapters=self.adapter_states,
+                    state=self.state,
+                )
+                await self._serve(deps, manager)
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+        logger.info("stopped")
+        return 0
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        if self._stop.is_set():
+            logger.warning("%s again: already draining", sig.name)
+            return
+        logger.info("%s received: draining", sig.name)
+        self._stop.set()
+
+    async def _serve(self, deps: AppDeps, manager: SessionManager) -> None:
+        cfg = self.config
+        server: _Server | None = None
+        sock: socket.socket | None = None
+        async with asyncio.TaskGroup() as tg:
+            background: list[asyncio.Task[None]] = []
+            if cfg.api.enabled:
+                app = create_app(deps)
+                server = _Server(
+                    uvicorn.Config(
+                        app.state.asgi,
+                        lifespan="off",
+                        log_config=None,
+                        access_log=False,
+                        timeout_graceful_shutdown=int(cfg.sessions.drain_timeout) + 5,
+                    )
+                )
+                sock = _bind(cfg.api.host, cfg.api.port)
+                server_task = tg.create_task(server.serve(sockets=[sock]), name="http")
+                while not server.started:
+                    if server_task.done():
+                        raise RuntimeError("the HTTP server failed to start")
+                    await asyncio.sleep(0.01)
+                host, port = sock.getsockname()[:2]
+                logger.info("HTTP API listening on http://%s:%d", host, port)
+            for name, runner in self.runners.items():
+                background.append(tg.create_task(runner.run(), name=f"adapter {name}"))
+            background.append(
+                tg.create_task(self.notifier.run_watchdog(self._healthy), name="watchdog")
+            )
+            self.state.serving = True
+            self.notifier.ready()
+            logger.info("Herald is ready (instance %s)", cfg.effective_instance_id)
+
+            await self._stop.wait()
+
+            self.state.draining = True
+            self.notifier.stopping()
+            await manager.drain(cfg.sessions.drain_timeout)
+            for task in background:
+                task.cancel()
+            if server is not None:
+                server.should_exit = True
+        if sock is not None:
+            sock.close()
+
+    def _healthy(self) -> bool:
+        return self.state.serving and not self._stop.is_set()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        raise OSError(err.errno, f"cannot listen on {host}:{port}: {err.strerror}") from err
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock

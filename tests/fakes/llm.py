@@ -1,0 +1,427 @@
+"""A fake OpenAI-compatible chat-completions server, served by uvicorn on 127.0.0.1.
+
+In tests: `async with FakeLLM() as llm:` then point a client at `llm.base_url`, script replies
+with `llm.script(Reply(...))` and inspect `llm.requests`. Standalone (benchmarks, manual runs):
+`python -m tests.fakes.llm --port 8000 [--delay 0.5]` serves the default responder until
+interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import re
+import signal
+import socket
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What the fake answers to one chat-completions request."""
+
+    text: str = ""
+    tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    """(name, arguments) pairs; the server assigns ids `call_1`, `call_2`… and JSON-encodes."""
+    usage: tuple[int, int] | None = None
+    """(prompt_tokens, completion_tokens); default: characters / 4 of request and reply."""
+    delay: float = 0
+    """Seconds before answering."""
+    chunk_delay: float = 0
+    """Seconds between streamed chunks."""
+    chunks: int | None = None
+    """Split the text into this many stream chunks; default: one chunk per word."""
+    status: int = 200
+    """Anything but 200 answers an OpenAI-style error body with this status."""
+    retry_after: float | None = None
+    """Sets the `Retry-After` header (seconds)."""
+    hang: bool = False
+    """Never answer; the request ends when the client leaves or the server stops."""
+
+
+Responder = Callable[[dict[str, Any]], Reply]
+
+
+def last_user_text(body: dict[str, Any]) -> str:
+    """The text of the last user message of a chat-completions request body ("" when none)."""
+    for message in reversed(body.get("messages") or []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):
+                return "".join(
+                    str(part.get("text", ""))
+                    for part in content
+                    if isinstance(part, dict) and part.get("type") == "text"
+                )
+            return ""
+    return ""
+
+
+def you_said(body: dict[str, Any]) -> Reply:
+    """The default responder: `You said: <last user message>`."""
+    return Reply(text=f"You said: {last_user_text(body)}")
+
+
+class _Server(uvicorn.Server):
+    """A uvicorn server that leaves signal handling to its owner and reports readiness."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ready = asyncio.Event()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        self.ready.set()
+
+    async def main_loop(self) -> None:
+        # uvicorn polls `should_exit` every 0.1 s; tests stop servers often, so poll faster.
+        counter = 0
+        while not await self.on_tick(counter):
+            counter = (counter + 1) % 864_000
+            await asyncio.sleep(0.01)
+
+
+_ERROR_TYPES = {
+    400: ("invalid_request_error", None),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("invalid_request_error", "unsupported_country_region_territory"),
+    404: ("invalid_request_error", "model_not_found"),
+    429: ("requests", "rate_limit_exceeded"),
+}
+
+
+def _error_body(status: int, message: str | None = None) -> dict[str, Any]:
+    kind, code = _ERROR_TYPES.get(status, ("server_error" if status >= 500 else "api_error", None))
+    return {
+        "error": {
+            "message": message or f"fake LLM error {status}",
+            "type": kind,
+            "param": None,
+            "code": code,
+        }
+    }
+
+
+def _split(text: str, chunks: int | None) -> list[str]:
+    """Pieces of `text` that concatenate back to it: per word, or `chunks` even slices."""
+    if not text:
+        return []
+    if chunks is None:
+        return [piece for piece in re.split(r"(?<=\s)(?=\S)", text) if piece]
+    size = math.ceil(len(text) / max(1, chunks))
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _estimate(chars: int) -> int:
+    return math.ceil(chars / 4)
+
+
+class FakeLLM:
+    """An OpenAI-compatible server for one test: scripted replies, recorded requests.
+
+    Single event loop only: the server runs as a task of the loop that enters it.
+    """
+
+    def __init__(
+        self, *, port: int = 0, model: str = "fake-model", log_level: str | None = None
+    ) -> None:
+        self.model = model
+        self.requests: list[dict[str, Any]] = []
+        """Every chat-completions request body, parsed, in arrival order."""
+        self.headers: list[dict[str, str]] = []
+        """The headers of each request in `requests` (lower-case names)."""
+        self.model_listings = 0
+        """How many times `GET /v1/models` was called."""
+        self.responder: Responder = you_said
+        """Answers a request when no scripted reply is queued."""
+        self._port = port
+        self._log_level = log_level
+        self._script: deque[Reply] = deque()
+        self._received = asyncio.Condition()
+        self._stopping = asyncio.Event()
+        self._call_ids = 0
+        self._sock: socket.socket | None = None
+        self._server: _Server | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound TCP port."""
+        if self._sock is None:
+            raise RuntimeError("FakeLLM is not running")
+        port: int = self._sock.getsockname()[1]
+        return port
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL of this server, `http://127.0.0.1:<port>/v1`."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def script(self, *replies: Reply) -> None:
+        """Queue replies, consumed one per chat-completions request before the responder."""
+        self._script.extend(replies)
+
+    async def wait_for_requests(
+        self,
+        n: int,
+        timeout: float = 10.0,  # noqa: ASYNC109 - tests want a bounded wait by default
+    ) -> list[dict[str, Any]]:
+        """Wait until at least `n` chat-completions requests arrived; return them all.
+
+        Raises TimeoutError after `timeout` seconds.
+        """
+        async with asyncio.timeout(timeout), self._received:
+            await self._received.wait_for(lambda: len(self.requests) >= n)
+        return list(self.requests)
+
+    async def __aenter__(self) -> Self:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", self._port))
+            sock.listen(128)
+        except OSError:
+            sock.close()
+            raise
+        self._sock = sock
+        config = uvicorn.Config(
+            self._app(),
+            http="h11",
+            ws="none",
+            lifespan="off",
+            log_config=None,
+            log_level=self._log_level,
+            access_log=False,
+            timeout_graceful_shutdown=5,
+        )
+        self._server = server = _Server(config)
+        self._task = task = asyncio.create_task(server.serve(sockets=[sock]))
+        ready = asyncio.create_task(server.ready.wait())
+        try:
+            await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            await self._stop()
+            raise
+        finally:
+            ready.cancel()
+            await asyncio.gather(ready, return_exceptions=True)
+        if not server.ready.is_set():
+            await self._stop()
+            raise RuntimeError("the fake LLM server did not start")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._stop()
+
+    async def _stop(self) -> None:
+        self._stopping.set()  # releases hanging and delayed replies
+        try:
+            if self._server is not None:
+                self._server.should_exit = True
+            if self._task is not None:
+                await asyncio.shield(self._task)
+        finally:
+            if self._sock is not None:
+                self._sock.close()
+
+    def _app(self) -> Starlette:
+        return Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+            ]
+        )
+
+    async def _models(self, request: Request) -> Response:
+        self.model_listings += 1
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {"id": self.model, "object": "model", "created": 0, "owned_by": "herald-tests"}
+                ],
+            }
+        )
+
+    async def _chat(self, request: Request) -> Response:
+        raw = await request.body()
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            return JSONResponse(_error_body(400, "request body is not JSON"), status_code=400)
+        if not isinstance(body, dict):
+            return JSONResponse(_error_body(400, "request body is not an object"), status_code=400)
+        async with self._received:
+            self.requests.append(body)
+            self.headers.append(dict(request.headers))
+            self._received.notify_all()
+        reply = self._script.popleft() if self._script else self.responder(body)
+
+        headers: dict[str, str] = {}
+        if reply.retry_after is not None:
+            headers["retry-after"] = f"{reply.retry_after:g}"
+        if reply.hang or reply.delay > 0:
+            left = await self._pause(request, None if reply.hang else reply.delay)
+            if left or reply.hang:
+                return JSONResponse(_error_body(503, "fake LLM stopped"), status_code=503)
+        if reply.status != 200:
+            return JSONResponse(
+                _error_body(reply.status), status_code=reply.status, headers=headers
+            )
+
+        calls = [self._tool_call(name, arguments) for name, arguments in reply.tool_calls]
+        prompt, completion = reply.usage or (
+            _estimate(len(raw)),
+            _estimate(len(reply.text) + sum(len(c["function"]["arguments"]) for c in calls)),
+        )
+        usage = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+        finish = "tool_calls" if calls else "stop"
+        model = str(body.get("model") or self.model)
+        completion_id = f"chatcmpl-{len(self.requests)}"
+        created = int(time.time())
+        if not body.get("stream"):
+            message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+            if calls:
+                message["tool_calls"] = calls
+            return JSONResponse(
+                {
+                    "id": completion_id,
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [
+                        {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
+                    ],
+                    "usage": usage,
+                },
+                headers=headers,
+            )
+
+        options = body.get("stream_options")
+        include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+
+        def chunk(delta: dict[str, Any] | None, finish_reason: str | None = None) -> bytes:
+            data: dict[str, Any] = {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": []
+                if delta is None
+                else [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+            }
+            if include_usage:
+                data["usage"] = usage if delta is None else None
+            return f"data: {json.dumps(data)}\n\n".encode()
+
+        async def events() -> AsyncIterator[bytes]:
+            pieces: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+            pieces += [{"content": text} for text in _split(reply.text, reply.chunks)]
+            for index, call in enumerate(calls):
+                arguments = call["function"]["arguments"]
+                half = len(arguments) // 2
+                head = {**call, "index": index, "function": {"name": call["function"]["name"]}}
+                head["function"]["arguments"] = arguments[:half]
+                pieces.append({"tool_calls": [head]})
+                tail = {"index": index, "function": {"arguments": arguments[half:]}}
+                pieces.append({"tool_calls": [tail]})
+            for i, delta in enumerate(pieces):
+                if i > 1 and reply.chunk_delay > 0:  # the role chunk and the first go together
+                    await self._sleep(reply.chunk_delay)
+                yield chunk(delta)
+            yield chunk({}, finish)
+            if include_usage:
+                yield chunk(None)
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+
+    def _tool_call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        self._call_ids += 1
+        return {
+            "id": f"call_{self._call_ids}",
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments)},
+        }
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep, cut short when the server stops."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._stopping.wait()
+
+    async def _pause(self, request: Request, seconds: float | None) -> bool:
+        """Wait `seconds` (None: forever) or until the server stops; True if the client left."""
+
+        async def client_left() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+
+        left = asyncio.create_task(client_left())
+        stopping = asyncio.create_task(self._stopping.wait())
+        try:
+            await asyncio.wait(
+                {left, stopping}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            left.cancel()
+            stopping.cancel()
+            await asyncio.gather(left, stopping, return_exceptions=True)
+        return left.done() and not left.cancelled()
+
+
+async def _main(port: int, delay: float) -> None:
+    async with FakeLLM(port=port, log_level="info") as llm:
+        if delay > 0:
+            llm.responder = lambda body: dataclasses.replace(you_said(body), delay=delay)
+        print(f"fake LLM serving {llm.base_url}", flush=True)
+        loop = asyncio.get_running_loop()
+        done = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, done.set)
+        await done.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve the default responder on `--port` until SIGINT or SIGTERM."""
+    parser = argparse.ArgumentParser(prog="python -m tests.fakes.llm", description=__doc__)
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds before each reply")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    asyncio.run(_main(args.port, args.delay))
+
+
+if __name__ == "__main__":
+    main()
