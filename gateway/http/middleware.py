@@ -10,10 +10,6 @@ from gateway.http.errors import error_body
 from gateway.metrics import Metrics
 
 
-class BodyTooLarge(Exception):
-    """The request body passed the limit while it was being read."""
-
-
 class BodyLimit:
     """Answer 413 to any request whose body is larger than `max_bytes`, before handling it."""
 
@@ -37,27 +33,32 @@ class BodyLimit:
                     return
         received = 0
         started = False
+        rejected = False
 
         async def limited_receive() -> Message:
-            nonlocal received
+            nonlocal received, rejected
+            if rejected:
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
-                    raise BodyTooLarge
+                    # Answer now; the app sees a client that went away and its reply is dropped.
+                    rejected = True
+                    if not started:
+                        await _reply(send, 413, f"the body is larger than {self.max_bytes} bytes")
+                    return {"type": "http.disconnect"}
             return message
 
-        async def tracking_send(message: Message) -> None:
+        async def guarded_send(message: Message) -> None:
             nonlocal started
+            if rejected:
+                return
             if message["type"] == "http.response.start":
                 started = True
             await send(message)
 
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except BodyTooLarge:
-            if not started:
-                await _reply(send, 413, f"the body is larger than {self.max_bytes} bytes")
+        await self.app(scope, limited_receive, guarded_send)
 
 
 class RequestMetrics:
