@@ -175,9 +175,11 @@ class Store:
                             message_count=0,
                         )
                     )
-            except IntegrityError:
-                new_epoch = False  # someone else just created it; take theirs
-                continue
+            except IntegrityError as err:
+                raced = await self.get_session(key)
+                if raced is None or (current is not None and raced.epoch == current.epoch):
+                    raise ValueError(f"cannot create session {key}: {err.orig}") from err
+                return raced  # another task created it first; take theirs
             created = await self.get_session(key)
             assert created is not None
             return created

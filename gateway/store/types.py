@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, DateTime, Dialect, Integer, TypeDecorator
+from sqlalchemy import BigInteger, DateTime, Dialect, Integer, Text, TypeDecorator
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY; PostgreSQL gets a real BIGINT.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
@@ -30,3 +30,13 @@ class UTCDateTime(TypeDecorator[datetime]):
             return None
         assert isinstance(value, datetime)
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class SafeText(TypeDecorator[str]):
+    """Unbounded text that every backend accepts: NUL (refused by PostgreSQL) becomes U+FFFD."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> Any:
+        return None if value is None else value.replace("\x00", "\ufffd")
