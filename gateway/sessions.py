@@ -164,6 +164,11 @@ class SessionManager:
         """Turns submitted and not yet finished (running or waiting for their lane)."""
         return len(self._tasks)
 
+    @property
+    def lanes(self) -> int:
+        """Sessions with a turn running or waiting; lanes are freed when they empty."""
+        return len(self._lanes)
+
     def submit(self, request: TurnRequest) -> TurnStream:
         """Queue a turn; its events arrive on the returned stream. Raises ShuttingDown."""
         if not self._accepting or self._tg is None:
