@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
@@ -72,6 +73,12 @@ class Section(BaseModel):
         return _read_secret_files(data)
 
 
+def _not_empty(value: SecretStr | None) -> SecretStr | None:
+    if value is not None and not value.get_secret_value().strip():
+        raise ValueError("must not be empty; leave the key out instead")
+    return value
+
+
 class LLMConfig(Section):
     """The language model. With neither `base_url` nor `api_key`, the offline echo provider."""
 
@@ -90,6 +97,8 @@ class LLMConfig(Section):
     memory_pass: bool = True
     """After each turn, ask the model whether anything is worth remembering."""
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+
+    _api_key = field_validator("api_key")(_not_empty)
 
     @property
     def effective_provider(self) -> Literal["openai", "echo"]:
@@ -110,6 +119,8 @@ class APIConfig(Section):
     model_name: str = "herald"
     """The model id `GET /v1/models` lists."""
     keepalive_seconds: float = Field(default=15.0, gt=0)
+
+    _key = field_validator("key")(_not_empty)
 
     @property
     def is_loopback(self) -> bool:
@@ -282,6 +293,13 @@ def load_config(path: Path | None = None) -> HeraldConfig:
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} must hold a mapping at the top level")
         data = loaded or {}
+    try:
+        # Files named in the YAML are read before the merge, so the environment beats them.
+        data = _read_secret_files(data)
+        for name, section in list(data.items()):
+            data[name] = _read_secret_files(section)
+    except ValueError as err:
+        raise ConfigError(f"invalid configuration: {err}") from err
     # Top-level secrets from the environment as files (nested ones go through `Section`).
     for name in HeraldConfig.model_fields:
         env_file = os.environ.get(f"{ENV_PREFIX}{name.upper()}_FILE")
@@ -321,6 +339,7 @@ def masked(config: HeraldConfig) -> dict[str, Any]:
 
 
 def _mask_url(url: str) -> str:
+    url = re.sub(r"([?&]password=)[^&]*", r"\1***", url)
     scheme, sep, rest = url.partition("://")
     creds, at, host = rest.rpartition("@")
     if not at or ":" not in creds:

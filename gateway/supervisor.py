@@ -103,10 +103,21 @@ class AdapterRunner:
                     attempt = 0
                     await adapter.run(self.sink)
                 raise NotReady("the receive loop ended")
+            except asyncio.CancelledError:
+                self.state = AdapterState.STOPPED
+                raise
             except AuthError as err:
                 self.state, self.last_error = AdapterState.FAILED, str(err)
                 logger.error("adapter %s stopped: credentials refused: %s", self.name, err)
                 return
+            except ExceptionGroup as group:
+                auth = group.subgroup(AuthError)
+                self.last_error = str(auth.exceptions[0] if auth else group)
+                if auth is not None:
+                    self.state = AdapterState.FAILED
+                    logger.error("adapter %s stopped: credentials refused: %s", self.name, group)
+                    return
+                logger.error("adapter %s failed", self.name, exc_info=group)
             except NotReady as err:
                 self.last_error = str(err)
                 logger.warning("adapter %s not ready: %s", self.name, err)

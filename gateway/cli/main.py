@@ -16,6 +16,7 @@ import openai
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from agent_core.llm import make_provider
@@ -52,7 +53,7 @@ def _load(path: Path | None) -> HeraldConfig:
     try:
         return load_config(path)
     except ConfigError as err:
-        Console(stderr=True).print(f"[red]error:[/] {err}", markup=True, highlight=False)
+        Console(stderr=True).print(f"[red]error:[/] {escape(str(err))}", highlight=False)
         raise typer.Exit(2) from err
 
 
@@ -175,11 +176,11 @@ def sessions_list(
         table = Table("key", "epoch", "messages", "last active (UTC)", "user")
         for s in await store.list_sessions(limit=limit):
             table.add_row(
-                s.key,
+                escape(s.key),
                 str(s.epoch),
                 str(s.message_count),
                 f"{s.updated_at:%Y-%m-%d %H:%M:%S}",
-                s.user_id or "",
+                escape(s.user_id or ""),
             )
         console.print(table)
 
@@ -198,10 +199,11 @@ def sessions_show(
     async def work(store: Any) -> None:
         session = await store.get_session(key)
         if session is None:
-            console.print(f"[red]no session {key}[/]")
+            console.print(f"[red]no session {escape(key)}[/]")
             raise typer.Exit(1)
         console.print(
-            f"[bold]{session.key}[/] epoch {session.epoch}, {session.message_count} messages"
+            f"[bold]{escape(session.key)}[/] epoch {session.epoch}, "
+            f"{session.message_count} messages"
         )
         for m in await store.transcript(session.id, limit=limit):
             mark = " [yellow](interrupted)[/]" if m.interrupted else ""
