@@ -37,27 +37,31 @@ def build_context(
 def sanitize(messages: Iterable[ChatMessage]) -> list[ChatMessage]:
     """Drop what a model API would refuse: tool calls without results and orphan results.
 
-    A window can start in the middle of a tool exchange, and an interrupted turn can stop
-    between a call and its result.
+    A call counts as answered only by a tool message directly after its assistant message
+    (call ids repeat across turns). A window can start in the middle of a tool exchange,
+    and an interrupted turn can stop between a call and its result.
     """
     items = list(messages)
-    answered = {m.tool_call_id for m in items if m.role is Role.TOOL}
     out: list[ChatMessage] = []
-    open_calls: set[str] = set()
-    for m in items:
-        if m.role is Role.ASSISTANT and m.tool_calls:
-            calls = tuple(c for c in m.tool_calls if c.id in answered)
-            if not calls and not m.content:
-                continue
-            open_calls = {c.id for c in calls}
-            out.append(replace(m, tool_calls=calls))
+    i = 0
+    while i < len(items):
+        m = items[i]
+        i += 1
+        if m.role is Role.TOOL:
+            continue  # orphan: its call is not directly before it
+        if m.role is not Role.ASSISTANT or not m.tool_calls:
+            out.append(m)
             continue
-        elif m.role is Role.TOOL:
-            if m.tool_call_id not in open_calls:
-                continue
-        else:
-            open_calls = set()
-        out.append(m)
+        results: list[ChatMessage] = []
+        while i < len(items) and items[i].role is Role.TOOL:
+            results.append(items[i])
+            i += 1
+        answered = {r.tool_call_id for r in results}
+        calls = tuple(c for c in m.tool_calls if c.id in answered)
+        kept = {c.id for c in calls}
+        if calls or m.content:
+            out.append(replace(m, tool_calls=calls))
+        out.extend(r for r in results if r.tool_call_id in kept)
     return out
 
 

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 from dataclasses import dataclass
 from enum import StrEnum
 from importlib import resources
 from pathlib import Path
+from urllib.parse import quote
 
 from gateway.contracts.ids import UserId
 
 SHARED_SCOPE = "_shared"
-_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 class MemoryScope(StrEnum):
@@ -62,7 +61,8 @@ class MemoryFiles:
 
     def path(self, scope: MemoryScope, user_id: UserId | None) -> Path:
         """Where the file of `scope` for `user_id` lives."""
-        folder = _SAFE.sub("_", user_id) if user_id else SHARED_SCOPE
+        # One-to-one and path-safe: every user folder has a prefix the shared one lacks.
+        folder = "u-" + quote(user_id, safe="") if user_id else SHARED_SCOPE
         name = "USER.md" if scope is MemoryScope.USER else "MEMORY.md"
         return self.root / "memory" / folder / name
 

@@ -78,13 +78,13 @@ class ToolRegistry:
             args = json.loads(call.arguments or "{}")
         except json.JSONDecodeError as err:
             return f"error: the arguments are not valid JSON ({err.msg}); send a JSON object"
+        except RecursionError:
+            return "error: the arguments are nested too deeply; send a flat JSON object"
         if not isinstance(args, dict):
             return "error: the arguments must be a JSON object"
         try:
             return await tool(args, ctx)
         except ToolError as err:
-            return f"error: {err}"
-        except ValueError as err:
             return f"error: {err}"
         except Exception:
             logger.exception("tool %s failed", call.name)

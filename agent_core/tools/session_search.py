@@ -42,6 +42,9 @@ class SessionSearchTool:
         if not isinstance(limit, int) or isinstance(limit, bool):
             raise ToolError("limit must be an integer")
         limit = max(1, min(MAX_LIMIT, limit))
+        if ctx.user_id is None:
+            # Without a known person, "all users" is never the right scope: that would leak.
+            return "Past conversations are searchable only in a session of a known person."
         query = args.get("query")
         if query is not None and not isinstance(query, str):
             raise ToolError("query must be a string")

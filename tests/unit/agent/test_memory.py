@@ -1,0 +1,266 @@
+"""MemoryFiles: SOUL.md, per-user USER.md / MEMORY.md, edits, caps, isolation, snapshots."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from agent_core.memory import SHARED_SCOPE, MemoryEditError, MemoryFiles, MemoryLimits, MemoryScope
+from gateway.contracts.ids import UserId
+
+ADA = UserId("u_ada")
+BOB = UserId("u_bob")
+USER = MemoryScope.USER
+NOTES = MemoryScope.MEMORY
+
+
+async def test_add_appends_entries_as_list_items(memory: MemoryFiles) -> None:
+    assert await memory.add(USER, ADA, "Name: Ada") == "saved to user"
+    await memory.add(USER, ADA, "Prefers  short\nanswers ")
+
+    assert memory.read(USER, ADA) == "- Name: Ada\n- Prefers short answers\n"
+    assert memory.path(USER, ADA).parent == memory.root / "memory" / f"u-{ADA}"
+
+
+async def test_read_of_a_missing_file_is_empty(memory: MemoryFiles) -> None:
+    assert memory.read(USER, ADA) == ""
+    assert memory.read(NOTES, None) == ""
+
+
+async def test_replace_swaps_the_one_entry_containing_the_needle(memory: MemoryFiles) -> None:
+    await memory.add(NOTES, ADA, "project: thesis on ferns")
+    await memory.add(NOTES, ADA, "deadline: March")
+
+    assert await memory.replace(NOTES, ADA, "ferns", "project: thesis on mosses") == (
+        "replaced in memory"
+    )
+
+    assert memory.read(NOTES, ADA) == "- project: thesis on mosses\n- deadline: March\n"
+
+
+async def test_remove_deletes_the_one_entry_containing_the_needle(memory: MemoryFiles) -> None:
+    await memory.add(USER, ADA, "likes tea")
+    await memory.add(USER, ADA, "lives in Lyon")
+
+    assert await memory.remove(USER, ADA, "  tea ") == "removed from user"
+
+    assert memory.read(USER, ADA) == "- lives in Lyon\n"
+
+
+async def test_a_duplicate_entry_is_refused(memory: MemoryFiles) -> None:
+    await memory.add(USER, ADA, "likes tea")
+    before = memory.read(USER, ADA)
+
+    with pytest.raises(MemoryEditError, match="already saved"):
+        await memory.add(USER, ADA, "  likes   tea ")
+
+    assert memory.read(USER, ADA) == before
+
+
+@pytest.mark.parametrize("entry", ["", "   ", "\n\t"])
+async def test_an_empty_entry_is_refused(memory: MemoryFiles, entry: str) -> None:
+    with pytest.raises(MemoryEditError, match="empty"):
+        await memory.add(USER, ADA, entry)
+    assert not memory.path(USER, ADA).exists()
+
+
+async def test_an_ambiguous_needle_is_refused_and_changes_nothing(memory: MemoryFiles) -> None:
+    await memory.add(USER, ADA, "likes green tea")
+    await memory.add(USER, ADA, "likes black tea")
+    before = memory.read(USER, ADA)
+
+    with pytest.raises(MemoryEditError, match="2 entries contain 'tea'"):
+        await memory.replace(USER, ADA, "tea", "likes coffee")
+    with pytest.raises(MemoryEditError, match="give more of the text"):
+        await memory.remove(USER, ADA, "likes")
+
+    assert memory.read(USER, ADA) == before
+
+
+async def test_a_needle_found_nowhere_is_refused(memory: MemoryFiles) -> None:
+    await memory.add(USER, ADA, "likes tea")
+
+    with pytest.raises(MemoryEditError, match="no entry contains 'coffee'"):
+        await memory.remove(USER, ADA, "coffee")
+    with pytest.raises(MemoryEditError, match="no entry contains"):
+        await memory.replace(USER, ADA, "coffee", "likes coffee")
+
+    assert memory.read(USER, ADA) == "- likes tea\n"
+
+
+async def test_an_empty_needle_is_refused(memory: MemoryFiles) -> None:
+    await memory.add(USER, ADA, "likes tea")
+
+    with pytest.raises(MemoryEditError, match="say which entry"):
+        await memory.remove(USER, ADA, "  ")
+
+    assert memory.read(USER, ADA) == "- likes tea\n"
+
+
+async def test_replace_by_an_empty_entry_is_refused(memory: MemoryFiles) -> None:
+    await memory.add(USER, ADA, "likes tea")
+
+    with pytest.raises(MemoryEditError, match="empty"):
+        await memory.replace(USER, ADA, "tea", " ")
+
+    assert memory.read(USER, ADA) == "- likes tea\n"
+
+
+async def test_editing_a_missing_file_says_not_found(memory: MemoryFiles) -> None:
+    with pytest.raises(MemoryEditError, match="no entry contains"):
+        await memory.remove(NOTES, ADA, "anything")
+    assert not memory.path(NOTES, ADA).exists()
+
+
+async def test_the_user_cap_refuses_an_add_and_leaves_the_file_unchanged(tmp_path: Path) -> None:
+    files = MemoryFiles(tmp_path, MemoryLimits(user_max_chars=20, memory_max_chars=1_000))
+    await files.add(USER, ADA, "a" * 8)  # "- aaaaaaaa\n" is 11 characters
+    before = files.path(USER, ADA).read_bytes()
+
+    with pytest.raises(MemoryEditError, match=r"user memory is full \(22 of 20 characters\)"):
+        await files.add(USER, ADA, "b" * 8)
+
+    assert files.path(USER, ADA).read_bytes() == before
+    # The other file has its own cap.
+    await files.add(NOTES, ADA, "b" * 8)
+
+
+async def test_the_memory_cap_refuses_a_growing_replace(tmp_path: Path) -> None:
+    files = MemoryFiles(tmp_path, MemoryLimits(user_max_chars=1_000, memory_max_chars=20))
+    await files.add(NOTES, ADA, "short")
+    before = files.read(NOTES, ADA)
+
+    with pytest.raises(MemoryEditError, match="memory memory is full"):
+        await files.replace(NOTES, ADA, "short", "a much longer entry than fits")
+
+    assert files.read(NOTES, ADA) == before
+    # Shrinking is always possible, so a full file can be tidied.
+    await files.replace(NOTES, ADA, "short", "s")
+    assert files.read(NOTES, ADA) == "- s\n"
+
+
+async def test_an_entry_exactly_at_the_cap_fits(tmp_path: Path) -> None:
+    files = MemoryFiles(tmp_path, MemoryLimits(user_max_chars=10, memory_max_chars=10))
+    await files.add(USER, ADA, "x" * 7)  # "- xxxxxxx\n" is 10 characters
+    assert len(files.read(USER, ADA)) == 10
+
+
+async def test_writes_leave_no_temporary_file(memory: MemoryFiles) -> None:
+    await memory.add(USER, ADA, "one")
+    await memory.replace(USER, ADA, "one", "two")
+    await memory.remove(USER, ADA, "two")
+
+    folder = memory.path(USER, ADA).parent
+    assert sorted(p.name for p in folder.iterdir()) == ["USER.md"]
+    assert memory.read(USER, ADA) == ""
+
+
+async def test_concurrent_adds_keep_every_entry(memory: MemoryFiles) -> None:
+    await asyncio.gather(*(memory.add(NOTES, ADA, f"note {i}") for i in range(20)))
+
+    saved = memory.read(NOTES, ADA).splitlines()
+    assert sorted(saved) == sorted(f"- note {i}" for i in range(20))
+
+
+async def test_one_users_files_are_never_visible_to_another(memory: MemoryFiles) -> None:
+    await memory.add(USER, ADA, "Ada's secret: allergic to penicillin")
+    await memory.add(NOTES, ADA, "Ada's project: thesis")
+
+    assert memory.read(USER, BOB) == ""
+    assert memory.read(NOTES, BOB) == ""
+    assert await memory.snapshot(BOB) == ("", "")
+    assert await memory.snapshot(None) == ("", "")
+    assert memory.path(USER, ADA) != memory.path(USER, BOB)
+    # Bob cannot reach Ada's entries by editing either.
+    with pytest.raises(MemoryEditError, match="no entry contains"):
+        await memory.remove(USER, BOB, "penicillin")
+    assert "penicillin" in memory.read(USER, ADA)
+
+
+async def test_the_same_entry_may_be_saved_for_two_users(memory: MemoryFiles) -> None:
+    await memory.add(USER, ADA, "likes tea")
+    await memory.add(USER, BOB, "likes tea")
+
+    assert memory.read(USER, ADA) == memory.read(USER, BOB) == "- likes tea\n"
+
+
+async def test_no_user_means_the_shared_scope(memory: MemoryFiles) -> None:
+    await memory.add(NOTES, None, "team standup at 9")
+
+    assert memory.path(NOTES, None) == memory.root / "memory" / SHARED_SCOPE / "MEMORY.md"
+    assert memory.read(NOTES, None) == "- team standup at 9\n"
+    assert memory.read(NOTES, ADA) == ""
+
+
+async def test_user_ids_with_unsafe_characters_stay_inside_the_memory_folder(
+    memory: MemoryFiles,
+) -> None:
+    path = memory.path(USER, UserId("../../etc/passwd"))
+    assert path.parent.parent == memory.root / "memory"
+    assert "/" not in path.parent.name
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        ("telegram:42", "telegram_42"),
+        ("_shared", None),
+        ("..", "."),
+    ],
+)
+def test_distinct_users_never_share_a_memory_folder(
+    memory: MemoryFiles, one: str, other: str | None
+) -> None:
+    other_id = None if other is None else UserId(other)
+    first = memory.path(USER, UserId(one))
+    second = memory.path(USER, other_id)
+    assert first.parent != second.parent
+    for path in (first, second):
+        assert path.resolve().parent.parent == (memory.root / "memory").resolve()
+
+
+async def test_snapshot_reads_both_files_of_the_user(memory: MemoryFiles) -> None:
+    await memory.add(USER, ADA, "Name: Ada")
+    await memory.add(NOTES, ADA, "working on: thesis")
+
+    assert await memory.snapshot(ADA) == ("- Name: Ada\n", "- working on: thesis\n")
+
+
+async def test_a_snapshot_does_not_follow_later_edits(memory: MemoryFiles) -> None:
+    await memory.add(USER, ADA, "Name: Ada")
+    taken = await memory.snapshot(ADA)
+
+    await memory.add(USER, ADA, "likes tea")
+
+    assert taken == ("- Name: Ada\n", "")
+    assert await memory.snapshot(ADA) == ("- Name: Ada\n- likes tea\n", "")
+
+
+def test_soul_is_the_builtin_persona_when_absent(memory: MemoryFiles) -> None:
+    soul = memory.soul()
+    assert soul.startswith("You are Herald")
+    assert soul == soul.strip()
+
+
+def test_soul_is_the_builtin_persona_when_blank(memory: MemoryFiles) -> None:
+    memory.root.mkdir(parents=True)
+    (memory.root / "SOUL.md").write_text(" \n\n", encoding="utf-8")
+    assert memory.soul().startswith("You are Herald")
+
+
+def test_soul_is_the_custom_file_when_present(memory: MemoryFiles) -> None:
+    memory.root.mkdir(parents=True)
+    (memory.root / "SOUL.md").write_text("\nYou are Jeeves, a butler.\n", encoding="utf-8")
+    assert memory.soul() == "You are Jeeves, a butler."
+
+
+async def test_hand_written_lines_are_read_as_entries(memory: MemoryFiles) -> None:
+    path = memory.path(USER, ADA)
+    path.parent.mkdir(parents=True)
+    path.write_text("- likes tea\n\nplain line\n", encoding="utf-8")
+
+    await memory.add(USER, ADA, "likes cake")
+
+    assert memory.read(USER, ADA) == "- likes tea\n- plain line\n- likes cake\n"

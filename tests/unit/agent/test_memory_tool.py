@@ -1,0 +1,128 @@
+"""MemoryTool: the model's edits of USER.md / MEMORY.md, through the registry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_core.memory import MemoryFiles, MemoryLimits, MemoryScope
+from agent_core.tools import MemoryTool, ToolContext, ToolError, ToolRegistry
+from gateway.contracts.ids import UserId
+from tests.unit.agent.fakes import call
+
+ADA = UserId("u_ada")
+BOB = UserId("u_bob")
+AS_ADA = ToolContext(session=None, user_id=ADA)
+AS_BOB = ToolContext(session=None, user_id=BOB)
+SHARED = ToolContext(session=None, user_id=None)
+
+
+async def test_add_saves_to_the_users_file(memory: MemoryFiles) -> None:
+    tool = MemoryTool(memory)
+    result = await tool({"action": "add", "target": "user", "content": "Name: Ada"}, AS_ADA)
+
+    assert result == "saved to user"
+    assert memory.read(MemoryScope.USER, ADA) == "- Name: Ada\n"
+    assert memory.read(MemoryScope.USER, BOB) == ""
+
+
+async def test_add_to_memory_goes_to_memory_md(memory: MemoryFiles) -> None:
+    tool = MemoryTool(memory)
+    await tool({"action": "add", "target": "memory", "content": "thesis due in May"}, AS_ADA)
+
+    assert memory.read(MemoryScope.MEMORY, ADA) == "- thesis due in May\n"
+    assert memory.read(MemoryScope.USER, ADA) == ""
+
+
+async def test_replace_and_remove(memory: MemoryFiles) -> None:
+    tool = MemoryTool(memory)
+    await tool({"action": "add", "target": "user", "content": "likes tea"}, AS_ADA)
+    await tool({"action": "add", "target": "user", "content": "lives in Lyon"}, AS_ADA)
+
+    replaced = await tool(
+        {"action": "replace", "target": "user", "old_text": "tea", "content": "likes coffee"},
+        AS_ADA,
+    )
+    removed = await tool({"action": "remove", "target": "user", "old_text": "Lyon"}, AS_ADA)
+
+    assert (replaced, removed) == ("replaced in user", "removed from user")
+    assert memory.read(MemoryScope.USER, ADA) == "- likes coffee\n"
+
+
+async def test_without_a_user_edits_the_shared_scope(memory: MemoryFiles) -> None:
+    tool = MemoryTool(memory)
+    await tool({"action": "add", "target": "memory", "content": "team uses Postgres"}, SHARED)
+
+    assert memory.read(MemoryScope.MEMORY, None) == "- team uses Postgres\n"
+    assert memory.read(MemoryScope.MEMORY, ADA) == ""
+
+
+async def test_one_user_cannot_edit_anothers_entries(memory: MemoryFiles) -> None:
+    tool = MemoryTool(memory)
+    await tool({"action": "add", "target": "user", "content": "Ada's pin is 1234"}, AS_ADA)
+
+    with pytest.raises(ToolError, match="no entry contains"):
+        await tool({"action": "remove", "target": "user", "old_text": "pin"}, AS_BOB)
+
+    assert memory.read(MemoryScope.USER, ADA) == "- Ada's pin is 1234\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"target": "user", "content": "x"}, "missing argument 'action'"),
+        ({"action": "add", "content": "x"}, "missing argument 'target'"),
+        ({"action": "add", "target": "soul", "content": "x"}, "target must be 'user' or 'memory'"),
+        ({"action": "add", "target": 3, "content": "x"}, "argument 'target' must be a string"),
+        ({"action": "add", "target": "user"}, "missing argument 'content'"),
+        ({"action": "add", "target": "user", "content": ["x"]}, "'content' must be a string"),
+        ({"action": "replace", "target": "user", "content": "x"}, "missing argument 'old_text'"),
+        ({"action": "replace", "target": "user", "old_text": "x"}, "missing argument 'content'"),
+        ({"action": "remove", "target": "user"}, "missing argument 'old_text'"),
+        ({"action": "append", "target": "user", "content": "x"}, "action must be 'add'"),
+        ({"action": 1, "target": "user"}, "argument 'action' must be a string"),
+    ],
+)
+async def test_invalid_arguments_are_refused(
+    memory: MemoryFiles, args: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ToolError, match=message):
+        await MemoryTool(memory)(args, AS_ADA)
+    assert not memory.path(MemoryScope.USER, ADA).exists()
+
+
+async def test_refused_edits_become_tool_errors(tmp_path: Path) -> None:
+    files = MemoryFiles(tmp_path, MemoryLimits(user_max_chars=16))
+    tool = MemoryTool(files)
+    await tool({"action": "add", "target": "user", "content": "likes tea"}, AS_ADA)
+
+    with pytest.raises(ToolError, match="already saved"):
+        await tool({"action": "add", "target": "user", "content": "likes tea"}, AS_ADA)
+    with pytest.raises(ToolError, match="user memory is full"):
+        await tool({"action": "add", "target": "user", "content": "likes cake"}, AS_ADA)
+    with pytest.raises(ToolError, match="no entry contains 'coffee'"):
+        await tool({"action": "remove", "target": "user", "old_text": "coffee"}, AS_ADA)
+
+    assert files.read(MemoryScope.USER, ADA) == "- likes tea\n"
+
+
+async def test_through_the_registry_a_refusal_is_text_for_the_model(memory: MemoryFiles) -> None:
+    registry = ToolRegistry([MemoryTool(memory)])
+    args = {"action": "remove", "target": "user", "old_text": "nothing"}
+
+    result = await registry.call(call("c1", "memory", args), AS_ADA)
+
+    assert result == "error: no entry contains 'nothing'"
+
+
+def test_the_schema_names_actions_and_targets(memory: MemoryFiles) -> None:
+    [spec] = ToolRegistry([MemoryTool(memory)]).specs()
+    function = spec["function"]
+    parameters = function["parameters"]
+
+    assert function["name"] == "memory"
+    assert parameters["required"] == ["action", "target"]
+    assert parameters["properties"]["action"]["enum"] == ["add", "replace", "remove"]
+    assert parameters["properties"]["target"]["enum"] == ["user", "memory"]
