@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from dataclasses import dataclass
 from enum import StrEnum
@@ -106,18 +107,42 @@ class MemoryFiles:
             self._write(scope, user_id, entries)
         return f"removed from {scope}"
 
+    async def merge(self, source: UserId, into: UserId) -> None:
+        """Move `source`'s entries into `into`'s files (no duplicates; caps not enforced, so
+        nothing is lost) and delete `source`'s folder. Used when two identities are linked."""
+        async with self._lock:
+            for scope in MemoryScope:
+                moved = self._entries(scope, source)
+                if not moved:
+                    continue
+                entries = self._entries(scope, into)
+                entries.extend(e for e in moved if e not in entries)
+                self._write(scope, into, entries, enforce_cap=False)
+            folder = self.path(MemoryScope.USER, source).parent
+            for scope in MemoryScope:
+                self.path(scope, source).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
     def _entries(self, scope: MemoryScope, user_id: UserId | None) -> list[str]:
         lines = self.read(scope, user_id).splitlines()
         return [ln.removeprefix("- ").strip() for ln in lines if ln.strip()]
 
-    def _write(self, scope: MemoryScope, user_id: UserId | None, entries: list[str]) -> None:
+    def _write(
+        self,
+        scope: MemoryScope,
+        user_id: UserId | None,
+        entries: list[str],
+        *,
+        enforce_cap: bool = True,
+    ) -> None:
         text = "".join(f"- {e}\n" for e in entries)
         cap = (
             self.limits.user_max_chars
             if scope is MemoryScope.USER
             else self.limits.memory_max_chars
         )
-        if len(text) > cap:
+        if enforce_cap and len(text) > cap:
             raise MemoryEditError(
                 f"{scope} memory is full ({len(text)} of {cap} characters); "
                 "replace or remove an entry first"

@@ -17,7 +17,6 @@ from typing import Any, Literal
 import yaml
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     SecretStr,
     ValidationError,
@@ -31,46 +30,12 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from adapters.loopback.config import LoopbackConfig
+from gateway.contracts.config import BusyMode, PlatformSection, Section
+from gateway.contracts.config import read_secret_files as _read_secret_files
 from gateway.contracts.errors import ConfigError
 
 ENV_PREFIX = "HERALD_"
-
-
-class BusyMode(StrEnum):
-    """What happens to a message for a session whose turn is still running."""
-
-    QUEUE = "queue"
-    COLLECT = "collect"
-    STEER = "steer"
-    INTERRUPT = "interrupt"
-
-
-def _read_secret_files(data: Any) -> Any:
-    """Replace every `<key>_file` entry by `<key>` holding the file's contents."""
-    if not isinstance(data, Mapping):
-        return data
-    out = dict(data)
-    for name in [k for k in out if isinstance(k, str) and k.endswith("_file")]:
-        path = out.pop(name)
-        key = name.removesuffix("_file")
-        if path is None:
-            continue
-        try:
-            out[key] = Path(str(path)).expanduser().read_text(encoding="utf-8").rstrip("\r\n")
-        except OSError as err:
-            raise ValueError(f"{name}: cannot read {path}: {err.strerror}") from err
-    return out
-
-
-class Section(BaseModel):
-    """A frozen config section that rejects unknown keys and reads `<key>_file` secrets."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _secret_files(cls, data: Any) -> Any:
-        return _read_secret_files(data)
 
 
 def _not_empty(value: SecretStr | None) -> SecretStr | None:
@@ -143,6 +108,33 @@ class SessionsConfig(Section):
     turn_timeout: float = Field(default=600.0, gt=0)
     drain_timeout: float = Field(default=20.0, ge=0)
     """On SIGTERM, how long running turns may finish before they are checkpointed."""
+    ack_interval: float = Field(default=30.0, ge=0)
+    """At most one busy-time acknowledgement per session in this many seconds."""
+
+
+class DeliveryConfig(Section):
+    """The outbox's delivery worker."""
+
+    max_attempts: int = Field(default=8, ge=1)
+    """Transient failures before a chunk becomes a dead letter."""
+    max_age: float = Field(default=6 * 3600.0, gt=0)
+    """Seconds after which an undelivered chunk is stale: dead-lettered, never sent late."""
+    backoff_initial: float = Field(default=2.0, gt=0)
+    backoff_max: float = Field(default=300.0, gt=0)
+    concurrency: int = Field(default=32, ge=1)
+    """Chats served at once."""
+    flush_timeout: float = Field(default=5.0, ge=0)
+    """On SIGTERM, how long to keep delivering what is due after turns have drained."""
+
+
+class AccessConfig(Section):
+    """Pairing codes for unknown senders in direct messages."""
+
+    pairing_ttl: float = Field(default=3600.0, gt=0)
+    max_pending_pairings: int = Field(default=3, ge=1)
+    """Pending codes per platform; further unknown senders are told to try later."""
+    pairing_reply_interval: float = Field(default=600.0, ge=0)
+    """At most one pairing reply per unknown sender in this many seconds."""
 
 
 class HomeConfig(Section):
@@ -168,7 +160,19 @@ class MemoryConfig(Section):
 
 
 class PlatformsConfig(Section):
-    """One optional section per platform adapter."""
+    """One optional section per platform adapter; a platform runs when its section is set."""
+
+    test: LoopbackConfig | None = None
+    """The test-only loopback platform (see `tests/fakes/chat_server.py`)."""
+
+    def sections(self) -> dict[str, PlatformSection]:
+        """The configured and enabled platform sections by platform name."""
+        out: dict[str, PlatformSection] = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, PlatformSection) and value.enabled:
+                out[name] = value
+        return out
 
 
 class _EnvSource(EnvSettingsSource):
@@ -211,6 +215,8 @@ class HeraldConfig(BaseSettings):
     home: HomeConfig = HomeConfig()
     memory: MemoryConfig = MemoryConfig()
     platforms: PlatformsConfig = PlatformsConfig()
+    delivery: DeliveryConfig = DeliveryConfig()
+    access: AccessConfig = AccessConfig()
 
     @classmethod
     def settings_customise_sources(

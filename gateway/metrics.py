@@ -41,6 +41,25 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.deliveries = Counter(
+            "herald_deliveries",
+            "Outbound chunk send attempts by outcome (sent, retry, rate_limited, dead)",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.inbound = Counter(
+            "herald_inbound_messages",
+            "Inbound messages accepted, by platform",
+            ["platform"],
+            registry=self.registry,
+        )
+        self.outcomes = Counter(
+            "herald_message_outcomes",
+            "Final outcomes of inbound messages",
+            ["outcome"],
+            registry=self.registry,
+        )
+
     def render(self) -> bytes:
         """The text exposition format of every metric."""
         return generate_latest(self.registry)

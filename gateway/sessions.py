@@ -1,30 +1,71 @@
-"""The session manager: one lane per session key, at most one running turn per lane.
+"""The session manager: lanes, busy modes and commands, with every queue in SQL.
 
-Turns of different sessions run concurrently up to `sessions.max_concurrent_turns`; turns of
-one session run one after another in arrival order (busy mode `queue`).
+One lane per session key runs at most one turn at a time; turns of different sessions run
+concurrently up to `sessions.max_concurrent_turns`. Inbound platform messages arrive through
+`accept` (the adapters' InboundSink): stored in the inbox and committed before `accept`
+returns, then handled by the session's lane according to its busy mode. HTTP API requests
+arrive through `submit` and stream their reply back to the caller.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_core.agent import Agent
 from agent_core.llm import Usage
 from agent_core.loop import TurnProgress
+from gateway import inbox as inbox_sql
+from gateway.access import Access, Verdict
+from gateway.channels import Channels
+from gateway.commands import HELP_TEXT, WITH_TEXT, Command, parse_command
 from gateway.config import SessionsConfig
+from gateway.contracts.adapter import MessageEditor, TypingIndicator
+from gateway.contracts.config import BusyMode, GroupSessions, PlatformSection
 from gateway.contracts.errors import LLMError, LLMRejected, ShuttingDown
 from gateway.contracts.history import ChatMessage, Role, SessionInfo
-from gateway.contracts.ids import SessionKey, TurnId, UserId
+from gateway.contracts.ids import (
+    InboxId,
+    Platform,
+    PlatformMessageId,
+    SessionKey,
+    TurnId,
+    UserId,
+    session_key,
+)
+from gateway.contracts.messages import InboundMessage, OutboundMessage, TextFormat, utcnow
+from gateway.inbox import InboxRow, Outcome
 from gateway.metrics import Metrics
+from gateway.outbox import Chunk, Target, enqueue, reply_chunks
 from gateway.store import Store
+from gateway.store.store import record_finish, record_start, set_setting
+from gateway.store.tables import outbox as outbox_table
+from gateway.store.tables import sessions as sessions_table
 
 logger = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 3
+"""Turns started for one message before it is dropped: a message that crashes the process
+every time must not crash it forever."""
+HOME_SETTING = "home.target"
+"""The settings key `/sethome` writes: `platform:chat[:thread]`."""
+
+ACKS = {
+    BusyMode.QUEUE: "⏳ Still working on your previous message; this one is queued.",
+    BusyMode.COLLECT: "⏳ Still working; I'll read this together with your other new messages.",
+    BusyMode.STEER: "↪ Got it; I'll take this into account in the answer I'm writing.",
+    BusyMode.INTERRUPT: "⏹ Stopping the current answer to read your new message.",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,21 +141,83 @@ class TurnStream:
         raise AssertionError("a turn stream always ends with Finished")
 
 
-@dataclass
-class _Lane:
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    users: int = 0
-
-
 SnapshotReader = Callable[[UserId | None], Awaitable[tuple[str, str]]]
 
 
-class SessionManager:
-    """Accepts turn requests and runs them in per-session lanes. An async context manager.
+def derive_session_key(message: InboundMessage, group_sessions: GroupSessions) -> SessionKey:
+    """`platform:account:chat[:thread]`, plus `:u=<sender>` when the session is one person's.
 
-    Every turn task is a child of the manager's TaskGroup. Leaving the context drains: no new
-    turns are accepted, running ones get `drain_timeout` to finish, then are cancelled and
-    their partial output is stored marked interrupted.
+    Direct chats whose chat id is not the sender's own get the suffix too, so two people's
+    direct messages can never share a session, whatever the platform's chat ids look like.
+    """
+    thread = None if message.thread_id is None else _escape(message.thread_id)
+    base = session_key(message.platform, message.account, _escape(message.chat_id), thread)
+    sender = str(message.sender.id)
+    personal = SessionKey(f"{base}:u={_escape(sender)}")
+    if message.is_direct:
+        return base if sender == message.chat_id else personal
+    if group_sessions is GroupSessions.USER:
+        return personal
+    return base
+
+
+def _escape(part: str) -> str:
+    """A key part that cannot contain the separator (`%` and `:` percent-encoded)."""
+    return part.replace("%", "%25").replace(":", "%3A").replace("=", "%3D")
+
+
+class _Steer:
+    """The steer buffer of a running turn (the loop's SteerSource)."""
+
+    def __init__(self) -> None:
+        self.waiting: list[tuple[InboxId, str]] = []
+        self.taken: list[InboxId] = []
+
+    def take(self) -> list[str]:
+        texts = [text for _, text in self.waiting]
+        self.taken.extend(i for i, _ in self.waiting)
+        self.waiting.clear()
+        return texts
+
+
+@dataclass
+class _Running:
+    """The turn a lane is running now."""
+
+    turn_id: TurnId
+    ids: list[InboxId]
+    started: float
+    steer: _Steer = field(default_factory=_Steer)
+    task: asyncio.Task[str] | None = None
+    cancel_reason: str | None = None
+    finishing: bool = False
+
+    def cancel(self, reason: str) -> bool:
+        """Cancel the agent's work unless its result is already being stored."""
+        if self.finishing or self.task is None or self.task.done():
+            return False
+        self.cancel_reason = self.cancel_reason or reason
+        self.task.cancel()
+        return True
+
+
+@dataclass
+class _Lane:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    users: int = 0
+    """HTTP API turns waiting for or holding the lock."""
+    worker: asyncio.Task[None] | None = None
+    running: _Running | None = None
+    last_ack: float = -math.inf
+
+
+class SessionManager:
+    """Accepts messages and turn requests and runs them in per-session lanes.
+
+    An async context manager: entering recovers what a previous process left unfinished
+    (turns cut off, messages taken but unanswered, commands not yet run); leaving drains.
+    Every task is a child of the manager's TaskGroup.
     """
 
     def __init__(
@@ -124,12 +227,21 @@ class SessionManager:
         config: SessionsConfig,
         metrics: Metrics,
         snapshot: SnapshotReader,
+        *,
+        channels: Channels | None = None,
+        access: Access | None = None,
+        platforms: Mapping[str, PlatformSection] | None = None,
+        on_outbox: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
         self.agent = agent
         self.config = config
         self.metrics = metrics
         self.snapshot = snapshot
+        self.channels = channels or Channels()
+        self.access = access
+        self.platforms = dict(platforms or {})
+        self.on_outbox = on_outbox or (lambda: None)
         self._lanes: dict[SessionKey, _Lane] = {}
         self._slots = asyncio.Semaphore(config.max_concurrent_turns)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -137,11 +249,20 @@ class SessionManager:
         self._accepting = False
         self._idle = asyncio.Event()
         self._idle.set()
+        self._closed = asyncio.Event()
+        self._recovered: list[SessionKey] = []
 
     async def __aenter__(self) -> Self:
         self._tg = asyncio.TaskGroup()
         await self._tg.__aenter__()
+        try:
+            await self._recover()
+        except BaseException as err:
+            await self._tg.__aexit__(type(err), err, err.__traceback__)
+            raise
         self._accepting = True
+        for key in self._recovered:
+            self._wake(key)
         return self
 
     async def __aexit__(
@@ -151,8 +272,20 @@ class SessionManager:
         tb: TracebackType | None,
     ) -> None:
         await self.drain(self.config.drain_timeout)
+        self._closed.set()
         assert self._tg is not None
         await self._tg.__aexit__(exc_type, exc, tb)
+
+    async def _recover(self) -> None:
+        interrupted = await self.store.interrupt_running_turns()
+        if interrupted:
+            logger.warning("%d turn(s) were cut off by the last stop", interrupted)
+        self._recovered = await inbox_sql.Inbox(self.store).recover()
+        for key in self._recovered:
+            async with self.store.read() as conn:
+                commands = await inbox_sql.pending(conn, key, kind="command")
+            for row in commands:
+                await self._run_command(row)
 
     @property
     def accepting(self) -> bool:
@@ -161,7 +294,7 @@ class SessionManager:
 
     @property
     def active_turns(self) -> int:
-        """Turns submitted and not yet finished (running or waiting for their lane)."""
+        """Turns submitted or queued and not yet finished (API requests and busy lanes)."""
         return len(self._tasks)
 
     @property
@@ -169,16 +302,20 @@ class SessionManager:
         """Sessions with a turn running or waiting; lanes are freed when they empty."""
         return len(self._lanes)
 
-    def submit(self, request: TurnRequest) -> TurnStream:
-        """Queue a turn; its events arrive on the returned stream. Raises ShuttingDown."""
-        if not self._accepting or self._tg is None:
-            raise ShuttingDown("Herald is shutting down; retry shortly")
-        stream = TurnStream(request.key)
-        task = self._tg.create_task(self._run(request, stream), name=f"turn {request.key}")
+    def running(self, key: SessionKey) -> bool:
+        """Whether a turn of that session is running now."""
+        lane = self._lanes.get(key)
+        return lane is not None and lane.running is not None
+
+    # tasks -----------------------------------------------------------------------------------
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        assert self._tg is not None
+        task = self._tg.create_task(coro, name=name)
         self._tasks.add(task)
         self._idle.clear()
         task.add_done_callback(self._done)
-        return stream
+        return task
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -186,8 +323,14 @@ class SessionManager:
             self._idle.set()
 
     async def drain(self, grace: float) -> None:
-        """Stop accepting; wait up to `grace` seconds for turns, then cancel what is left."""
+        """Stop accepting; wait up to `grace` seconds for turns, then cancel what is left.
+
+        Lanes start no new turn once draining: what waits stays in the inbox for the next
+        start. Cancelled turns keep their partial output and are answered after a restart.
+        """
         self._accepting = False
+        for lane in self._lanes.values():
+            lane.wake.set()
         if self._tasks:
             logger.info("draining %d turn(s), up to %.0fs", len(self._tasks), grace)
             try:
@@ -198,6 +341,528 @@ class SessionManager:
                 for task in list(self._tasks):
                     task.cancel()
                 await self._idle.wait()
+
+    # inbound ---------------------------------------------------------------------------------
+
+    async def accept(self, message: InboundMessage) -> None:
+        """Store an inbound message durably, then act on it. Raises ShuttingDown.
+
+        Returns once the message is committed (the adapter acknowledges it after that); a
+        message already stored (same platform, account and platform message id) is ignored.
+        """
+        if not self._accepting:
+            # Draining: hold the adapter here, unacknowledged, until it is stopped (it keeps
+            # sending meanwhile); the platform redelivers the message to the next process.
+            await self._closed.wait()
+            raise ShuttingDown("Herald is shutting down; the platform will redeliver")
+        platform = str(message.platform)
+        section = self.platforms.get(platform)
+        groups = section.group_sessions if section else GroupSessions.CHAT
+        key = derive_session_key(message, groups)
+        target = Target(platform, message.account, message.chat_id, message.thread_id)
+        parsed = parse_command(message.text)
+        notices: list[Chunk] = []
+        steer_text: str | None = None
+        interrupt = False
+        async with self.store.write() as conn:
+            decision = await self.access.decide(conn, message) if self.access else None
+            if decision is not None and decision.verdict is not Verdict.ALLOW:
+                row_id = await inbox_sql.insert(
+                    conn,
+                    message,
+                    key=key,
+                    user_id=None,
+                    text=message.text[:500],
+                    outcome=Outcome.REJECTED,
+                    detail=decision.detail,
+                )
+                if row_id is not None and decision.verdict is Verdict.PAIR and decision.reply:
+                    notices.append(Chunk(f"pair:{row_id}", target, decision.reply))
+                    await enqueue(conn, notices)
+                outcome: Outcome | None = Outcome.REJECTED if row_id else None
+                command_id = None
+            elif parsed is not None and (parsed.command not in WITH_TEXT or not parsed.arg):
+                command_id = await inbox_sql.insert(
+                    conn, message, key=key, user_id=None, kind="command"
+                )
+                outcome, row_id = None, command_id
+            else:
+                command_id = None
+                text = message.text if parsed is None else parsed.arg
+                forced = None if parsed is None else BusyMode(str(parsed.command))
+                mode = forced or await self._mode(conn, key, section)
+                lane = self._lanes.get(key)
+                busy = lane is not None and lane.running is not None
+                row_id = await inbox_sql.insert(
+                    conn,
+                    message,
+                    key=key,
+                    user_id=None,
+                    text=text,
+                    priority=1 if busy and mode is BusyMode.INTERRUPT else 0,
+                    steer=busy and mode is BusyMode.STEER,
+                )
+                outcome = None
+                if row_id is not None and busy:
+                    waiting = await inbox_sql.count_waiting(conn, key)
+                    if (
+                        mode in (BusyMode.QUEUE, BusyMode.COLLECT)
+                        and waiting > self.config.queue_cap
+                    ):
+                        await inbox_sql.settle(conn, [row_id], Outcome.DROPPED, detail="queue full")
+                        outcome = Outcome.DROPPED
+                        notices.append(
+                            Chunk(
+                                f"drop:{row_id}",
+                                target,
+                                f"⚠ Not queued: {waiting - 1} messages are already waiting. "
+                                "Send it again later, or /stop to clear the queue.",
+                            )
+                        )
+                    elif self._may_ack(lane):
+                        notices.append(Chunk(f"ack:{row_id}", target, ACKS[mode]))
+                    steer_text = text if mode is BusyMode.STEER else None
+                    interrupt = mode is BusyMode.INTERRUPT
+                    if notices:
+                        await enqueue(conn, notices)
+        if row_id is None:
+            logger.debug("duplicate delivery of %s ignored", message.platform_message_id)
+            return
+        self.metrics.inbound.labels(platform=platform).inc()
+        if outcome is not None:
+            self.metrics.outcomes.labels(outcome=str(outcome)).inc()
+        if notices:
+            self.on_outbox()
+        if outcome is not None:
+            return
+        if command_id is not None:
+            row = await inbox_sql.Inbox(self.store).get(command_id)
+            assert row is not None
+            await self._run_command(row)
+            return
+        lane = self._lanes.get(key)
+        running = lane.running if lane else None
+        if running is not None and row_id not in running.ids:
+            if steer_text is not None:
+                running.steer.waiting.append((row_id, steer_text))
+            if interrupt:
+                running.cancel("interrupted by a newer message")
+        self._wake(key)
+
+    def _may_ack(self, lane: _Lane | None) -> bool:
+        if lane is None:
+            return False
+        now = time.monotonic()
+        if now - lane.last_ack < self.config.ack_interval:
+            return False
+        lane.last_ack = now
+        return True
+
+    async def _mode(
+        self, conn: AsyncConnection, key: SessionKey, section: PlatformSection | None
+    ) -> BusyMode:
+        value = await conn.scalar(
+            select(sessions_table.c.busy_mode)
+            .where(sessions_table.c.key == key)
+            .order_by(sessions_table.c.epoch.desc())
+            .limit(1)
+        )
+        if value:
+            return BusyMode(value)
+        if section is not None and section.busy_mode is not None:
+            return section.busy_mode
+        return self.config.busy_mode
+
+    # lanes -----------------------------------------------------------------------------------
+
+    def _wake(self, key: SessionKey) -> None:
+        if not self._accepting:
+            return
+        lane = self._lanes.setdefault(key, _Lane())
+        lane.wake.set()
+        if lane.worker is None:
+            lane.worker = self._spawn(self._lane_worker(key, lane), f"lane {key}")
+
+    def _release(self, key: SessionKey, lane: _Lane) -> None:
+        if lane.users == 0 and lane.worker is None and self._lanes.get(key) is lane:
+            del self._lanes[key]
+
+    async def _lane_worker(self, key: SessionKey, lane: _Lane) -> None:
+        try:
+            while self._accepting:
+                lane.wake.clear()
+                batch = await self._next_batch(key, lane)
+                if batch is None:
+                    if lane.wake.is_set():
+                        continue
+                    break
+                if batch:
+                    await self._run_batch(key, lane, batch)
+        except Exception:
+            logger.exception("lane %s failed; its messages wait for the next start", key)
+        finally:
+            lane.worker = None
+            self._release(key, lane)
+
+    async def _next_batch(self, key: SessionKey, lane: _Lane) -> list[InboxRow] | None:
+        """The rows of the next turn; [] to look again; None when nothing waits."""
+        async with self.store.read() as conn:
+            rows = await inbox_sql.pending(conn, key)
+            section = self.platforms.get(rows[0].platform) if rows else None
+            mode = await self._mode(conn, key, section) if rows else BusyMode.QUEUE
+        if not rows:
+            return None
+        if rows[0].priority > 0 or mode in (BusyMode.QUEUE, BusyMode.INTERRUPT):
+            return rows[:1]
+        if mode is BusyMode.COLLECT and self.config.debounce_seconds > 0:
+            newest = max(r.accepted_at for r in rows)
+            quiet = (utcnow() - newest).total_seconds()
+            if quiet < self.config.debounce_seconds:
+                try:
+                    async with asyncio.timeout(self.config.debounce_seconds - quiet):
+                        await lane.wake.wait()
+                except TimeoutError:
+                    pass
+                return []
+        return rows[: self.config.queue_cap + 1]
+
+    async def _run_batch(self, key: SessionKey, lane: _Lane, batch: list[InboxRow]) -> None:
+        head = batch[0]
+        target = Target(head.platform, head.account, head.chat_id, head.thread_id)
+        over = [r for r in batch if r.attempts >= MAX_ATTEMPTS]
+        if over:
+            async with self.store.write() as conn:
+                await inbox_sql.settle(
+                    conn,
+                    [r.id for r in over],
+                    Outcome.DROPPED,
+                    detail=f"the process stopped {MAX_ATTEMPTS} times while answering it",
+                )
+                await enqueue(
+                    conn,
+                    [
+                        Chunk(
+                            f"poison:{r.id}",
+                            target,
+                            "⚠ I could not answer one of your messages: answering it failed "
+                            "several times. Please rephrase it or send it again later.",
+                        )
+                        for r in over
+                    ],
+                )
+            self.metrics.outcomes.labels(outcome=str(Outcome.DROPPED)).inc(len(over))
+            self.on_outbox()
+            batch = [r for r in batch if r.attempts < MAX_ATTEMPTS]
+            if not batch:
+                return
+            head = batch[0]
+        personal = head.is_direct or ":u=" in key
+        user_id = (
+            await self.store.resolve_user(head.platform, head.sender_id, head.sender_name)
+            if personal
+            else None
+        )
+        exchange: tuple[SessionInfo, list[ChatMessage]] | None = None
+        async with lane.lock:
+            self.metrics.waiting_turns.inc()
+            try:
+                await self._slots.acquire()
+            finally:
+                self.metrics.waiting_turns.dec()
+            try:
+                exchange = await self._inbox_turn(key, lane, batch, target, user_id)
+            finally:
+                self._slots.release()
+        if exchange is not None:
+            await self.agent.memory_pass(*exchange)
+
+    async def _inbox_turn(
+        self,
+        key: SessionKey,
+        lane: _Lane,
+        batch: list[InboxRow],
+        target: Target,
+        user_id: UserId | None,
+    ) -> tuple[SessionInfo, list[ChatMessage]] | None:
+        head = batch[0]
+        session = await self.store.open_session(
+            key, platform=head.platform, user_id=user_id, snapshot=self.snapshot
+        )
+        new_messages = [_user_message(r) for r in batch if r.turn_id is None]
+        async with self.store.write() as conn:
+            turn_id, _ = await record_start(conn, session.id, new_messages)
+            await inbox_sql.take(conn, [r.id for r in batch], turn_id)
+        running = _Running(turn_id, [r.id for r in batch], time.monotonic())
+        progress = TurnProgress()
+        preview = await self._preview(target, turn_id)
+        assert self._tg is not None
+        lane.running = running
+        self.metrics.running_turns.inc()
+        started = time.monotonic()
+        running.task = self._tg.create_task(
+            self._agent_turn(session, progress, running, preview), name=f"turn {key}"
+        )
+        typing = self._tg.create_task(self._typing(target), name=f"typing {key}")
+        try:
+            await asyncio.wait({running.task})
+        except asyncio.CancelledError:
+            # Draining: checkpoint the partial output; the messages are answered after a restart.
+            running.task.cancel()
+            await asyncio.wait({running.task})
+            lane.running = None
+            async with self.store.write() as conn:
+                await record_finish(
+                    conn, session.id, turn_id, progress.result("interrupted", "process stopping")
+                )
+                await inbox_sql.requeue(conn, [*running.ids, *running.steer.taken])
+            self._count("interrupted", started)
+            raise
+        finally:
+            lane.running = None
+            typing.cancel()
+            if preview is not None:
+                await preview.close()
+        task = running.task
+        ids = running.ids
+        steered = running.steer.taken
+        leftover = [i for i, _ in running.steer.waiting]
+        notices: list[Chunk] = []
+        outcomes: list[tuple[list[InboxId], Outcome, str | None]]
+        if task.cancelled():
+            reason = running.cancel_reason or "cancelled"
+            status = "interrupted"
+            result = progress.result("interrupted", reason)
+            outcomes = [(ids + steered, Outcome.DROPPED, reason)]
+        elif task.exception() is not None:
+            err = task.exception()
+            if isinstance(err, TimeoutError):
+                error = f"the answer took longer than {self.config.turn_timeout:.0f}s"
+                status = "timed_out"
+            elif isinstance(err, LLMError):
+                error = str(err)
+                status = "failed"
+            else:
+                logger.error("turn for %s failed", key, exc_info=err)
+                error = f"internal error: {type(err).__name__}"
+                status = "failed"
+            result = progress.result("failed", error)
+            outcomes = [(ids + steered, Outcome.DROPPED, error)]
+            notices.append(
+                Chunk(
+                    f"fail:{turn_id}",
+                    target,
+                    f"⚠ I couldn't answer that ({error}). Please send it again later.",
+                    session_id=session.id,
+                    turn_id=turn_id,
+                )
+            )
+        else:
+            status = "completed"
+            result = progress.result("completed")
+            outcomes = [
+                (ids[:1], Outcome.ANSWERED, None),
+                (ids[1:], Outcome.MERGED, None),
+                (steered, Outcome.STEERED, None),
+            ]
+            limits = self.channels.limits(target.platform, target.account)
+            notices.extend(
+                reply_chunks(
+                    target,
+                    progress.final_text,
+                    limits,
+                    session_id=session.id,
+                    turn_id=turn_id,
+                    inbox_id=ids[0],
+                    reply_to=None if head.is_direct else head.platform_message_id,
+                    edit_of=None if preview is None else preview.message_id,
+                    not_before=None if preview is None else preview.next_edit_at(),
+                )
+            )
+        async with self.store.write() as conn:
+            await record_finish(conn, session.id, turn_id, result)
+            for row_ids, outcome, detail in outcomes:
+                n = await inbox_sql.settle(conn, row_ids, outcome, turn_id=turn_id, detail=detail)
+                if n:
+                    self.metrics.outcomes.labels(outcome=str(outcome)).inc(n)
+            await inbox_sql.requeue(conn, leftover)
+            if notices:
+                await enqueue(conn, notices)
+        self._count(status, started)
+        if notices:
+            self.on_outbox()
+        if status != "completed":
+            return None
+        return session, [*new_messages, *progress.messages]
+
+    async def _agent_turn(
+        self,
+        session: SessionInfo,
+        progress: TurnProgress,
+        running: _Running,
+        preview: _Preview | None,
+    ) -> str:
+        async with asyncio.timeout(self.config.turn_timeout):
+            text = await self.agent.run_turn(
+                session,
+                progress,
+                on_token=None if preview is None else preview.token,
+                steer=running.steer,
+            )
+        running.finishing = True
+        return text
+
+    async def _typing(self, target: Target) -> None:
+        adapter: object = self.channels.adapter(target.platform, target.account)
+        if not isinstance(adapter, TypingIndicator):
+            return
+        while True:
+            try:
+                await adapter.typing(target.chat_id, target.thread_id)
+            except Exception as err:  # best effort: a failed indicator changes nothing
+                logger.debug("typing indicator failed: %s", err)
+                return
+            await asyncio.sleep(4.0)
+
+    async def _preview(self, target: Target, turn_id: TurnId) -> _Preview | None:
+        section = self.platforms.get(target.platform)
+        adapter: object = self.channels.adapter(target.platform, target.account)
+        if not getattr(section, "stream_edits", False) or not isinstance(adapter, MessageEditor):
+            return None
+        # A preview is sent directly; never let it overtake earlier chunks still queued.
+        async with self.store.read() as conn:
+            queued = await conn.scalar(
+                select(func.count())
+                .select_from(outbox_table)
+                .where(
+                    outbox_table.c.platform == target.platform,
+                    outbox_table.c.account == target.account,
+                    outbox_table.c.chat_id == target.chat_id,
+                    outbox_table.c.status.in_(["pending", "sending"]),
+                )
+            )
+        if queued:
+            return None
+        assert self._tg is not None
+        limits = self.channels.limits(target.platform, target.account)
+        return _Preview(
+            adapter,
+            target,
+            turn_id,
+            max_chars=limits.max_chunk,
+            interval=limits.min_edit_interval,
+            tg=self._tg,
+        )
+
+    # commands --------------------------------------------------------------------------------
+
+    async def _run_command(self, row: InboxRow) -> None:
+        """Act on a command row and answer it; the row's outcome and the answer in one commit."""
+        parsed = parse_command(row.text)
+        key = row.session_key
+        target = Target(row.platform, row.account, row.chat_id, row.thread_id)
+        lane = self._lanes.get(key)
+        running = lane.running if lane else None
+        cancel: str | None = None
+        section = self.platforms.get(row.platform)
+        if (
+            parsed is None or parsed.command is Command.HELP
+        ):  # cannot happen for stored command rows; answer rather than crash
+            reply = HELP_TEXT
+        elif parsed.command in WITH_TEXT:
+            reply = f"Usage: /{parsed.command} TEXT"
+        elif parsed.command is Command.STOP:
+            async with self.store.read() as conn:
+                waiting = await inbox_sql.pending(conn, key)
+            cancel = "stopped by /stop"
+            dropped = [r.id for r in waiting]
+            async with self.store.write() as conn:
+                n = await inbox_sql.settle(
+                    conn, dropped, Outcome.DROPPED, detail="cleared by /stop"
+                )
+            if n:
+                self.metrics.outcomes.labels(outcome=str(Outcome.DROPPED)).inc(n)
+            stopped = "Stopped." if running is not None else "Nothing was running."
+            reply = f"⏹ {stopped} Cleared {n} queued message{'s' if n != 1 else ''}."
+        elif parsed.command in (Command.NEW, Command.RESET):
+            cancel = "the session was reset with /new"
+            old = await self.store.get_session(key)
+            await self.store.open_session(
+                key,
+                platform=row.platform,
+                user_id=None if old is None else old.user_id,
+                snapshot=self.snapshot,
+                new_epoch=True,
+            )
+            if old is not None and old.busy_mode:
+                await self.store.set_busy_mode(key, old.busy_mode)
+            reply = "✨ Started a new conversation. Earlier messages stay searchable."
+        elif parsed.command is Command.MODE:
+            async with self.store.read() as conn:
+                current = await self._mode(conn, key, section)
+            if not parsed.arg:
+                reply = f"Busy mode: {current}. Choose with /mode queue|collect|steer|interrupt."
+            else:
+                try:
+                    mode = BusyMode(parsed.arg.strip().lower())
+                except ValueError:
+                    reply = (
+                        f"Unknown mode {parsed.arg!r}. "
+                        "Use one of: queue, collect, steer, interrupt."
+                    )
+                else:
+                    if await self.store.get_session(key) is None:
+                        await self.store.open_session(
+                            key, platform=row.platform, user_id=None, snapshot=self.snapshot
+                        )
+                    await self.store.set_busy_mode(key, str(mode))
+                    reply = f"Busy mode set to {mode}."
+        elif parsed.command is Command.STATUS:
+            reply = await self._status(key, section, running)
+        else:  # SETHOME
+            home = ":".join(p for p in (row.platform, row.chat_id, row.thread_id) if p)
+            async with self.store.write() as conn:
+                await set_setting(conn, HOME_SETTING, home)
+            reply = f"🏠 Scheduled reports will come to this chat ({home})."
+        async with self.store.write() as conn:
+            await inbox_sql.settle(
+                conn,
+                [row.id],
+                Outcome.ANSWERED,
+                detail=f"/{parsed.command}" if parsed else "command",
+            )
+            await enqueue(conn, [Chunk(f"cmd:{row.id}", target, reply, format=TextFormat.PLAIN)])
+        self.metrics.outcomes.labels(outcome=str(Outcome.ANSWERED)).inc()
+        self.on_outbox()
+        if cancel is not None and running is not None:
+            running.cancel(cancel)
+
+    async def _status(
+        self, key: SessionKey, section: PlatformSection | None, running: _Running | None
+    ) -> str:
+        session = await self.store.get_session(key)
+        async with self.store.read() as conn:
+            mode = await self._mode(conn, key, section)
+            waiting = await inbox_sql.count_waiting(conn, key)
+        lines = [f"Session {key}"]
+        if session is not None:
+            lines.append(f"Conversation #{session.epoch + 1}, {session.message_count} messages")
+        lines.append(f"Busy mode: {mode}")
+        if running is not None:
+            lines.append(f"Answering now (for {time.monotonic() - running.started:.0f}s)")
+        else:
+            lines.append("Idle")
+        lines.append(f"Waiting: {waiting}")
+        return "\n".join(lines)
+
+    # HTTP API turns --------------------------------------------------------------------------
+
+    def submit(self, request: TurnRequest) -> TurnStream:
+        """Start a turn; its events arrive on the returned stream. Raises ShuttingDown."""
+        if not self._accepting or self._tg is None:
+            raise ShuttingDown("Herald is shutting down; retry shortly")
+        stream = TurnStream(request.key)
+        self._spawn(self._run(request, stream), f"turn {request.key}")
+        return stream
 
     async def _run(self, request: TurnRequest, stream: TurnStream) -> None:
         if request.history is not None:
@@ -225,8 +890,7 @@ class SessionManager:
             if waiting:
                 self.metrics.waiting_turns.dec()
             lane.users -= 1
-            if lane.users == 0:
-                self._lanes.pop(request.key, None)
+            self._release(request.key, lane)
 
     async def _turn(
         self, request: TurnRequest, stream: TurnStream
@@ -295,3 +959,102 @@ class SessionManager:
         self.metrics.running_turns.dec()
         self.metrics.turns.labels(status=status).inc()
         self.metrics.turn_seconds.observe(time.monotonic() - started)
+
+
+def _user_message(row: InboxRow) -> ChatMessage:
+    """How an inbound message appears in history: in groups, with who wrote it."""
+    if row.is_direct:
+        return ChatMessage(Role.USER, row.text)
+    name = row.sender_name or row.sender_id
+    return ChatMessage(Role.USER, f"[{name}] {row.text}")
+
+
+class _Preview:
+    """Streams a turn's text into one message, edited at most every `interval` seconds.
+
+    Best effort: any failure just stops the preview. The final text is never sent by the
+    preview; the turn's first reply chunk replaces it (`edit_of`) through the outbox.
+    """
+
+    def __init__(
+        self,
+        adapter: MessageEditor,
+        target: Target,
+        turn_id: TurnId,
+        *,
+        max_chars: int,
+        interval: float,
+        tg: asyncio.TaskGroup,
+    ) -> None:
+        self.adapter = adapter
+        self.target = target
+        self.turn_id = turn_id
+        self.max_chars = max(16, max_chars)
+        self.interval = interval
+        self.message_id: PlatformMessageId | None = None
+        self._last_edit = -math.inf
+        self._parts: list[str] = []
+        self._changed = asyncio.Event()
+        self._closing = asyncio.Event()
+        self._task = tg.create_task(self._run(), name=f"preview {turn_id}")
+
+    async def token(self, text: str) -> None:
+        """Add streamed text."""
+        self._parts.append(text)
+        self._changed.set()
+
+    def next_edit_at(self) -> datetime:
+        """The earliest moment the preview may be edited again (the platform's edit rate)."""
+        wait = max(0.0, self._last_edit + self.interval - time.monotonic())
+        return utcnow() + timedelta(seconds=wait)
+
+    async def close(self) -> None:
+        """Stop editing; an edit in flight completes first (so `message_id` is known)."""
+        self._closing.set()
+        self._changed.set()
+        try:
+            async with asyncio.timeout(10):
+                await asyncio.shield(self._task)
+        except TimeoutError:
+            self._task.cancel()
+        except Exception as err:
+            logger.debug("preview ended with %s", err)
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                await self._changed.wait()
+                if self._closing.is_set():
+                    return
+                self._changed.clear()
+                text = "".join(self._parts).strip()
+                if not text:
+                    continue
+                if len(text) > self.max_chars - 2:
+                    text = text[: self.max_chars - 2]
+                message = OutboundMessage(
+                    platform=Platform(self.target.platform),
+                    account=self.target.account,
+                    chat_id=self.target.chat_id,
+                    thread_id=self.target.thread_id,
+                    text=text + " …",
+                    idempotency_key=f"preview:{self.turn_id}",
+                    format=TextFormat.PLAIN,
+                )
+                send = getattr(self.adapter, "send")  # noqa: B009 - MessageEditor adapters send too
+                if self.message_id is None:
+                    receipt = await send(message)
+                    self.message_id = receipt.platform_message_id
+                    if self.message_id is None:
+                        return
+                else:
+                    await self.adapter.edit(self.message_id, message)
+                self._last_edit = time.monotonic()
+                try:
+                    async with asyncio.timeout(self.interval):
+                        await self._closing.wait()
+                    return
+                except TimeoutError:
+                    pass
+        except Exception as err:  # best effort
+            logger.debug("preview stopped: %s", err)

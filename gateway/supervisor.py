@@ -11,12 +11,10 @@ import asyncio
 import contextlib
 import logging
 import os
-import random
 import signal
 import socket
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
 
 import uvicorn
 
@@ -31,31 +29,24 @@ from agent_core.tools import (
     ToolError,
     ToolRegistry,
 )
+from gateway.access import Access
+from gateway.backoff import Backoff
+from gateway.channels import Channels
 from gateway.config import HeraldConfig
 from gateway.contracts.adapter import Adapter, AdapterState, InboundSink
-from gateway.contracts.errors import AuthError, NotReady
+from gateway.contracts.config import PlatformSection
+from gateway.contracts.errors import AuthError, ConfigError, NotReady, ShuttingDown
+from gateway.contracts.messages import InboundMessage, SendLimits
+from gateway.delivery import DeliveryWorker
 from gateway.http.app import OFFLINE_WARNING, create_app
 from gateway.http.deps import AppDeps, ServingState
 from gateway.metrics import Metrics
+from gateway.outbox import Outbox
 from gateway.sdnotify import SystemdNotifier
 from gateway.sessions import SessionManager
 from gateway.store import Store
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """Jittered exponential backoff: `initial * factor**n`, capped, times a random 0.5-1.0."""
-
-    initial: float = 1.0
-    factor: float = 2.0
-    maximum: float = 300.0
-
-    def delay(self, attempt: int) -> float:
-        """The wait before retry number `attempt` (0-based)."""
-        base = min(self.maximum, self.initial * self.factor ** min(attempt, 32))
-        return base * random.uniform(0.5, 1.0)
 
 
 class AdapterRunner:
@@ -74,10 +65,12 @@ class AdapterRunner:
         *,
         backoff: Backoff = Backoff(),
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        limits: SendLimits = SendLimits(),
     ) -> None:
         self.name = name
         self.factory = factory
         self.sink = sink
+        self.limits = limits
         self.metrics = metrics
         self.backoff = backoff
         self.sleep = sleep
@@ -85,6 +78,10 @@ class AdapterRunner:
         self.adapter: Adapter | None = None
         self.last_error: str | None = None
         self.restarts = 0
+
+    def live(self) -> Adapter | None:
+        """The adapter while it is connected, else None."""
+        return self.adapter if self.state is AdapterState.RECEIVING else None
 
     def liveness(self) -> AdapterState:
         """The adapter's own liveness while connected, else the runner's state."""
@@ -139,6 +136,25 @@ class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+
+class _NoSink:
+    """The sink of a runner before the session manager exists (never used while running)."""
+
+    async def accept(self, message: InboundMessage) -> None:
+        raise ShuttingDown("Herald is starting; the platform will redeliver")
+
+
+def adapter_factory(name: str, section: PlatformSection) -> Callable[[], Adapter]:
+    """How to build the adapter of a configured platform section."""
+    # Imported only when configured: each platform's SDK costs start-up time and memory.
+    if name == "test":
+        from adapters.loopback.adapter import LoopbackAdapter  # noqa: PLC0415
+        from adapters.loopback.config import LoopbackConfig  # noqa: PLC0415
+
+        assert isinstance(section, LoopbackConfig)
+        return lambda: LoopbackAdapter(section)
+    raise ConfigError(f"platforms.{name}: no adapter is available for this platform yet")
 
 
 class _NoChannels:
@@ -201,17 +217,32 @@ class Supervisor:
         try:
             async with AsyncExitStack() as stack:
                 store = await stack.enter_async_context(Store.open(cfg.effective_database_url))
-                interrupted = await store.interrupt_running_turns()
-                if interrupted:
-                    logger.warning("%d turn(s) were cut off by the last stop", interrupted)
                 provider = make_provider(cfg.llm)
                 stack.push_async_callback(provider.aclose)
                 if provider.name == "echo":
                     logger.warning("*** %s ***", OFFLINE_WARNING.upper())
                 agent, memory = build_agent(cfg, provider, store)
+                sections = cfg.platforms.sections()
+                channels = Channels()
+                for name, section in sections.items():
+                    runner = self._runner(name, section)
+                    channels.register(name, section.account, runner.limits, runner.live)
+                delivery = DeliveryWorker(Outbox(store), channels, cfg.delivery, self.metrics)
                 manager = await stack.enter_async_context(
-                    SessionManager(store, agent, cfg.sessions, self.metrics, memory.snapshot)
+                    SessionManager(
+                        store,
+                        agent,
+                        cfg.sessions,
+                        self.metrics,
+                        memory.snapshot,
+                        channels=channels,
+                        access=Access(store, sections, cfg.access),
+                        platforms=sections,
+                        on_outbox=delivery.wake,
+                    )
                 )
+                for runner in self.runners.values():
+                    runner.sink = manager
                 deps = AppDeps(
                     config=cfg,
                     store=store,
@@ -222,7 +253,7 @@ class Supervisor:
                     adapters=self.adapter_states,
                     state=self.state,
                 )
-                await self._serve(deps, manager)
+                await self._serve(deps, manager, delivery)
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
@@ -236,7 +267,15 @@ class Supervisor:
         logger.info("%s received: draining", sig.name)
         self._stop.set()
 
-    async def _serve(self, deps: AppDeps, manager: SessionManager) -> None:
+    def _runner(self, name: str, section: PlatformSection) -> AdapterRunner:
+        factory = adapter_factory(name, section)
+        runner = AdapterRunner(name, factory, _NoSink(), self.metrics, limits=factory().limits)
+        self.runners[name] = runner
+        return runner
+
+    async def _serve(
+        self, deps: AppDeps, manager: SessionManager, delivery: DeliveryWorker
+    ) -> None:
         cfg = self.config
         server: _Server | None = None
         sock: socket.socket | None = None
@@ -263,6 +302,7 @@ class Supervisor:
                 logger.info("HTTP API listening on http://%s:%d", host, port)
             for name, runner in self.runners.items():
                 background.append(tg.create_task(runner.run(), name=f"adapter {name}"))
+            sender = tg.create_task(delivery.run(), name="delivery")
             background.append(
                 tg.create_task(self.notifier.run_watchdog(self._healthy), name="watchdog")
             )
@@ -275,8 +315,11 @@ class Supervisor:
             self.state.draining = True
             self.notifier.stopping()
             await manager.drain(cfg.sessions.drain_timeout)
+            if not await delivery.flush(cfg.delivery.flush_timeout):
+                logger.warning("stopping with chunks still to deliver; they go out after a restart")
             for task in background:
                 task.cancel()
+            sender.cancel()
             if server is not None:
                 server.should_exit = True
         if sock is not None:
@@ -288,7 +331,8 @@ class Supervisor:
 
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio only disables Nagle on sockets that say they are TCP.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

@@ -20,8 +20,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from agent_core.llm import make_provider
+from agent_core.memory import MemoryFiles
+from gateway.access import Pairings
 from gateway.config import HeraldConfig, load_config, masked
 from gateway.contracts.errors import ConfigError, LLMError
+from gateway.contracts.ids import AccountId, ChatId
+from gateway.inbox import Inbox
+from gateway.outbox import Chunk, Outbox, OutboxStatus, Target
 from gateway.store import Store, engine
 from gateway.supervisor import Supervisor
 
@@ -35,7 +40,13 @@ app = typer.Typer(
 sessions_app = typer.Typer(help="Inspect conversations.", no_args_is_help=True)
 config_app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True)
 db_app = typer.Typer(help="Manage the database.", no_args_is_help=True)
+deliveries_app = typer.Typer(help="Inspect and retry outbound deliveries.", no_args_is_help=True)
+pairing_app = typer.Typer(help="Approve who may talk to the agent.", no_args_is_help=True)
+users_app = typer.Typer(help="Link a person's identities across platforms.", no_args_is_help=True)
 app.add_typer(sessions_app, name="sessions")
+app.add_typer(deliveries_app, name="deliveries")
+app.add_typer(pairing_app, name="pairing")
+app.add_typer(users_app, name="users")
 app.add_typer(config_app, name="config")
 app.add_typer(db_app, name="db")
 
@@ -63,6 +74,9 @@ def _logging(level: str) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # httpx logs every request URL at INFO, and some platforms put the bot token in the path.
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 @app.command()
@@ -198,9 +212,34 @@ def sessions_show(
 
     async def work(store: Any) -> None:
         session = await store.get_session(key)
-        if session is None:
+        inbound = await Inbox(store).for_session(key, limit=limit)
+        if session is None and not inbound:
             console.print(f"[red]no session {escape(key)}[/]")
             raise typer.Exit(1)
+        if inbound:
+            table = Table(
+                "id",
+                "received (UTC)",
+                "from",
+                "text",
+                "outcome",
+                "turn",
+                "detail",
+                title="Inbound messages",
+            )
+            for r in inbound:
+                table.add_row(
+                    str(r.id),
+                    f"{r.received_at:%Y-%m-%d %H:%M:%S}",
+                    escape(r.sender_name or r.sender_id),
+                    escape(_short(r.text)),
+                    escape(str(r.outcome or r.status)),
+                    "" if r.turn_id is None else str(r.turn_id),
+                    escape(r.outcome_detail or ""),
+                )
+            console.print(table)
+        if session is None:
+            return
         console.print(
             f"[bold]{escape(session.key)}[/] epoch {session.epoch}, "
             f"{session.message_count} messages"
@@ -213,6 +252,177 @@ def sessions_show(
             console.print(m.content + (f" → {calls}" if calls else ""), markup=False)
 
     _with_store(config, work)
+
+
+def _short(text: str, width: int = 60) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+@deliveries_app.command("list")
+def deliveries_list(
+    config: ConfigOption = None,
+    dead: Annotated[bool, typer.Option("--dead", help="Only dead letters.")] = False,
+    pending: Annotated[bool, typer.Option("--pending", help="Only undelivered chunks.")] = False,
+    limit: Annotated[int, typer.Option(min=1)] = 50,
+) -> None:
+    """Outbound chunks, newest first, with their status and last error."""
+    console = _console()
+    status = OutboxStatus.DEAD if dead else OutboxStatus.PENDING if pending else None
+
+    async def work(store: Any) -> None:
+        rows = await Outbox(store).list(status=status, limit=limit)
+        if not rows:
+            console.print("no deliveries" if status is None else f"no {status} deliveries")
+            return
+        table = Table("id", "created (UTC)", "to", "status", "tries", "text", "error")
+        for r in rows:
+            mark = " (recovered)" if r.recovered else ""
+            table.add_row(
+                str(r.id),
+                f"{r.created_at:%Y-%m-%d %H:%M:%S}",
+                escape(f"{r.target.platform}:{r.target.chat_id}"),
+                escape(str(r.status) + mark),
+                str(r.attempts),
+                escape(_short(r.text)),
+                escape(r.last_error or ""),
+            )
+        console.print(table)
+
+    _with_store(config, work)
+
+
+@deliveries_app.command("retry")
+def deliveries_retry(
+    ids: Annotated[
+        list[int], typer.Argument(help="Dead letter ids (see `deliveries list --dead`).")
+    ],
+    config: ConfigOption = None,
+) -> None:
+    """Send dead letters again: the running daemon picks them up within seconds."""
+    console = _console()
+
+    async def work(store: Any) -> None:
+        failed = False
+        for row_id in ids:
+            try:
+                row = await Outbox(store).retry(row_id)
+            except LookupError as err:
+                Console(stderr=True).print(f"[red]error:[/] {escape(str(err))}")
+                failed = True
+                continue
+            console.print(
+                f"{row.id}: queued again for {escape(row.target.platform)}:"
+                f"{escape(row.target.chat_id)}"
+            )
+        if failed:
+            raise typer.Exit(1)
+
+    _with_store(config, work)
+
+
+@pairing_app.command("list")
+def pairing_list(
+    config: ConfigOption = None,
+    all_: Annotated[bool, typer.Option("--all", help="Include decided and expired codes.")] = False,
+) -> None:
+    """Pending pairing requests from unknown senders."""
+    console = _console()
+
+    async def work(store: Any) -> None:
+        rows = await Pairings(store).list(all_=all_)
+        if not rows:
+            console.print("no pending pairing requests" if not all_ else "no pairing requests")
+            return
+        table = Table("code", "platform", "user id", "name", "status", "expires (UTC)")
+        for p in rows:
+            table.add_row(
+                p.code,
+                escape(p.platform),
+                escape(p.external_id),
+                escape(p.display_name),
+                p.status,
+                f"{p.expires_at:%Y-%m-%d %H:%M:%S}",
+            )
+        console.print(table)
+
+    _with_store(config, work)
+
+
+@pairing_app.command("approve")
+def pairing_approve(code: str, config: ConfigOption = None) -> None:
+    """Let the sender of a pairing code talk to the agent."""
+    console = _console()
+
+    async def work(store: Any) -> None:
+        try:
+            p = await Pairings(store).approve(code)
+        except LookupError as err:
+            Console(stderr=True).print(f"[red]error:[/] {escape(str(err))}")
+            raise typer.Exit(1) from err
+        await Outbox(store).enqueue(
+            [
+                Chunk(
+                    f"paired:{p.id}",
+                    Target(p.platform, AccountId(p.account), ChatId(p.chat_id)),
+                    "✅ You now have access. Send your message again.",
+                )
+            ]
+        )
+        console.print(
+            f"approved {escape(p.platform)}:{escape(p.external_id)} "
+            f"({escape(p.display_name or 'no name')})"
+        )
+
+    _with_store(config, work)
+
+
+@pairing_app.command("revoke")
+def pairing_revoke(
+    who: Annotated[str, typer.Argument(help="A pairing code, or platform:user_id.")],
+    config: ConfigOption = None,
+) -> None:
+    """Withdraw access granted by pairing (config allowlists are not changed)."""
+    console = _console()
+
+    async def work(store: Any) -> None:
+        try:
+            await Pairings(store).revoke(who)
+        except LookupError as err:
+            Console(stderr=True).print(f"[red]error:[/] {escape(str(err))}")
+            raise typer.Exit(1) from err
+        console.print(f"revoked {escape(who)}")
+
+    _with_store(config, work)
+
+
+def _identity(value: str) -> tuple[str, str]:
+    platform, sep, external = value.partition(":")
+    if not sep or not platform or not external:
+        raise typer.BadParameter(f"{value!r} is not platform:id (like telegram:123)")
+    return platform.lower(), external
+
+
+@users_app.command("link")
+def users_link(
+    first: Annotated[str, typer.Argument(help="platform:id whose user is kept, e.g. telegram:123")],
+    second: Annotated[str, typer.Argument(help="platform:id to merge in, e.g. email:a@b.org")],
+    config: ConfigOption = None,
+) -> None:
+    """Make two identities one user: one USER.md and memory, one search scope."""
+    cfg = _load(config)
+    console = _console()
+    a, b = _identity(first), _identity(second)
+
+    async def go() -> None:
+        async with Store.open(cfg.effective_database_url) as store:
+            kept, merged = await store.link_identities(a, b)
+            if merged is not None:
+                await MemoryFiles(cfg.state_dir).merge(merged, kept)
+            ids = ", ".join(f"{p}:{e}" for p, e in await store.identities_of(kept))
+        console.print(f"user {escape(kept)}: {escape(ids)}")
+
+    asyncio.run(go())
 
 
 @sessions_app.command("search")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, Self, runtime_checkable
 
-from gateway.contracts.ids import AccountId, Platform
+from gateway.contracts.ids import AccountId, ChatId, Platform, PlatformMessageId, ThreadId
 from gateway.contracts.messages import DeliveryReceipt, InboundMessage, OutboundMessage, SendLimits
 
 
@@ -55,6 +55,27 @@ class Adapter(Protocol):
 
     def liveness(self) -> AdapterState:
         """Whether inbound traffic is flowing, not merely whether a task is alive."""
+        ...
+
+
+@runtime_checkable
+class TypingIndicator(Protocol):
+    """An adapter that can show "typing…" in a chat (for a few seconds per call)."""
+
+    async def typing(self, chat_id: ChatId, thread_id: ThreadId | None) -> None:
+        """Show the indicator once. Raises like `send`; callers treat failures as harmless."""
+        ...
+
+
+@runtime_checkable
+class MessageEditor(Protocol):
+    """An adapter that can replace the text of a message it sent (streaming by edits)."""
+
+    async def edit(self, target: PlatformMessageId, message: OutboundMessage) -> DeliveryReceipt:
+        """Replace the text of `target` in `message.chat_id` with `message.text`.
+
+        Editing to the text the message already has succeeds. Raises like `send`.
+        """
         ...
 
 

@@ -31,6 +31,10 @@ class PermanentSendError(HeraldError):
     """This message can never be delivered as it is (bad chat, blocked). Dead-letter it."""
 
 
+class MarkupRejected(PermanentSendError):
+    """The platform refused the message's markup. Send it again as plain text."""
+
+
 class ConfigError(HeraldError):
     """The configuration is invalid. Fix the named key and start again."""
 

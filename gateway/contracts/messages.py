@@ -114,3 +114,5 @@ class SendLimits:
     """True when the platform counts length in UTF-16 code units (Telegram)."""
     min_edit_interval: float = 1.0
     """Seconds between two edits of one message when streaming by edits."""
+    min_send_interval: float = 0.0
+    """Seconds between two sends to one chat (the platform's per-chat rate)."""

@@ -6,7 +6,7 @@ import re
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Self
 
 from sqlalchemy import RowMapping, and_, insert, select, text, update
@@ -25,7 +25,16 @@ from gateway.contracts.history import (
 from gateway.contracts.ids import MessageId, SessionId, SessionKey, TurnId, UserId
 from gateway.contracts.messages import utcnow
 from gateway.store import engine as engine_mod
-from gateway.store.tables import identities, messages, sessions, summaries, turns, users
+from gateway.store.tables import (
+    identities,
+    messages,
+    sessions,
+    settings,
+    summaries,
+    turns,
+    users,
+)
+from gateway.store.types import aware
 
 SnapshotFactory = Callable[[UserId | None], Awaitable[tuple[str, str]]]
 """Returns (USER.md, MEMORY.md) as they are now, for a new session of that user."""
@@ -185,6 +194,77 @@ class Store:
             return created
         raise RuntimeError(f"could not open session {key}")
 
+    async def set_busy_mode(self, key: SessionKey, mode: str | None) -> None:
+        """Set the busy mode of the current session of `key` (and of its later epochs)."""
+        async with self.write() as conn:
+            current = await conn.scalar(
+                select(sessions.c.id)
+                .where(sessions.c.key == key)
+                .order_by(sessions.c.epoch.desc())
+                .limit(1)
+            )
+            if current is None:
+                raise LookupError(f"no session {key}")
+            await conn.execute(
+                update(sessions).where(sessions.c.id == current).values(busy_mode=mode)
+            )
+
+    async def get_setting(self, name: str) -> str | None:
+        """A value set at runtime (like the home channel), or None."""
+        async with self.read() as conn:
+            value = await conn.scalar(select(settings.c.value).where(settings.c.key == name))
+        return None if value is None else str(value)
+
+    async def set_setting(self, name: str, value: str) -> None:
+        """Set a runtime value (last write wins)."""
+        async with self.write() as conn:
+            await set_setting(conn, name, value)
+
+    async def link_identities(
+        self, first: tuple[str, str], second: tuple[str, str]
+    ) -> tuple[UserId, UserId | None]:
+        """Make two platform identities one user; return (kept user, merged-away user).
+
+        The first identity's user is kept (created when unknown); the second identity, every
+        other identity of its user and its sessions move to it, and its user row is deleted.
+        """
+        keep = await self.resolve_user(*first)
+        async with self.write() as conn:
+            other = await conn.scalar(
+                select(identities.c.user_id).where(
+                    identities.c.platform == second[0], identities.c.external_id == second[1]
+                )
+            )
+            if other is None:
+                await conn.execute(
+                    insert(identities).values(
+                        user_id=keep, platform=second[0], external_id=second[1], created_at=utcnow()
+                    )
+                )
+                return keep, None
+            if other == keep:
+                return keep, None
+            await conn.execute(
+                update(identities).where(identities.c.user_id == other).values(user_id=keep)
+            )
+            await conn.execute(
+                update(sessions).where(sessions.c.user_id == other).values(user_id=keep)
+            )
+            await conn.execute(users.delete().where(users.c.id == other))
+        return keep, UserId(str(other))
+
+    async def identities_of(self, user_id: UserId) -> list[tuple[str, str]]:
+        """The (platform, external id) pairs linked to a user."""
+        async with self.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(identities.c.platform, identities.c.external_id)
+                    .where(identities.c.user_id == user_id)
+                    .order_by(identities.c.id)
+                )
+            ).all()
+        return [(str(r[0]), str(r[1])) for r in rows]
+
     async def list_sessions(
         self, *, user_id: UserId | None = None, limit: int = 50, offset: int = 0
     ) -> list[SessionInfo]:
@@ -208,43 +288,18 @@ class Store:
         self, session_id: SessionId, user_message: ChatMessage | None
     ) -> tuple[TurnId, MessageId | None]:
         """Record a running turn and (in the same transaction) the message that started it."""
-        now = utcnow()
         async with self.write() as conn:
-            turn_id = TurnId(
-                (
-                    await conn.execute(
-                        insert(turns)
-                        .values(session_id=session_id, status="running", started_at=now)
-                        .returning(turns.c.id)
-                    )
-                ).scalar_one()
+            turn_id, ids = await record_start(
+                conn, session_id, [] if user_message is None else [user_message]
             )
-            message_id = None
-            if user_message is not None:
-                (message_id,) = await _insert_messages(
-                    conn, session_id, turn_id, [user_message], now
-                )
-        return turn_id, message_id
+        return turn_id, (ids[0] if ids else None)
 
     async def finish_turn(
         self, session_id: SessionId, turn_id: TurnId, result: TurnResult
     ) -> list[MessageId]:
         """Store what the turn produced and its final status, in one transaction."""
-        now = utcnow()
         async with self.write() as conn:
-            ids = await _insert_messages(conn, session_id, turn_id, result.messages, now)
-            await conn.execute(
-                update(turns)
-                .where(turns.c.id == turn_id)
-                .values(
-                    status=result.status,
-                    finished_at=now,
-                    prompt_tokens=result.prompt_tokens,
-                    completion_tokens=result.completion_tokens,
-                    error=result.error,
-                )
-            )
-        return ids
+            return await record_finish(conn, session_id, turn_id, result)
 
     async def turn_status(self, turn_id: TurnId) -> str | None:
         """running, completed, failed or interrupted; None when there is no such turn."""
@@ -418,10 +473,62 @@ class Store:
                 session_key=SessionKey(r["key"]),
                 role=Role(r["role"]),
                 snippet=str(r["snippet"]),
-                created_at=_aware(r["created_at"]),
+                created_at=aware(r["created_at"]),
             )
             for r in rows
         ]
+
+
+async def set_setting(conn: AsyncConnection, name: str, value: str) -> None:
+    """In the caller's transaction: set a runtime value."""
+    now = utcnow()
+    result = await conn.execute(
+        update(settings).where(settings.c.key == name).values(value=value, updated_at=now)
+    )
+    if not result.rowcount:
+        await conn.execute(insert(settings).values(key=name, value=value, updated_at=now))
+
+
+async def record_start(
+    conn: AsyncConnection, session_id: SessionId, user_messages: Sequence[ChatMessage]
+) -> tuple[TurnId, list[MessageId]]:
+    """In the caller's transaction: a running turn and the user messages that started it."""
+    now = utcnow()
+    turn_id = TurnId(
+        (
+            await conn.execute(
+                insert(turns)
+                .values(session_id=session_id, status="running", started_at=now)
+                .returning(turns.c.id)
+            )
+        ).scalar_one()
+    )
+    ids = (
+        await _insert_messages(conn, session_id, turn_id, user_messages, now)
+        if user_messages
+        else []
+    )
+    return turn_id, ids
+
+
+async def record_finish(
+    conn: AsyncConnection, session_id: SessionId, turn_id: TurnId, result: TurnResult
+) -> list[MessageId]:
+    """In the caller's transaction: what the turn produced and its final status."""
+    now = utcnow()
+    ids = await _insert_messages(conn, session_id, turn_id, result.messages, now)
+    await conn.execute(
+        update(turns)
+        .where(turns.c.id == turn_id)
+        .values(
+            status=result.status,
+            finished_at=now,
+            prompt_tokens=result.prompt_tokens,
+            completion_tokens=result.completion_tokens,
+            error=result.error,
+        )
+    )
+    return ids
 
 
 async def _insert_messages(
@@ -457,14 +564,6 @@ async def _insert_messages(
         .values(updated_at=now, message_count=sessions.c.message_count + len(items))
     )
     return ids
-
-
-def _aware(value: Any) -> datetime:
-    # Raw SQL bypasses the column type; SQLite hands back text.
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    assert isinstance(value, datetime)
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def _session(row: RowMapping) -> SessionInfo:

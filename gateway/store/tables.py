@@ -14,6 +14,12 @@ from sqlalchemy import (
     Table,
     UniqueConstraint,
 )
+from sqlalchemy import (
+    false as sa_false,
+)
+from sqlalchemy import (
+    true as sa_true,
+)
 
 from gateway.store.types import BigId, SafeText, UTCDateTime
 
@@ -133,6 +139,18 @@ inbox = Table(
     # answered, merged, steered, dropped, rejected; set exactly once.
     Column("outcome_detail", SafeText, nullable=True),
     Column("turn_id", BigId, ForeignKey("turns.id", ondelete="SET NULL"), nullable=True),
+    # The turn that took the message; set while running, kept with the outcome. A pending
+    # message with a turn id was cut off by a stop: its user message is already in history.
+    Column("user_id", String(64), nullable=True),
+    Column("is_direct", Boolean, nullable=False, default=True, server_default=sa_true()),
+    Column("kind", String(16), nullable=False, default="message", server_default="message"),
+    # message or command (commands bypass the queue).
+    Column("priority", Integer, nullable=False, default=0, server_default="0"),
+    # Higher runs first: an interrupting message is handled before the queue.
+    Column("steer", Boolean, nullable=False, default=False, server_default=sa_false()),
+    # Waiting to be injected into the running turn (busy mode steer).
+    Column("attempts", Integer, nullable=False, default=0, server_default="0"),
+    # Turns started for this message; bounded so a message that kills the process is dropped.
     UniqueConstraint("platform", "account", "platform_message_id"),
     Index(None, "session_key", "status", "id"),
     Index(None, "status", "id"),
@@ -162,6 +180,12 @@ outbox = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("sent_at", UTCDateTime, nullable=True),
     Column("platform_message_id", SafeText, nullable=True),
+    Column("kind", String(16), nullable=False, default="reply", server_default="reply"),
+    # reply (of a turn), notice (acknowledgement, error, command answer), send (a tool), report.
+    Column("edit_of", SafeText, nullable=True),
+    # Deliver by editing this already-sent message (the streamed preview) instead of sending.
+    Column("inbox_id", BigId, nullable=True),
+    # The inbound message this chunk answers, when there is one.
     Index(None, "status", "next_attempt_at"),
     Index(None, "platform", "account", "chat_id", "id"),
 )
@@ -196,6 +220,45 @@ job_runs = Table(
     Column("started_at", UTCDateTime, nullable=True),
     Column("finished_at", UTCDateTime, nullable=True),
     UniqueConstraint("job_id", "scheduled_for"),
+)
+
+pairings = Table(
+    "pairings",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("code", String(16), nullable=False, unique=True),
+    Column("platform", String(32), nullable=False),
+    Column("account", SafeText, nullable=False),
+    Column("external_id", SafeText, nullable=False),
+    Column("chat_id", SafeText, nullable=False),
+    Column("display_name", SafeText, nullable=False, default=""),
+    Column("status", String(16), nullable=False),
+    # pending, approved, revoked (refused or withdrawn), expired.
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Column("decided_at", UTCDateTime, nullable=True),
+    Index(None, "platform", "status"),
+    Index(None, "platform", "external_id"),
+)
+
+grants = Table(
+    "grants",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("platform", String(32), nullable=False),
+    Column("external_id", SafeText, nullable=False),
+    Column("granted_at", UTCDateTime, nullable=False),
+    Column("via", SafeText, nullable=False, default=""),
+    # How access was granted: `pairing <code>` or `cli`.
+    UniqueConstraint("platform", "external_id"),
+)
+
+settings = Table(
+    "settings",
+    metadata,
+    Column("key", String(128), primary_key=True),
+    Column("value", SafeText, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
 )
 
 leases = Table(

@@ -11,6 +11,14 @@ from sqlalchemy import BigInteger, DateTime, Dialect, Integer, Text, TypeDecorat
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 
 
+def aware(value: Any) -> datetime:
+    """A timestamp read from raw SQL (SQLite hands back text) as an aware UTC datetime."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    assert isinstance(value, datetime)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
 class UTCDateTime(TypeDecorator[datetime]):
     """A timestamp that is always timezone-aware UTC in Python, on every backend."""
 

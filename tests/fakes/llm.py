@@ -186,7 +186,7 @@ class FakeLLM:
     async def wait_for_requests(
         self,
         n: int,
-        timeout: float = 10.0,  # noqa: ASYNC109 - tests want a bounded wait by default
+        timeout: float = 10.0,
     ) -> list[dict[str, Any]]:
         """Wait until at least `n` chat-completions requests arrived; return them all.
 
@@ -197,7 +197,7 @@ class FakeLLM:
         return list(self.requests)
 
     async def __aenter__(self) -> Self:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(("127.0.0.1", self._port))

@@ -10,6 +10,7 @@ from typing import Self
 
 import pytest
 
+from gateway.backoff import Backoff
 from gateway.contracts.adapter import AdapterState, InboundSink
 from gateway.contracts.errors import AuthError, NotReady
 from gateway.contracts.ids import AccountId, Platform, PlatformMessageId
@@ -20,7 +21,7 @@ from gateway.contracts.messages import (
     SendLimits,
 )
 from gateway.metrics import Metrics
-from gateway.supervisor import AdapterRunner, Backoff
+from gateway.supervisor import AdapterRunner
 
 WAIT = 5.0
 """Upper bound of every wait for the runner to reach a state."""

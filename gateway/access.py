@@ -1,0 +1,298 @@
+"""Who may talk to the agent: allowlists from config, grants from approved pairing codes.
+
+Deny by default on messaging platforms. An unknown sender in a direct chat gets a pairing
+code (8 characters, valid for `access.pairing_ttl`, at most `access.max_pending_pairings`
+pending per platform) that the operator approves with `herald pairing approve CODE`. Unknown
+senders in groups are ignored. Platforms without a config section (api, cli, cron) are not
+subject to these rules: they have their own authentication.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gateway.config import AccessConfig
+from gateway.contracts.config import PlatformSection
+from gateway.contracts.messages import InboundMessage, utcnow
+from gateway.store import Store
+from gateway.store.sql import insert_ignore
+from gateway.store.tables import grants, pairings
+from gateway.store.types import aware
+
+CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
+"""No 0/O or 1/I: codes are read aloud and typed by hand."""
+CODE_LENGTH = 8
+
+
+class Verdict(StrEnum):
+    """What to do with a message from this sender."""
+
+    ALLOW = "allow"
+    PAIR = "pair"
+    """Unknown sender in a direct chat: reject, answer with a pairing code (or why not)."""
+    IGNORE = "ignore"
+    """Reject silently (unknown sender in a group, or a pairing reply sent too recently)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A verdict, and the reply to send when there is one."""
+
+    verdict: Verdict
+    reply: str | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Pairing:
+    """One pairing request."""
+
+    id: int
+    code: str
+    platform: str
+    account: str
+    external_id: str
+    chat_id: str
+    display_name: str
+    status: str
+    created_at: datetime
+    expires_at: datetime
+
+
+def new_code() -> str:
+    """A fresh random pairing code."""
+    return "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
+
+
+class Access:
+    """Decides per inbound message; pairing rows are written in the caller's transaction."""
+
+    def __init__(
+        self,
+        store: Store,
+        sections: Mapping[str, PlatformSection],
+        config: AccessConfig,
+    ) -> None:
+        self.store = store
+        self.sections = dict(sections)
+        self.config = config
+        self._replied: dict[tuple[str, str], float] = {}
+
+    def governed(self, platform: str) -> bool:
+        """Whether the platform's senders are subject to allowlists."""
+        return platform in self.sections
+
+    async def decide(self, conn: AsyncConnection, message: InboundMessage) -> Decision:
+        """Allow, or reject with a pairing reply, or ignore. May insert a pairing row."""
+        platform = str(message.platform)
+        section = self.sections.get(platform)
+        if section is None:
+            return Decision(Verdict.ALLOW)
+        sender = str(message.sender.id)
+        if sender in section.allowed_users:
+            return Decision(Verdict.ALLOW)
+        if message.sender.is_bot:  # `*` means any person: two bots must not talk forever
+            return Decision(Verdict.IGNORE, detail="messages from bots are ignored")
+        if "*" in section.allowed_users:
+            return Decision(Verdict.ALLOW)
+        granted = await conn.scalar(
+            select(grants.c.id).where(grants.c.platform == platform, grants.c.external_id == sender)
+        )
+        if granted is not None:
+            return Decision(Verdict.ALLOW)
+        if not message.is_direct or not section.pairing:
+            return Decision(Verdict.IGNORE, detail="sender not allowed")
+        if not self._may_reply(platform, sender):
+            return Decision(
+                Verdict.IGNORE, detail="sender not allowed; pairing reply sent recently"
+            )
+        if conn.dialect.name == "postgresql":
+            # Check-then-insert below must not interleave with another stranger's.
+            await conn.execute(
+                select(func.pg_advisory_xact_lock(func.hashtext(f"herald-pairing:{platform}")))
+            )
+        now = utcnow()
+        await conn.execute(
+            update(pairings)
+            .where(pairings.c.status == "pending", pairings.c.expires_at <= now)
+            .values(status="expired", decided_at=now)
+        )
+        existing = await conn.scalar(
+            select(pairings.c.code).where(
+                pairings.c.platform == platform,
+                pairings.c.external_id == sender,
+                pairings.c.status == "pending",
+            )
+        )
+        if existing is not None:
+            return Decision(
+                Verdict.PAIR, self._pair_text(str(existing)), "sender not allowed; code resent"
+            )
+        waiting = await conn.scalar(
+            select(func.count())
+            .select_from(pairings)
+            .where(pairings.c.platform == platform, pairings.c.status == "pending")
+        )
+        if int(waiting or 0) >= self.config.max_pending_pairings:
+            return Decision(
+                Verdict.PAIR,
+                "This assistant is private, and too many access requests are waiting for the "
+                "operator right now. Please try again later.",
+                "sender not allowed; too many pending pairing codes",
+            )
+        for _ in range(5):
+            code = new_code()
+            created = await insert_ignore(
+                conn,
+                pairings,
+                {
+                    "code": code,
+                    "platform": platform,
+                    "account": message.account,
+                    "external_id": sender,
+                    "chat_id": message.chat_id,
+                    "display_name": message.sender.display_name[:256],
+                    "status": "pending",
+                    "created_at": now,
+                    "expires_at": now + timedelta(seconds=self.config.pairing_ttl),
+                },
+            )
+            if created is not None:
+                return Decision(
+                    Verdict.PAIR, self._pair_text(code), "sender not allowed; code sent"
+                )
+        raise RuntimeError("could not draw a unique pairing code")
+
+    def _pair_text(self, code: str) -> str:
+        minutes = max(1, round(self.config.pairing_ttl / 60))
+        valid = "one hour" if minutes == 60 else f"{minutes} minutes"
+        return (
+            f"This assistant is private. Your pairing code is {code} (valid for {valid}). "
+            f"Ask its operator to run: herald pairing approve {code}"
+        )
+
+    def _may_reply(self, platform: str, sender: str) -> bool:
+        now = time.monotonic()
+        interval = self.config.pairing_reply_interval
+        if len(self._replied) > 10_000:  # bound the memory a flood of strangers can take
+            self._replied = {k: t for k, t in self._replied.items() if now - t < interval}
+        last = self._replied.get((platform, sender))
+        if last is not None and now - last < interval:
+            return False
+        self._replied[(platform, sender)] = now
+        return True
+
+
+class Pairings:
+    """The operator's side: list, approve and revoke (`herald pairing …`)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def list(self, *, all_: bool = False) -> list[Pairing]:
+        """Pending, unexpired requests (every request with `all_`), newest first."""
+        query = select(pairings).order_by(pairings.c.id.desc())
+        if not all_:
+            query = query.where(pairings.c.status == "pending", pairings.c.expires_at > utcnow())
+        async with self.store.read() as conn:
+            rows = (await conn.execute(query)).mappings().all()
+        return [
+            Pairing(
+                id=int(r["id"]),
+                code=str(r["code"]),
+                platform=str(r["platform"]),
+                account=str(r["account"]),
+                external_id=str(r["external_id"]),
+                chat_id=str(r["chat_id"]),
+                display_name=str(r["display_name"]),
+                status=str(r["status"]),
+                created_at=aware(r["created_at"]),
+                expires_at=aware(r["expires_at"]),
+            )
+            for r in rows
+        ]
+
+    async def approve(self, code: str) -> Pairing:
+        """Grant the code's sender access. Raises LookupError (unknown or expired code)."""
+        code = code.strip().upper()
+        now = utcnow()
+        async with self.store.write() as conn:
+            row = (
+                (await conn.execute(select(pairings).where(pairings.c.code == code)))
+                .mappings()
+                .first()
+            )
+            if row is None or row["status"] != "pending":
+                raise LookupError(f"no pending pairing code {code!r}")
+            expired = aware(row["expires_at"]) <= now
+            if expired:
+                await conn.execute(
+                    update(pairings)
+                    .where(pairings.c.id == row["id"])
+                    .values(status="expired", decided_at=now)
+                )
+        if expired:
+            raise LookupError(f"pairing code {code} has expired; ask for a new one")
+        async with self.store.write() as conn:
+            await conn.execute(
+                update(pairings)
+                .where(pairings.c.id == row["id"])
+                .values(status="approved", decided_at=now)
+            )
+            await grant(conn, str(row["platform"]), str(row["external_id"]), via=f"pairing {code}")
+        approved = [p for p in await self.list(all_=True) if p.code == code]
+        return approved[0]
+
+    async def revoke(self, who: str) -> int:
+        """Withdraw access by code or `platform:user id`; how many grants/codes were revoked."""
+        now = utcnow()
+        changed = 0
+        async with self.store.write() as conn:
+            code = who.strip().upper()
+            row = (
+                (await conn.execute(select(pairings).where(pairings.c.code == code)))
+                .mappings()
+                .first()
+            )
+            if row is not None:
+                platform, external_id = str(row["platform"]), str(row["external_id"])
+            else:
+                platform, sep, external_id = who.partition(":")
+                if not sep or not external_id:
+                    raise LookupError(f"{who!r} is neither a pairing code nor platform:user_id")
+            result = await conn.execute(
+                update(pairings)
+                .where(
+                    pairings.c.platform == platform,
+                    pairings.c.external_id == external_id,
+                    pairings.c.status.in_(["pending", "approved"]),
+                )
+                .values(status="revoked", decided_at=now)
+            )
+            changed += int(result.rowcount or 0)
+            result = await conn.execute(
+                delete(grants).where(
+                    grants.c.platform == platform, grants.c.external_id == external_id
+                )
+            )
+            changed += int(result.rowcount or 0)
+        if not changed:
+            raise LookupError(f"nothing to revoke for {who!r}")
+        return changed
+
+
+async def grant(conn: AsyncConnection, platform: str, external_id: str, *, via: str) -> None:
+    """Allow `platform:external_id` (idempotent)."""
+    await insert_ignore(
+        conn,
+        grants,
+        {"platform": platform, "external_id": external_id, "granted_at": utcnow(), "via": via},
+    )

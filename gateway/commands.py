@@ -1,0 +1,63 @@
+"""Chat commands: they bypass the session's queue and act at once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Command(StrEnum):
+    """The commands a chat user can send."""
+
+    STOP = "stop"
+    NEW = "new"
+    RESET = "reset"
+    QUEUE = "queue"
+    STEER = "steer"
+    INTERRUPT = "interrupt"
+    MODE = "mode"
+    STATUS = "status"
+    SETHOME = "sethome"
+    HELP = "help"
+
+
+WITH_TEXT = frozenset({Command.QUEUE, Command.STEER, Command.INTERRUPT})
+"""Commands that carry a message: it is queued, steered or interrupts, whatever the mode."""
+
+HELP_TEXT = """Commands:
+/stop — stop the current answer and clear the queue
+/new or /reset — start a fresh conversation
+/queue TEXT — answer TEXT after the current answer
+/steer TEXT — add TEXT to the answer being written
+/interrupt TEXT — stop the current answer and answer TEXT instead
+/mode [queue|collect|steer|interrupt] — what happens to messages sent while I'm busy
+/status — what I'm doing and what is waiting
+/sethome — send scheduled reports to this chat
+/help — this list"""
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedCommand:
+    """A command and the text after it ("" when none)."""
+
+    command: Command
+    arg: str = ""
+
+
+def parse_command(text: str) -> ParsedCommand | None:
+    """The command a message starts with, or None for ordinary text and unknown commands.
+
+    Accepts `/cmd@botname` (how Telegram addresses commands in groups).
+    """
+    stripped = text.lstrip()
+    if not stripped.startswith("/"):
+        return None
+    head, _, rest = stripped[1:].partition(" ")
+    head, _, rest_nl = head.partition("\n")
+    name = head.split("@", 1)[0].lower()
+    try:
+        command = Command(name)
+    except ValueError:
+        return None
+    arg = (rest_nl + (" " + rest if rest else "")).strip() if rest_nl else rest.strip()
+    return ParsedCommand(command, arg)

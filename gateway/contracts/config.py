@@ -1,0 +1,72 @@
+"""Config building blocks shared by the gateway and the adapters' own config sections."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class BusyMode(StrEnum):
+    """What happens to a message for a session whose turn is still running."""
+
+    QUEUE = "queue"
+    COLLECT = "collect"
+    STEER = "steer"
+    INTERRUPT = "interrupt"
+
+
+class GroupSessions(StrEnum):
+    """In group chats: one session per chat, or one per person in the chat."""
+
+    CHAT = "chat"
+    USER = "user"
+
+
+def read_secret_files(data: Any) -> Any:
+    """Replace every `<key>_file` entry by `<key>` holding the file's contents."""
+    if not isinstance(data, Mapping):
+        return data
+    out = dict(data)
+    for name in [k for k in out if isinstance(k, str) and k.endswith("_file")]:
+        path = out.pop(name)
+        key = name.removesuffix("_file")
+        if path is None:
+            continue
+        try:
+            out[key] = Path(str(path)).expanduser().read_text(encoding="utf-8").rstrip("\r\n")
+        except OSError as err:
+            raise ValueError(f"{name}: cannot read {path}: {err.strerror}") from err
+    return out
+
+
+class Section(BaseModel):
+    """A frozen config section that rejects unknown keys and reads `<key>_file` secrets."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _secret_files(cls, data: Any) -> Any:
+        return read_secret_files(data)
+
+
+class PlatformSection(Section):
+    """What every platform's config section has: access rules and session rules.
+
+    Access is denied by default: only `allowed_users` (platform user ids, or `*` for anyone)
+    and senders the operator approved with `herald pairing approve` may talk to the agent.
+    """
+
+    enabled: bool = True
+    account: str = Field(default="default", min_length=1, max_length=128, pattern=r"^[^:\s]+$")
+    """Names this account in session keys (`platform:account:chat`)."""
+    allowed_users: tuple[str, ...] = ()
+    pairing: bool = True
+    """Unknown senders in direct messages get a pairing code for the operator to approve."""
+    busy_mode: BusyMode | None = None
+    """Default busy mode of this platform's sessions; `sessions.busy_mode` when unset."""
+    group_sessions: GroupSessions = GroupSessions.CHAT

@@ -1,0 +1,454 @@
+"""The outbox's contract, through the `Outbox` API on SQLite and on PostgreSQL (`store`)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+from sqlalchemy import update
+
+from gateway.contracts.history import ChatMessage, Role
+from gateway.contracts.ids import (
+    AccountId,
+    ChatId,
+    PlatformMessageId,
+    SessionId,
+    SessionKey,
+    TurnId,
+    UserId,
+)
+from gateway.contracts.messages import SendLimits, TextFormat, utcnow
+from gateway.outbox import (
+    Chunk,
+    Outbox,
+    OutboxKind,
+    OutboxRow,
+    OutboxStatus,
+    Target,
+    enqueue,
+    reply_chunks,
+)
+from gateway.store import Store
+from gateway.store.tables import outbox as outbox_table
+
+pytestmark = pytest.mark.timeout(60)
+
+A = Target("test", AccountId("acct"), ChatId("a"))
+B = Target("test", AccountId("acct"), ChatId("b"))
+OTHER = Target("other", AccountId("acct"), ChatId("z"))
+LATER = timedelta(hours=1)
+
+
+def chunk(key: str, target: Target = A, text: str = "hello") -> Chunk:
+    return Chunk(key, target, text)
+
+
+async def no_snapshot(_: UserId | None) -> tuple[str, str]:
+    return "", ""
+
+
+async def a_turn(store: Store) -> tuple[SessionId, TurnId]:
+    """A real session and turn, for chunks that reference them."""
+    session = await store.open_session(
+        SessionKey("test:acct:a"), platform="test", user_id=None, snapshot=no_snapshot
+    )
+    turn_id, _ = await store.start_turn(session.id, ChatMessage(Role.USER, "hi"))
+    return session.id, turn_id
+
+
+async def get(box: Outbox, row_id: int) -> OutboxRow:
+    row = await box.get(row_id)
+    assert row is not None
+    return row
+
+
+async def make_sending(box: Outbox, key: str, target: Target = A) -> int:
+    """A row claimed for sending whose outcome nobody recorded (as after a crash)."""
+    [row_id] = await box.enqueue([chunk(key, target)])
+    assert await box.claim(row_id)
+    return row_id
+
+
+async def age(store: Store, row_id: int, by: timedelta) -> None:
+    """Make a row look `by` older than it is."""
+    async with store.write() as conn:
+        await conn.execute(
+            update(outbox_table).where(outbox_table.c.id == row_id).values(created_at=utcnow() - by)
+        )
+
+
+def soon() -> datetime:
+    return utcnow() + timedelta(seconds=1)
+
+
+# enqueue -------------------------------------------------------------------------------------
+
+
+async def test_enqueue_writes_pending_rows(store: Store) -> None:
+    box = Outbox(store)
+    before = utcnow()
+    ids = await box.enqueue([chunk("k1", text="one"), chunk("k2", B, "two")])
+    assert len(ids) == 2
+    first, second = await get(box, ids[0]), await get(box, ids[1])
+    assert (first.idempotency_key, first.target, first.text) == ("k1", A, "one")
+    assert (second.idempotency_key, second.target, second.text) == ("k2", B, "two")
+    assert first.status is OutboxStatus.PENDING
+    assert first.attempts == 0
+    assert not first.recovered
+    assert first.kind is OutboxKind.NOTICE
+    assert first.format is TextFormat.MARKDOWN
+    assert first.created_at >= before - timedelta(seconds=1)
+    assert first.created_at.tzinfo is not None
+    assert first.next_attempt_at <= utcnow()
+    assert await box.get(max(ids) + 1000) is None
+
+
+async def test_enqueue_is_idempotent_by_key(store: Store) -> None:
+    box = Outbox(store)
+    [row_id] = await box.enqueue([chunk("same", text="first")])
+    again = await box.enqueue([chunk("same", text="second"), chunk("new")])
+    assert len(again) == 1
+    assert again[0] != row_id
+    row = await get(box, row_id)
+    assert row.text == "first"
+    assert await box.counts() == {"pending": 2}
+
+
+async def test_enqueue_keeps_an_existing_key_whatever_its_status(store: Store) -> None:
+    box = Outbox(store)
+    [row_id] = await box.enqueue([chunk("k")])
+    assert await box.claim(row_id)
+    await box.sent(row_id, "m1", utcnow())
+    assert await box.enqueue([chunk("k", text="a replay")]) == []
+    row = await get(box, row_id)
+    assert (row.status, row.text) == (OutboxStatus.SENT, "hello")
+
+
+async def test_enqueue_in_the_callers_transaction_rolls_back_with_it(store: Store) -> None:
+    box = Outbox(store)
+
+    async def failing_turn() -> None:
+        async with store.write() as conn:
+            await enqueue(conn, [chunk("k")])
+            raise RuntimeError("the turn failed to commit")
+
+    with pytest.raises(RuntimeError):
+        await failing_turn()
+    assert await box.list() == []
+
+
+# claim, sent, retry_at, dead -----------------------------------------------------------------
+
+
+async def test_claim_then_sent(store: Store) -> None:
+    box = Outbox(store)
+    [row_id] = await box.enqueue([chunk("k")])
+    assert await box.claim(row_id)
+    row = await get(box, row_id)
+    assert (row.status, row.attempts) == (OutboxStatus.SENDING, 1)
+    assert not await box.claim(row_id), "a sending row cannot be claimed twice"
+    at = utcnow()
+    await box.sent(row_id, "pm-7", at)
+    row = await get(box, row_id)
+    assert row.status is OutboxStatus.SENT
+    assert row.platform_message_id == PlatformMessageId("pm-7")
+    assert row.sent_at is not None
+    assert abs((row.sent_at - at).total_seconds()) < 0.001
+    assert row.last_error is None
+    assert not await box.claim(row_id), "a sent row cannot be claimed"
+
+
+async def test_retry_at_makes_a_row_pending_later_and_counts_the_try(store: Store) -> None:
+    box = Outbox(store)
+    [row_id] = await box.enqueue([chunk("k")])
+    assert await box.claim(row_id)
+    when = utcnow() + LATER
+    await box.retry_at(row_id, when, "NotReady: 502")
+    row = await get(box, row_id)
+    assert row.status is OutboxStatus.PENDING
+    assert row.attempts == 1
+    assert row.last_error == "NotReady: 502"
+    assert abs((row.next_attempt_at - when).total_seconds()) < 0.001
+    assert await box.due_chats(utcnow(), platforms=["test"], limit=10) == []
+    assert await box.due_chats(when, platforms=["test"], limit=10) == [A.chat]
+    # A later try that succeeds clears the error.
+    assert await box.claim(row_id)
+    await box.sent(row_id, "m", utcnow())
+    row = await get(box, row_id)
+    assert (row.attempts, row.last_error) == (2, None)
+
+
+async def test_retry_at_without_attempt_does_not_count_the_try(store: Store) -> None:
+    box = Outbox(store)
+    [row_id] = await box.enqueue([chunk("k")])
+    for _ in range(3):
+        assert await box.claim(row_id)
+        await box.retry_at(row_id, utcnow(), "rate limited", attempt=False)
+    row = await get(box, row_id)
+    assert (row.status, row.attempts) == (OutboxStatus.PENDING, 0)
+
+
+async def test_dead(store: Store) -> None:
+    box = Outbox(store)
+    [row_id, other] = await box.enqueue([chunk("k"), chunk("k2")])
+    assert await box.claim(row_id)
+    await box.dead(row_id, "Forbidden: bot was blocked by the user")
+    row = await get(box, row_id)
+    assert row.status is OutboxStatus.DEAD
+    assert row.last_error == "Forbidden: bot was blocked by the user"
+    assert not await box.claim(row_id), "a dead letter is never sent automatically"
+    assert [r.id for r in await box.list(status=OutboxStatus.DEAD)] == [row_id]
+    assert [r.id for r in await box.list(status=OutboxStatus.PENDING)] == [other]
+    assert await box.counts() == {"dead": 1, "pending": 1}
+
+
+async def test_as_plain_and_without_edit(store: Store) -> None:
+    box = Outbox(store)
+    [row_id] = await box.enqueue(
+        [Chunk("k", A, "**bold**", edit_of=PlatformMessageId("preview-1"))]
+    )
+    assert await box.claim(row_id)
+    await box.as_plain(row_id, "bold")
+    row = await get(box, row_id)
+    assert (row.status, row.format, row.text, row.attempts) == (
+        OutboxStatus.PENDING,
+        TextFormat.PLAIN,
+        "bold",
+        0,
+    )
+    assert row.edit_of == PlatformMessageId("preview-1")
+    assert await box.claim(row_id)
+    await box.without_edit(row_id, "message to edit is gone")
+    row = await get(box, row_id)
+    assert (row.status, row.edit_of, row.last_error) == (
+        OutboxStatus.PENDING,
+        None,
+        "message to edit is gone",
+    )
+
+
+# retry (of dead letters) ---------------------------------------------------------------------
+
+
+async def test_retry_of_a_dead_letter_makes_it_pending_and_fresh(store: Store) -> None:
+    box = Outbox(store)
+    [row_id] = await box.enqueue([chunk("k")])
+    await age(store, row_id, timedelta(days=2))
+    for _ in range(2):
+        assert await box.claim(row_id)
+        await box.retry_at(row_id, utcnow() + LATER, "NotReady")
+    assert await box.claim(row_id)
+    await box.dead(row_id, "gave up after 3 tries")
+    before = utcnow()
+    row = await box.retry(row_id)
+    assert row.id == row_id
+    assert row.status is OutboxStatus.PENDING
+    assert row.attempts == 0
+    assert row.last_error is None
+    assert row.created_at >= before - timedelta(seconds=1), "a retried letter has a fresh age"
+    assert row.next_attempt_at <= utcnow()
+    assert await box.due_chats(utcnow(), platforms=["test"], limit=10) == [A.chat]
+    assert await get(box, row_id) == row
+
+
+async def test_retry_of_anything_but_a_dead_letter_is_a_lookup_error(store: Store) -> None:
+    box = Outbox(store)
+    [pending, sending, sent] = await box.enqueue([chunk("p"), chunk("s"), chunk("t")])
+    assert await box.claim(sending)
+    assert await box.claim(sent)
+    await box.sent(sent, "m", utcnow())
+    for row_id in (pending, sending, sent, sent + 1000):
+        with pytest.raises(LookupError, match=f"no dead letter with id {row_id}"):
+            await box.retry(row_id)
+    assert (await get(box, pending)).status is OutboxStatus.PENDING
+    assert (await get(box, sending)).status is OutboxStatus.SENDING
+    assert (await get(box, sent)).status is OutboxStatus.SENT
+
+
+# recover -------------------------------------------------------------------------------------
+
+
+async def test_recover_resends_an_unknown_outcome_once_marked_recovered(store: Store) -> None:
+    box = Outbox(store)
+    row_id = await make_sending(box, "k")
+    [untouched] = await box.enqueue([chunk("other")])
+    assert await box.recover(max_age=3600, max_attempts=8) == (1, 0)
+    row = await get(box, row_id)
+    assert row.status is OutboxStatus.PENDING
+    assert row.recovered
+    assert row.attempts == 1
+    assert row.next_attempt_at <= utcnow()
+    assert row.message().recovered, "the adapter is told that this is a resend"
+    assert not (await get(box, untouched)).recovered
+    # Nothing is left to recover.
+    assert await box.recover(max_age=3600, max_attempts=8) == (0, 0)
+
+
+async def test_each_unknown_outcome_is_resolved_by_one_recovered_resend(store: Store) -> None:
+    """A resend cut off by another stop is resent once more (a reply must not be lost to two
+    crashes in a row); tries and freshness bound how often."""
+    box = Outbox(store)
+    row_id = await make_sending(box, "k")
+    assert await box.recover(max_age=3600, max_attempts=8) == (1, 0)
+    assert await box.claim(row_id)  # resent, and the process stopped again
+    assert await box.recover(max_age=3600, max_attempts=8) == (1, 0)
+    row = await get(box, row_id)
+    assert row.status is OutboxStatus.PENDING
+    assert row.recovered
+    assert row.attempts == 2
+
+
+async def test_recover_of_a_row_out_of_tries_makes_it_dead(store: Store) -> None:
+    box = Outbox(store)
+    row_id = await make_sending(box, "k")
+    for _ in range(2):
+        await box.retry_at(row_id, utcnow(), "NotReady")
+        assert await box.claim(row_id)
+    fresh = await make_sending(box, "fresh")
+    assert (await get(box, row_id)).attempts == 3
+    assert await box.recover(max_age=3600, max_attempts=3) == (1, 1)
+    row = await get(box, row_id)
+    assert row.status is OutboxStatus.DEAD
+    assert row.last_error is not None
+    assert "unknown" in row.last_error
+    assert (await get(box, fresh)).status is OutboxStatus.PENDING
+
+
+async def test_recover_of_a_stale_row_makes_it_dead(store: Store) -> None:
+    box = Outbox(store)
+    stale = await make_sending(box, "old")
+    fresh = await make_sending(box, "new")
+    await age(store, stale, timedelta(seconds=120))
+    assert await box.recover(max_age=60, max_attempts=8) == (1, 1)
+    assert (await get(box, stale)).status is OutboxStatus.DEAD
+    fresh_row = await get(box, fresh)
+    assert (fresh_row.status, fresh_row.recovered) == (OutboxStatus.PENDING, True)
+
+
+async def test_recover_leaves_pending_sent_and_dead_rows_alone(store: Store) -> None:
+    box = Outbox(store)
+    [pending, sent, dead] = await box.enqueue([chunk("p"), chunk("s"), chunk("d")])
+    assert await box.claim(sent)
+    await box.sent(sent, "m", utcnow())
+    await box.dead(dead, "blocked")
+    await age(store, pending, timedelta(days=1))
+    assert await box.recover(max_age=60, max_attempts=8) == (0, 0)
+    assert [(await get(box, i)).status for i in (pending, sent, dead)] == [
+        OutboxStatus.PENDING,
+        OutboxStatus.SENT,
+        OutboxStatus.DEAD,
+    ]
+    assert not any([(await get(box, i)).recovered for i in (pending, sent, dead)])
+
+
+# due_chats, next_due_at, head ----------------------------------------------------------------
+
+
+async def test_due_chats_oldest_first(store: Store) -> None:
+    box = Outbox(store)
+    await box.enqueue([chunk("b1", B), chunk("a1", A), chunk("b2", B), chunk("z", OTHER)])
+    assert await box.due_chats(soon(), platforms=["test"], limit=10) == [B.chat, A.chat]
+    assert await box.due_chats(soon(), platforms=["test"], limit=1) == [B.chat]
+    assert await box.due_chats(soon(), platforms=["test", "other"], limit=10) == [
+        B.chat,
+        A.chat,
+        OTHER.chat,
+    ]
+    assert await box.due_chats(soon(), platforms=["nothing"], limit=10) == []
+
+
+async def test_due_chats_skips_a_chat_whose_oldest_pending_chunk_is_not_due(store: Store) -> None:
+    box = Outbox(store)
+    [a1, _a2] = await box.enqueue([chunk("a1", A), chunk("a2", A)])
+    await box.enqueue([chunk("b1", B)])
+    assert await box.claim(a1)
+    await box.retry_at(a1, utcnow() + LATER, "rate limited", attempt=False)
+    # a2 is due, but it must not overtake a1: chat A is not due at all.
+    assert await box.due_chats(soon(), platforms=["test"], limit=10) == [B.chat]
+    head = await box.head(A.chat)
+    assert head is not None
+    assert head.id == a1
+    assert await box.due_chats(utcnow() + 2 * LATER, platforms=["test"], limit=10) == [
+        A.chat,
+        B.chat,
+    ]
+
+
+async def test_a_sent_or_dead_head_no_longer_holds_the_chat(store: Store) -> None:
+    box = Outbox(store)
+    [a1, a2, a3] = await box.enqueue([chunk("a1"), chunk("a2"), chunk("a3")])
+    assert await box.claim(a1)
+    assert await box.due_chats(soon(), platforms=["test"], limit=10) == [A.chat]
+    head = await box.head(A.chat)
+    assert head is not None
+    assert head.id == a2, "a sending row is not the pending head"
+    await box.sent(a1, "m", utcnow())
+    assert await box.claim(a2)
+    await box.dead(a2, "blocked")
+    head = await box.head(A.chat)
+    assert head is not None
+    assert head.id == a3
+    assert await box.claim(a3)
+    await box.sent(a3, "m", utcnow())
+    assert await box.head(A.chat) is None
+    assert await box.due_chats(soon(), platforms=["test"], limit=10) == []
+
+
+async def test_next_due_at(store: Store) -> None:
+    box = Outbox(store)
+    assert await box.next_due_at(platforms=["test"]) is None
+    [a1] = await box.enqueue([chunk("a1")])
+    assert await box.claim(a1)
+    when = utcnow() + LATER
+    await box.retry_at(a1, when, "rate limited")
+    due = await box.next_due_at(platforms=["test"])
+    assert due is not None
+    assert abs((due - when).total_seconds()) < 0.001
+    assert due.tzinfo is not None
+    await box.enqueue([chunk("b1", B)])
+    due = await box.next_due_at(platforms=["test"])
+    assert due is not None
+    assert due <= utcnow()
+    assert await box.next_due_at(platforms=["other"]) is None
+
+
+# reply_chunks --------------------------------------------------------------------------------
+
+
+async def test_reply_chunks_keys_and_fields(store: Store) -> None:
+    session_id, turn_id = await a_turn(store)
+    text = " ".join(f"word{i}" for i in range(60))
+    chunks = reply_chunks(
+        A,
+        text,
+        SendLimits(max_chunk=100),
+        session_id=session_id,
+        turn_id=turn_id,
+        reply_to=PlatformMessageId("in-1"),
+        edit_of=PlatformMessageId("preview-1"),
+    )
+    assert len(chunks) > 2
+    assert [c.key for c in chunks] == [f"s{session_id}:t{turn_id}:c{i}" for i in range(len(chunks))]
+    assert [c.chunk_index for c in chunks] == list(range(len(chunks)))
+    assert all(len(c.text) <= 100 for c in chunks)
+    assert " ".join(c.text for c in chunks).split() == text.split()
+    assert all(c.kind is OutboxKind.REPLY for c in chunks)
+    assert [c.reply_to for c in chunks] == ["in-1"] + [None] * (len(chunks) - 1)
+    assert [c.edit_of for c in chunks] == ["preview-1"] + [None] * (len(chunks) - 1)
+
+    box = Outbox(store)
+    ids = await box.enqueue(chunks)
+    assert len(ids) == len(chunks)
+    # The same turn's reply written again (a replayed commit) adds nothing.
+    assert await box.enqueue(chunks) == []
+    rows = sorted(await box.list(session_id=session_id), key=lambda r: r.id)
+    assert [(r.chunk_index, r.turn_id, r.edit_of) for r in rows] == [
+        (c.chunk_index, turn_id, c.edit_of) for c in chunks
+    ]
+
+
+async def test_reply_chunks_of_an_empty_answer(store: Store) -> None:
+    session_id, turn_id = await a_turn(store)
+    [only] = reply_chunks(A, "  ", SendLimits(), session_id=session_id, turn_id=turn_id)
+    assert only.key == f"s{session_id}:t{turn_id}:c0"
+    assert only.text.strip()

@@ -1,0 +1,178 @@
+"""`herald deliveries list|retry`, against an outbox on a SQLite file under tmp_path.
+
+The rows are written with the `Outbox` API first; each command runs in a worker thread
+(it calls `asyncio.run` itself), as in tests/unit/test_cli.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner, Result
+
+from gateway.cli.main import app
+from gateway.config import load_config
+from gateway.contracts.ids import AccountId, ChatId
+from gateway.contracts.messages import utcnow
+from gateway.outbox import Chunk, Outbox, OutboxRow, OutboxStatus, Target
+from gateway.store import Store
+
+pytestmark = pytest.mark.timeout(60)
+
+INVOKE_TIMEOUT = 30.0
+TARGET = Target("test", AccountId("acct"), ChatId("chat-42"))
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No `HERALD_*` variable of the machine running the tests; a private home directory."""
+    for name in list(os.environ):
+        if name.upper().startswith("HERALD_"):
+            monkeypatch.delenv(name)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+
+
+@dataclass(frozen=True, slots=True)
+class Herald:
+    """A config file whose state directory (and SQLite database) lives under tmp_path."""
+
+    path: Path
+
+    @property
+    def database_url(self) -> str:
+        """The database the CLI will open, as the config resolves it."""
+        return load_config(self.path).effective_database_url
+
+    async def invoke(self, *args: str) -> Result:
+        """Run `herald <args> --config <file>` in a worker thread."""
+        runner = CliRunner()
+        async with asyncio.timeout(INVOKE_TIMEOUT):
+            return await asyncio.to_thread(
+                runner.invoke,
+                app,
+                [*args, "--config", str(self.path)],
+                env={"COLUMNS": "250", "NO_COLOR": "1"},
+            )
+
+    async def row(self, row_id: int) -> OutboxRow:
+        async with Store.open(self.database_url) as store:
+            row = await Outbox(store).get(row_id)
+        assert row is not None
+        return row
+
+
+@pytest.fixture
+def herald(tmp_path: Path) -> Herald:
+    path = tmp_path / "herald.yaml"
+    path.write_text(yaml.safe_dump({"state_dir": str(tmp_path / "state")}), encoding="utf-8")
+    return Herald(path)
+
+
+async def add_rows(herald: Herald) -> dict[str, int]:
+    """A dead letter, a pending chunk and a sent chunk; their ids by name."""
+    async with Store.open(herald.database_url) as store:
+        box = Outbox(store)
+        dead, pending, sent = await box.enqueue(
+            [
+                Chunk("dead-key", TARGET, "a reply that never arrived"),
+                Chunk("pending-key", TARGET, "a reply on its way"),
+                Chunk("sent-key", TARGET, "a reply delivered"),
+            ]
+        )
+        assert await box.claim(dead)
+        await box.dead(dead, "Forbidden: bot was blocked by the user")
+        assert await box.claim(sent)
+        await box.sent(sent, "m-1", utcnow())
+    return {"dead": dead, "pending": pending, "sent": sent}
+
+
+def lines_with(output: str, needle: str) -> list[str]:
+    return [line for line in output.splitlines() if needle in line]
+
+
+async def test_database_is_under_tmp_path(herald: Herald, tmp_path: Path) -> None:
+    assert herald.database_url.startswith("sqlite+aiosqlite:///")
+    assert str(tmp_path) in herald.database_url
+
+
+async def test_list_dead_shows_the_dead_letter_only(herald: Herald) -> None:
+    ids = await add_rows(herald)
+    result = await herald.invoke("deliveries", "list", "--dead")
+    assert result.exit_code == 0, result.output
+    [line] = lines_with(result.output, "a reply that never arrived")
+    assert str(ids["dead"]) in line.split()
+    assert "dead" in line
+    assert "test:chat-42" in line
+    assert "Forbidden: bot was blocked by the user" in line
+    assert "on its way" not in result.output
+    assert "a reply delivered" not in result.output
+
+
+async def test_list_shows_every_status_and_pending_filters(herald: Herald) -> None:
+    await add_rows(herald)
+    everything = await herald.invoke("deliveries", "list")
+    assert everything.exit_code == 0, everything.output
+    for text, status in [
+        ("a reply that never arrived", "dead"),
+        ("a reply on its way", "pending"),
+        ("a reply delivered", "sent"),
+    ]:
+        [line] = lines_with(everything.output, text)
+        assert status in line
+    pending = await herald.invoke("deliveries", "list", "--pending")
+    assert pending.exit_code == 0, pending.output
+    assert lines_with(pending.output, "a reply on its way")
+    assert not lines_with(pending.output, "a reply that never arrived")
+
+
+async def test_list_dead_with_no_dead_letters(herald: Herald) -> None:
+    async with Store.open(herald.database_url) as store:
+        await Outbox(store).enqueue([Chunk("k", TARGET, "hello")])
+    result = await herald.invoke("deliveries", "list", "--dead")
+    assert result.exit_code == 0, result.output
+    assert "no dead deliveries" in result.output
+
+
+async def test_retry_makes_a_dead_letter_pending_again(herald: Herald) -> None:
+    ids = await add_rows(herald)
+    result = await herald.invoke("deliveries", "retry", str(ids["dead"]))
+    assert result.exit_code == 0, result.output
+    assert f"{ids['dead']}: queued again for test:chat-42" in result.output
+    row = await herald.row(ids["dead"])
+    assert row.status is OutboxStatus.PENDING
+    assert row.attempts == 0
+    assert row.last_error is None
+    listed = await herald.invoke("deliveries", "list", "--dead")
+    assert "no dead deliveries" in listed.output
+
+
+async def test_retry_of_an_unknown_id_exits_1_with_a_clear_error(herald: Herald) -> None:
+    await add_rows(herald)
+    result = await herald.invoke("deliveries", "retry", "9999")
+    assert result.exit_code == 1, result.output
+    assert "there is no dead letter with id 9999" in result.stderr
+    assert "queued again" not in result.stdout
+
+
+async def test_retry_of_a_row_that_is_not_dead_exits_1(herald: Herald) -> None:
+    ids = await add_rows(herald)
+    result = await herald.invoke("deliveries", "retry", str(ids["sent"]))
+    assert result.exit_code == 1, result.output
+    assert f"there is no dead letter with id {ids['sent']}" in result.stderr
+    assert (await herald.row(ids["sent"])).status is OutboxStatus.SENT
+
+
+async def test_retry_of_several_ids_retries_the_good_ones_and_exits_1(herald: Herald) -> None:
+    ids = await add_rows(herald)
+    result = await herald.invoke("deliveries", "retry", "9999", str(ids["dead"]))
+    assert result.exit_code == 1, result.output
+    assert "there is no dead letter with id 9999" in result.stderr
+    assert f"{ids['dead']}: queued again" in result.stdout
+    assert (await herald.row(ids["dead"])).status is OutboxStatus.PENDING
