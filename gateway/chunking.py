@@ -27,6 +27,8 @@ _SENTENCE_END = frozenset(".!?…")
 _CLOSING_QUOTES = frozenset("\"')]}»”’」』）")
 _ZWJ = "\u200d"
 _FENCE_MARKS = ("```", "~~~")
+_FENCE_LIKE = re.compile(r" {0,3}(?:```|~~~)")
+_NEWLINE = re.compile("\n")
 # Break classes, best first: blank line, line break, sentence end, space, hard cut.
 _PARAGRAPH, _LINE, _SENTENCE, _SPACE = 4, 3, 2, 1
 
@@ -179,8 +181,11 @@ class _Splitter:
         close = "\n" + fence.marker
         indent = fence.opener[: fence.marker_start - fence.line_start]
         info = fence.opener[fence.marker_start - fence.line_start + len(fence.marker) :].split()
+        lang = info[0] if info else ""
+        if lang.startswith(fence.marker[0]):
+            lang = " " + lang  # glued on, it would lengthen the fence
         min_body = max(8, self.max_len // 4)
-        heads = [fence.opener, indent + fence.marker + (info[0] if info else ""), fence.marker]
+        heads = [fence.opener, indent + fence.marker + lang, fence.marker]
         for head in heads:
             reopen = head + "\n"
             widths = self._width(reopen), self._width(close)
@@ -201,6 +206,12 @@ class _Splitter:
         if 0xD800 <= int.from_bytes(units[-2:], "little") <= 0xDBFF:
             units = units[:-2]
         return start + len(units.decode("utf-16-le", "surrogatepass"))
+
+    def _rstrip(self, pos: int, floor: int) -> int:
+        """`pos` moved back over whitespace, not below `floor`."""
+        while pos > floor and self.text[pos - 1] in _WS:
+            pos -= 1
+        return pos
 
     def _skip_ws(self, pos: int) -> int:
         m = _WS_RUN.match(self.text, pos)
@@ -301,11 +312,16 @@ class _Splitter:
         for m in _CJK_SOFT_BREAK.finditer(text, first, window):
             found.append((_SPACE, m.end(), m.end()))
         found.sort(reverse=True)
-        for _kind, brk, _gap_end in found:
+        line_breaks = [m.start() for m in _NEWLINE.finditer(text, start, window)]
+        for kind, brk, _gap_end in found:
             cut_end = brk
             i = self._fence_at(cut_end)
             if i is not None and cut_end < self.fences[i].content_start:
                 continue  # would end on a fence's opening line
+            if kind <= _SENTENCE:
+                line = bisect_left(line_breaks, cut_end) - 1
+                if _FENCE_LIKE.match(text, line_breaks[line] + 1 if line >= 0 else start):
+                    continue  # cut short, a ``` line could become a fence or a closing one
             closes = self._closing(cut_end, start, reopened)
             next_start = self._next_start(brk, closes is not None)
             if self._opens_fence_mid_line(brk, next_start):
@@ -337,9 +353,22 @@ class _Splitter:
             if last is not None and last - 1 > first:
                 brk = last - 1  # leave the next chunk some code, not a bare closing line
             brk = self._cluster_boundary(brk, first + 1)
-            cut_end = brk
-            while cut_end > first + 1 and self.text[cut_end - 1] in _WS:
-                cut_end -= 1
+            if self._opens_fence_mid_line(brk, self._skip_ws(brk)):
+                # Start the next chunk before the run of fence characters, not with it.
+                back = self._rstrip(brk, first + 1)
+                while back > first + 1 and self.text[back - 1] in "`~":
+                    back -= 1
+                if back - 1 > first:
+                    brk = self._cluster_boundary(back - 1, first + 1)
+            cut_end = self._rstrip(brk, first + 1)
+            line = self.text.rfind("\n", start, cut_end) + 1 or start
+            if (
+                line - 1 > first
+                and _FENCE_LIKE.match(self.text, line)
+                and "\n" not in self.text[cut_end : self._skip_ws(brk)]
+            ):
+                brk = line  # cut short, a ``` line could become a fence: cut before it
+                cut_end = self._rstrip(brk, first + 1)
             closes = self._closing(cut_end, start, reopened)
             repair = self._repair(closes) if closes is not None else None
             need = repair.close_width if repair is not None else 0
@@ -456,7 +485,9 @@ def _plain_line_mark(m: re.Match[str]) -> str:
 
 def _plain_inline(text: str) -> str:
     """One paragraph's inline markup removed."""
-    sentinel = next(chr(cp) for cp in range(0xE000, 0xF900) if chr(cp) not in text)
+    sentinel = next((chr(cp) for cp in range(0xE000, 0xF900) if chr(cp) not in text), None)
+    if sentinel is None:  # every private-use character is taken: leave the markup in place
+        return text
     literals: list[str] = []
     marked = _protect(text, sentinel, literals)
     stripped = _strip_emphasis(marked)

@@ -188,8 +188,12 @@ async def settle(
     *,
     turn_id: TurnId | None = None,
     detail: str | None = None,
+    only_pending: bool = False,
 ) -> int:
-    """Record the final outcome of rows that have none yet; return how many were settled."""
+    """Record the final outcome of rows that have none yet; return how many were settled.
+
+    With `only_pending`, rows a turn has already taken are left to that turn.
+    """
     if not ids:
         return 0
     values: dict[str, Any] = {
@@ -200,20 +204,31 @@ async def settle(
     }
     if turn_id is not None:
         values["turn_id"] = turn_id
+    open_ = (
+        inbox.c.status == str(Status.PENDING)
+        if only_pending
+        else inbox.c.status != str(Status.DONE)
+    )
     result = await conn.execute(
-        update(inbox)
-        .where(inbox.c.id.in_(list(ids)), inbox.c.status != str(Status.DONE))
-        .values(**values)
+        update(inbox).where(inbox.c.id.in_(list(ids)), open_).values(**values)
     )
     return int(result.rowcount or 0)
 
 
-async def requeue(conn: AsyncConnection, ids: Sequence[InboxId]) -> None:
-    """running / steer → plain pending (the turn stopped before answering them)."""
+async def requeue(
+    conn: AsyncConnection, ids: Sequence[InboxId], *, turn_id: TurnId | None = None
+) -> None:
+    """running / steer → plain pending (the turn stopped before answering them).
+
+    `turn_id`: the turn that already stored them in the history (not to be stored again).
+    """
+    values: dict[str, Any] = {"status": str(Status.PENDING), "steer": False}
+    if turn_id is not None:
+        values["turn_id"] = turn_id
     await conn.execute(
         update(inbox)
         .where(inbox.c.id.in_(list(ids)), inbox.c.status != str(Status.DONE))
-        .values(status=str(Status.PENDING), steer=False)
+        .values(**values)
     )
 
 

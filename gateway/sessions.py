@@ -193,11 +193,15 @@ class _Running:
     finishing: bool = False
 
     def cancel(self, reason: str) -> bool:
-        """Cancel the agent's work unless its result is already being stored."""
-        if self.finishing or self.task is None or self.task.done():
+        """Cancel the agent's work unless its result is already being stored.
+
+        Before the work has started, it is cancelled as soon as it starts.
+        """
+        if self.finishing or (self.task is not None and self.task.done()):
             return False
         self.cancel_reason = self.cancel_reason or reason
-        self.task.cancel()
+        if self.task is not None:
+            self.task.cancel()
         return True
 
 
@@ -209,7 +213,6 @@ class _Lane:
     """HTTP API turns waiting for or holding the lock."""
     worker: asyncio.Task[None] | None = None
     running: _Running | None = None
-    last_ack: float = -math.inf
 
 
 class SessionManager:
@@ -250,6 +253,7 @@ class SessionManager:
         self._idle = asyncio.Event()
         self._idle.set()
         self._closed = asyncio.Event()
+        self._last_ack: dict[SessionKey, float] = {}
         self._recovered: list[SessionKey] = []
 
     async def __aenter__(self) -> Self:
@@ -419,7 +423,7 @@ class SessionManager:
                                 "Send it again later, or /stop to clear the queue.",
                             )
                         )
-                    elif self._may_ack(lane):
+                    elif self._may_ack(key):
                         notices.append(Chunk(f"ack:{row_id}", target, ACKS[mode]))
                     steer_text = text if mode is BusyMode.STEER else None
                     interrupt = mode is BusyMode.INTERRUPT
@@ -449,13 +453,14 @@ class SessionManager:
                 running.cancel("interrupted by a newer message")
         self._wake(key)
 
-    def _may_ack(self, lane: _Lane | None) -> bool:
-        if lane is None:
-            return False
+    def _may_ack(self, key: SessionKey) -> bool:
         now = time.monotonic()
-        if now - lane.last_ack < self.config.ack_interval:
+        interval = self.config.ack_interval
+        if now - self._last_ack.get(key, -math.inf) < interval:
             return False
-        lane.last_ack = now
+        if len(self._last_ack) > 10_000:  # bounded, whatever the number of sessions
+            self._last_ack = {k: t for k, t in self._last_ack.items() if now - t < interval}
+        self._last_ack[key] = now
         return True
 
     async def _mode(
@@ -556,12 +561,7 @@ class SessionManager:
             if not batch:
                 return
             head = batch[0]
-        personal = head.is_direct or ":u=" in key
-        user_id = (
-            await self.store.resolve_user(head.platform, head.sender_id, head.sender_name)
-            if personal
-            else None
-        )
+        user_id = await self._owner(head)
         exchange: tuple[SessionInfo, list[ChatMessage]] | None = None
         async with lane.lock:
             self.metrics.waiting_turns.inc()
@@ -589,19 +589,27 @@ class SessionManager:
             key, platform=head.platform, user_id=user_id, snapshot=self.snapshot
         )
         new_messages = [_user_message(r) for r in batch if r.turn_id is None]
-        async with self.store.write() as conn:
-            turn_id, _ = await record_start(conn, session.id, new_messages)
-            await inbox_sql.take(conn, [r.id for r in batch], turn_id)
-        running = _Running(turn_id, [r.id for r in batch], time.monotonic())
-        progress = TurnProgress()
-        preview = await self._preview(target, turn_id)
-        assert self._tg is not None
+        # Busy from here on, so a /stop or an interrupt during the commit below is not lost.
+        running = _Running(TurnId(0), [r.id for r in batch], time.monotonic())
         lane.running = running
+        try:
+            async with self.store.write() as conn:
+                turn_id, _ = await record_start(conn, session.id, new_messages)
+                await inbox_sql.take(conn, [r.id for r in batch], turn_id)
+            running.turn_id = turn_id
+            progress = TurnProgress()
+            preview = await self._preview(target, turn_id)
+        except BaseException:
+            lane.running = None
+            raise
+        assert self._tg is not None
         self.metrics.running_turns.inc()
         started = time.monotonic()
         running.task = self._tg.create_task(
             self._agent_turn(session, progress, running, preview), name=f"turn {key}"
         )
+        if running.cancel_reason is not None:
+            running.task.cancel()
         typing = self._tg.create_task(self._typing(target), name=f"typing {key}")
         try:
             await asyncio.wait({running.task})
@@ -614,7 +622,7 @@ class SessionManager:
                 await record_finish(
                     conn, session.id, turn_id, progress.result("interrupted", "process stopping")
                 )
-                await inbox_sql.requeue(conn, [*running.ids, *running.steer.taken])
+                await inbox_sql.requeue(conn, [*running.ids, *running.steer.taken], turn_id=turn_id)
             self._count("interrupted", started)
             raise
         finally:
@@ -777,7 +785,7 @@ class SessionManager:
             dropped = [r.id for r in waiting]
             async with self.store.write() as conn:
                 n = await inbox_sql.settle(
-                    conn, dropped, Outcome.DROPPED, detail="cleared by /stop"
+                    conn, dropped, Outcome.DROPPED, detail="cleared by /stop", only_pending=True
                 )
             if n:
                 self.metrics.outcomes.labels(outcome=str(Outcome.DROPPED)).inc(n)
@@ -789,7 +797,7 @@ class SessionManager:
             await self.store.open_session(
                 key,
                 platform=row.platform,
-                user_id=None if old is None else old.user_id,
+                user_id=await self._owner(row) if old is None else old.user_id,
                 snapshot=self.snapshot,
                 new_epoch=True,
             )
@@ -812,7 +820,10 @@ class SessionManager:
                 else:
                     if await self.store.get_session(key) is None:
                         await self.store.open_session(
-                            key, platform=row.platform, user_id=None, snapshot=self.snapshot
+                            key,
+                            platform=row.platform,
+                            user_id=await self._owner(row),
+                            snapshot=self.snapshot,
                         )
                     await self.store.set_busy_mode(key, str(mode))
                     reply = f"Busy mode set to {mode}."
@@ -835,6 +846,12 @@ class SessionManager:
         self.on_outbox()
         if cancel is not None and running is not None:
             running.cancel(cancel)
+
+    async def _owner(self, row: InboxRow) -> UserId | None:
+        """The user a session of this row belongs to (None for a shared group session)."""
+        if row.is_direct or ":u=" in row.session_key:
+            return await self.store.resolve_user(row.platform, row.sender_id, row.sender_name)
+        return None
 
     async def _status(
         self, key: SessionKey, section: PlatformSection | None, running: _Running | None

@@ -364,6 +364,23 @@ def test_closing_fence_line_is_never_split_or_stranded() -> None:
     ]
 
 
+def test_shortened_reopen_never_lengthens_the_fence() -> None:
+    opener = "~~~ ~sh title=very-long-name.txt"
+    text = opener + "\n" + "\n".join(f"line {i} here" for i in range(8)) + "\n~~~"
+    chunks = check_chunks(text, 40, utf16=False)
+    assert chunks[0].startswith(opener + "\n")
+    assert all(c.startswith("~~~ ~sh\n") for c in chunks[1:])
+    assert all(open_fence(c) is None for c in chunks)
+
+
+def test_a_fence_looking_line_is_not_cut_into_a_fence() -> None:
+    # "```x y and `z` ok" is not a fence (a backtick follows); "```x y and" would be one.
+    assert split_chunks("hello there\n```x y and `z` ok", 24) == [
+        "hello there",
+        "```x y and `z` ok",
+    ]
+
+
 def test_long_code_line_is_split_with_fences() -> None:
     text = "```\n" + "token " * 30 + "\n```"
     chunks = check_chunks(text, 32, utf16=False)
