@@ -387,3 +387,35 @@ async def test_chat_when_the_daemon_is_not_running_exits_1(herald: Herald) -> No
     assert result.exit_code == 1
     assert "not running" in result.output
     assert "herald run" in result.output
+
+
+async def test_sessions_show_lists_each_inbound_message_with_its_outcome(herald: Herald) -> None:
+    from gateway import inbox as inbox_sql
+    from gateway.inbox import Outcome
+    from tests.fakes.platform import inbound
+
+    key = SessionKey("test:acct:c1")
+    async with Store.open(herald.database_url) as store, store.write() as conn:
+        first = await inbox_sql.insert(
+            conn, inbound("what's up", message_id="a"), key=key, user_id=None
+        )
+        await inbox_sql.insert(
+            conn,
+            inbound("spam", message_id="b"),
+            key=key,
+            user_id=None,
+            outcome=Outcome.REJECTED,
+            detail="sender not allowed",
+        )
+        assert first is not None
+        await inbox_sql.settle(conn, [first], Outcome.DROPPED, detail="cleared by /stop")
+
+    result = await herald.invoke("sessions", "show", key)
+
+    assert result.exit_code == 0, result.output
+    assert "Inbound messages" in result.stdout
+    lines = [line for line in result.stdout.splitlines() if "│" in line]
+    assert any(
+        "what's up" in line and "dropped" in line and "cleared by /stop" in line for line in lines
+    )
+    assert any("spam" in line and "rejected" in line for line in lines)
