@@ -7,78 +7,27 @@ free, and can serve the fake LLM meanwhile.
 
 from __future__ import annotations
 
-import asyncio
-import os
 import re
 import socket
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner, Result
+from typer.testing import Result
 
-from gateway.cli.main import app
 from gateway.contracts.history import ChatMessage, Role, TurnResult
 from gateway.contracts.ids import SessionKey, UserId
 from gateway.store import Store
 from gateway.store import engine as engine_mod
 from tests.fakes.llm import FakeLLM
+from tests.unit.cli_harness import Herald
 
-INVOKE_TIMEOUT = 60.0
-"""Upper bound of one command, connection timeouts and retries included."""
+pytestmark = pytest.mark.usefixtures("clean_environment")
 
 VERDICT = re.compile(r"^(OK|WARN|FAIL)\s+(\w+): (.*)$")
 
 ALICE = SessionKey("telegram:bot:alice")
 BOB = SessionKey("api:default:bob")
-
-
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No `HERALD_*` variable of the machine running the tests; a private home directory."""
-    for name in list(os.environ):
-        if name.upper().startswith("HERALD_"):
-            monkeypatch.delenv(name)
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-
-
-@dataclass(frozen=True, slots=True)
-class Herald:
-    """A config file whose state directory lives under the test's tmp_path."""
-
-    path: Path
-    state_dir: Path
-
-    @property
-    def database_url(self) -> str:
-        return f"sqlite+aiosqlite:///{self.state_dir / 'herald.db'}"
-
-    def configure(self, **sections: Any) -> Herald:
-        """Rewrite the config file: the state directory plus `sections`."""
-        data = {"state_dir": str(self.state_dir), **sections}
-        self.path.write_text(yaml.safe_dump(data), encoding="utf-8")
-        return self
-
-    async def invoke(self, *args: str) -> Result:
-        """Run `herald <args> --config <file>` in a worker thread."""
-        runner = CliRunner()
-        async with asyncio.timeout(INVOKE_TIMEOUT):
-            return await asyncio.to_thread(
-                runner.invoke,
-                app,
-                [*args, "--config", str(self.path)],
-                env={"COLUMNS": "200", "NO_COLOR": "1"},
-            )
-
-
-@pytest.fixture
-def herald(tmp_path: Path) -> Herald:
-    """A minimal valid config with its state directory under tmp_path."""
-    return Herald(tmp_path / "herald.yaml", tmp_path / "state").configure()
 
 
 async def no_snapshot(user_id: UserId | None) -> tuple[str, str]:

@@ -7,20 +7,13 @@ The runner is invoked in a worker thread (each command runs its own event loop w
 
 from __future__ import annotations
 
-import asyncio
-import os
 import re
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-import yaml
 from sqlalchemy import select
-from typer.testing import CliRunner, Result
 
 from agent_core.memory import MemoryFiles, MemoryScope
 from gateway.access import CODE_ALPHABET, CODE_LENGTH, Access, Pairings, Verdict
-from gateway.cli.main import app
 from gateway.config import AccessConfig
 from gateway.contracts.config import PlatformSection
 from gateway.contracts.ids import AccountId, ChatId, ExternalUserId, Platform, PlatformMessageId
@@ -28,54 +21,12 @@ from gateway.contracts.messages import InboundMessage, Sender
 from gateway.outbox import Outbox
 from gateway.store import Store
 from gateway.store.tables import grants, users
+from tests.unit.cli_harness import Herald
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("clean_environment")]
 
-INVOKE_TIMEOUT = 60.0
 CODE = re.compile(rf"\b[{CODE_ALPHABET}]{{{CODE_LENGTH}}}\b")
 SECTIONS = {"telegram": PlatformSection(account="bot")}
-
-
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No `HERALD_*` variable of the machine running the tests; a private home directory."""
-    for name in list(os.environ):
-        if name.upper().startswith("HERALD_"):
-            monkeypatch.delenv(name)
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-
-
-@dataclass(frozen=True, slots=True)
-class Herald:
-    """A config file whose state directory (and SQLite database) lives under tmp_path."""
-
-    path: Path
-    state_dir: Path
-
-    @property
-    def database_url(self) -> str:
-        return f"sqlite+aiosqlite:///{self.state_dir / 'herald.db'}"
-
-    async def invoke(self, *args: str) -> Result:
-        """Run `herald <args> --config <file>` in a worker thread."""
-        runner = CliRunner()
-        async with asyncio.timeout(INVOKE_TIMEOUT):
-            return await asyncio.to_thread(
-                runner.invoke,
-                app,
-                [*args, "--config", str(self.path)],
-                env={"COLUMNS": "200", "NO_COLOR": "1"},
-            )
-
-
-@pytest.fixture
-def herald(tmp_path: Path) -> Herald:
-    state = tmp_path / "state"
-    path = tmp_path / "herald.yaml"
-    path.write_text(yaml.safe_dump({"state_dir": str(state)}), encoding="utf-8")
-    return Herald(path, state)
 
 
 def telegram_dm(sender: str, name: str = "") -> InboundMessage:

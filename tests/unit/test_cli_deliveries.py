@@ -6,73 +6,27 @@ The rows are written with the `Outbox` API first; each command runs in a worker 
 
 from __future__ import annotations
 
-import asyncio
-import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
-from typer.testing import CliRunner, Result
 
-from gateway.cli.main import app
-from gateway.config import load_config
 from gateway.contracts.ids import AccountId, ChatId
 from gateway.contracts.messages import utcnow
 from gateway.outbox import Chunk, Outbox, OutboxRow, OutboxStatus, Target
 from gateway.store import Store
+from tests.unit.cli_harness import Herald
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("clean_environment")]
 
-INVOKE_TIMEOUT = 30.0
 TARGET = Target("test", AccountId("acct"), ChatId("chat-42"))
 
 
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No `HERALD_*` variable of the machine running the tests; a private home directory."""
-    for name in list(os.environ):
-        if name.upper().startswith("HERALD_"):
-            monkeypatch.delenv(name)
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-
-
-@dataclass(frozen=True, slots=True)
-class Herald:
-    """A config file whose state directory (and SQLite database) lives under tmp_path."""
-
-    path: Path
-
-    @property
-    def database_url(self) -> str:
-        """The database the CLI will open, as the config resolves it."""
-        return load_config(self.path).effective_database_url
-
-    async def invoke(self, *args: str) -> Result:
-        """Run `herald <args> --config <file>` in a worker thread."""
-        runner = CliRunner()
-        async with asyncio.timeout(INVOKE_TIMEOUT):
-            return await asyncio.to_thread(
-                runner.invoke,
-                app,
-                [*args, "--config", str(self.path)],
-                env={"COLUMNS": "250", "NO_COLOR": "1"},
-            )
-
-    async def row(self, row_id: int) -> OutboxRow:
-        async with Store.open(self.database_url) as store:
-            row = await Outbox(store).get(row_id)
-        assert row is not None
-        return row
-
-
-@pytest.fixture
-def herald(tmp_path: Path) -> Herald:
-    path = tmp_path / "herald.yaml"
-    path.write_text(yaml.safe_dump({"state_dir": str(tmp_path / "state")}), encoding="utf-8")
-    return Herald(path)
+async def outbox_row(herald: Herald, row_id: int) -> OutboxRow:
+    """The outbox row as the database holds it now."""
+    async with Store.open(herald.database_url) as store:
+        row = await Outbox(store).get(row_id)
+    assert row is not None
+    return row
 
 
 async def add_rows(herald: Herald) -> dict[str, int]:
@@ -145,7 +99,7 @@ async def test_retry_makes_a_dead_letter_pending_again(herald: Herald) -> None:
     result = await herald.invoke("deliveries", "retry", str(ids["dead"]))
     assert result.exit_code == 0, result.output
     assert f"{ids['dead']}: queued again for test:chat-42" in result.output
-    row = await herald.row(ids["dead"])
+    row = await outbox_row(herald, ids["dead"])
     assert row.status is OutboxStatus.PENDING
     assert row.attempts == 0
     assert row.last_error is None
@@ -166,7 +120,7 @@ async def test_retry_of_a_row_that_is_not_dead_exits_1(herald: Herald) -> None:
     result = await herald.invoke("deliveries", "retry", str(ids["sent"]))
     assert result.exit_code == 1, result.output
     assert f"there is no dead letter with id {ids['sent']}" in result.stderr
-    assert (await herald.row(ids["sent"])).status is OutboxStatus.SENT
+    assert (await outbox_row(herald, ids["sent"])).status is OutboxStatus.SENT
 
 
 async def test_retry_of_several_ids_retries_the_good_ones_and_exits_1(herald: Herald) -> None:
@@ -175,4 +129,4 @@ async def test_retry_of_several_ids_retries_the_good_ones_and_exits_1(herald: He
     assert result.exit_code == 1, result.output
     assert "there is no dead letter with id 9999" in result.stderr
     assert f"{ids['dead']}: queued again" in result.stdout
-    assert (await herald.row(ids["dead"])).status is OutboxStatus.PENDING
+    assert (await outbox_row(herald, ids["dead"])).status is OutboxStatus.PENDING
