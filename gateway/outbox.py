@@ -278,6 +278,22 @@ class Outbox:
             )
         return None if row is None else _row(row)
 
+    async def unsent(self, chat: tuple[str, str, str]) -> bool:
+        """Whether the chat has chunks not yet sent (pending or being sent)."""
+        platform, account, chat_id = chat
+        async with self.store.read() as conn:
+            found = await conn.scalar(
+                select(outbox.c.id)
+                .where(
+                    outbox.c.platform == platform,
+                    outbox.c.account == account,
+                    outbox.c.chat_id == chat_id,
+                    outbox.c.status.in_([str(OutboxStatus.PENDING), str(OutboxStatus.SENDING)]),
+                )
+                .limit(1)
+            )
+        return found is not None
+
     async def claim(self, row_id: int) -> bool:
         """pending → sending (attempts + 1), committed before the platform is called."""
         async with self.store.write() as conn:

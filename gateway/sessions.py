@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_core.agent import Agent
@@ -30,7 +30,7 @@ from gateway.access import Access, Verdict
 from gateway.channels import Channels
 from gateway.commands import HELP_TEXT, WITH_TEXT, Command, parse_command
 from gateway.config import SessionsConfig
-from gateway.contracts.adapter import MessageEditor, TypingIndicator
+from gateway.contracts.adapter import Adapter, MessageEditor, TypingIndicator
 from gateway.contracts.config import BusyMode, GroupSessions, PlatformSection
 from gateway.contracts.errors import LLMError, LLMRejected, ShuttingDown
 from gateway.contracts.history import ChatMessage, Role, SessionInfo
@@ -46,10 +46,9 @@ from gateway.contracts.ids import (
 from gateway.contracts.messages import InboundMessage, OutboundMessage, TextFormat, utcnow
 from gateway.inbox import InboxRow, Outcome
 from gateway.metrics import Metrics
-from gateway.outbox import Chunk, Target, enqueue, reply_chunks
+from gateway.outbox import Chunk, Outbox, Target, enqueue, reply_chunks
 from gateway.store import Store
 from gateway.store.store import record_finish, record_start, set_setting
-from gateway.store.tables import outbox as outbox_table
 from gateway.store.tables import sessions as sessions_table
 
 logger = logging.getLogger(__name__)
@@ -245,6 +244,7 @@ class SessionManager:
         self.access = access
         self.platforms = dict(platforms or {})
         self.on_outbox = on_outbox or (lambda: None)
+        self.outbox = Outbox(store)
         self._lanes: dict[SessionKey, _Lane] = {}
         self._slots = asyncio.Semaphore(config.max_concurrent_turns)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -733,27 +733,22 @@ class SessionManager:
 
     async def _preview(self, target: Target, turn_id: TurnId) -> _Preview | None:
         section = self.platforms.get(target.platform)
-        adapter: object = self.channels.adapter(target.platform, target.account)
-        if not getattr(section, "stream_edits", False) or not isinstance(adapter, MessageEditor):
+        live = self.channels.adapter(target.platform, target.account)
+        editor: object = live
+        if (
+            live is None
+            or not getattr(section, "stream_edits", False)
+            or not isinstance(editor, MessageEditor)
+        ):
             return None
         # A preview is sent directly; never let it overtake earlier chunks still queued.
-        async with self.store.read() as conn:
-            queued = await conn.scalar(
-                select(func.count())
-                .select_from(outbox_table)
-                .where(
-                    outbox_table.c.platform == target.platform,
-                    outbox_table.c.account == target.account,
-                    outbox_table.c.chat_id == target.chat_id,
-                    outbox_table.c.status.in_(["pending", "sending"]),
-                )
-            )
-        if queued:
+        if await self.outbox.unsent(target.chat):
             return None
         assert self._tg is not None
         limits = self.channels.limits(target.platform, target.account)
         return _Preview(
-            adapter,
+            live,
+            editor,
             target,
             turn_id,
             max_chars=limits.max_chunk,
@@ -995,7 +990,8 @@ class _Preview:
 
     def __init__(
         self,
-        adapter: MessageEditor,
+        sender: Adapter,
+        editor: MessageEditor,
         target: Target,
         turn_id: TurnId,
         *,
@@ -1003,7 +999,8 @@ class _Preview:
         interval: float,
         tg: asyncio.TaskGroup,
     ) -> None:
-        self.adapter = adapter
+        self.sender = sender
+        self.editor = editor
         self.target = target
         self.turn_id = turn_id
         self.max_chars = max(16, max_chars)
@@ -1058,14 +1055,13 @@ class _Preview:
                     idempotency_key=f"preview:{self.turn_id}",
                     format=TextFormat.PLAIN,
                 )
-                send = getattr(self.adapter, "send")  # noqa: B009 - MessageEditor adapters send too
                 if self.message_id is None:
-                    receipt = await send(message)
+                    receipt = await self.sender.send(message)
                     self.message_id = receipt.platform_message_id
                     if self.message_id is None:
                         return
                 else:
-                    await self.adapter.edit(self.message_id, message)
+                    await self.editor.edit(self.message_id, message)
                 self._last_edit = time.monotonic()
                 try:
                     async with asyncio.timeout(self.interval):
