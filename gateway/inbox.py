@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import RowMapping, func, select, update
@@ -28,7 +29,7 @@ from gateway.contracts.ids import (
     TurnId,
     UserId,
 )
-from gateway.contracts.messages import InboundMessage, utcnow
+from gateway.contracts.messages import Attachment, InboundMessage, utcnow
 from gateway.store import Store
 from gateway.store.sql import insert_ignore
 from gateway.store.tables import inbox
@@ -79,6 +80,17 @@ class InboxRow:
     received_at: datetime
     accepted_at: datetime
     reply_to: PlatformMessageId | None = None
+    attachments: tuple[Attachment, ...] = ()
+
+    @property
+    def content(self) -> str:
+        """The text with a line per attachment, as the agent sees it."""
+        lines = [
+            f"[attached file: {a.filename or a.path.name} ({a.mime_type}, {a.size} bytes) "
+            f"saved at {a.path}]"
+            for a in self.attachments
+        ]
+        return "\n".join([self.text, *lines]) if self.text else "\n".join(lines)
 
     @property
     def is_command(self) -> bool:
@@ -113,7 +125,7 @@ async def insert(
             "sender_id": message.sender.id,
             "sender_name": message.sender.display_name[:256],
             "text": message.text if text is None else text,
-            "payload": {"reply_to": message.reply_to} if message.reply_to else None,
+            "payload": _payload(message),
             "received_at": message.received_at,
             "accepted_at": utcnow(),
             "status": str(Status.DONE if outcome else Status.PENDING),
@@ -306,6 +318,30 @@ class Inbox:
         return out
 
 
+def _payload(message: InboundMessage) -> dict[str, Any] | None:
+    """What a row keeps beyond its columns: the reply-to id and the attachments."""
+    payload: dict[str, Any] = {}
+    if message.reply_to:
+        payload["reply_to"] = message.reply_to
+    if message.attachments:
+        payload["attachments"] = [
+            {"path": str(a.path), "mime_type": a.mime_type, "size": a.size, "filename": a.filename}
+            for a in message.attachments
+        ]
+    return payload or None
+
+
+def _attachments(payload: Any) -> tuple[Attachment, ...]:
+    items = payload.get("attachments") if isinstance(payload, dict) else None
+    if not isinstance(items, list):
+        return ()
+    return tuple(
+        Attachment(Path(a["path"]), str(a["mime_type"]), int(a["size"]), str(a["filename"]))
+        for a in items
+        if isinstance(a, dict)
+    )
+
+
 def _row(r: RowMapping) -> InboxRow:
     payload = r["payload"] or {}
     reply_to = payload.get("reply_to") if isinstance(payload, dict) else None
@@ -333,4 +369,5 @@ def _row(r: RowMapping) -> InboxRow:
         received_at=r["received_at"],
         accepted_at=r["accepted_at"],
         reply_to=None if reply_to is None else PlatformMessageId(str(reply_to)),
+        attachments=_attachments(payload),
     )

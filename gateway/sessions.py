@@ -976,9 +976,9 @@ class SessionManager:
 def _user_message(row: InboxRow) -> ChatMessage:
     """How an inbound message appears in history: in groups, with who wrote it."""
     if row.is_direct:
-        return ChatMessage(Role.USER, row.text)
+        return ChatMessage(Role.USER, row.content)
     name = row.sender_name or row.sender_id
-    return ChatMessage(Role.USER, f"[{name}] {row.text}")
+    return ChatMessage(Role.USER, f"[{name}] {row.content}")
 
 
 class _Preview:

@@ -15,6 +15,7 @@ import signal
 import socket
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import AsyncExitStack
+from pathlib import Path
 
 import uvicorn
 
@@ -33,7 +34,7 @@ from gateway.access import Access
 from gateway.backoff import Backoff
 from gateway.channels import Channels
 from gateway.config import HeraldConfig
-from gateway.contracts.adapter import Adapter, AdapterState, InboundSink
+from gateway.contracts.adapter import Adapter, AdapterState, InboundSink, WebhookAdapter
 from gateway.contracts.config import PlatformSection
 from gateway.contracts.errors import AuthError, ConfigError, NotReady, ShuttingDown
 from gateway.contracts.messages import InboundMessage, SendLimits
@@ -145,8 +146,12 @@ class _NoSink:
         raise ShuttingDown("Herald is starting; the platform will redeliver")
 
 
-def adapter_factory(name: str, section: PlatformSection) -> Callable[[], Adapter]:
-    """How to build the adapter of a configured platform section."""
+def adapter_factory(name: str, section: PlatformSection, state_dir: Path) -> Callable[[], Adapter]:
+    """How to build the adapter of a configured platform section (one per (re)connection).
+
+    Received files go under `state_dir/files/<platform>/<account>/`.
+    """
+    files = state_dir / "files" / name / section.account
     # Imported only when configured: each platform's SDK costs start-up time and memory.
     if name == "test":
         from adapters.loopback.adapter import LoopbackAdapter  # noqa: PLC0415
@@ -154,6 +159,13 @@ def adapter_factory(name: str, section: PlatformSection) -> Callable[[], Adapter
 
         assert isinstance(section, LoopbackConfig)
         return lambda: LoopbackAdapter(section)
+    if name == "telegram":
+        from adapters.telegram.adapter import FirstStart, TelegramAdapter  # noqa: PLC0415
+        from adapters.telegram.config import TelegramConfig  # noqa: PLC0415
+
+        assert isinstance(section, TelegramConfig)
+        first_start = FirstStart()
+        return lambda: TelegramAdapter(section, files, first_start)
     raise ConfigError(f"platforms.{name}: no adapter is available for this platform yet")
 
 
@@ -202,6 +214,11 @@ class Supervisor:
     def stop(self) -> None:
         """Begin the drain (what SIGTERM does)."""
         self._stop.set()
+
+    def _webhook_adapter(self, name: str) -> WebhookAdapter | None:
+        runner = self.runners.get(name)
+        adapter = None if runner is None else runner.live()
+        return adapter if isinstance(adapter, WebhookAdapter) else None
 
     def adapter_states(self) -> dict[str, AdapterState]:
         """Each enabled adapter's liveness."""
@@ -252,6 +269,7 @@ class Supervisor:
                     llm_model=provider.model,
                     adapters=self.adapter_states,
                     state=self.state,
+                    webhooks=self._webhook_adapter,
                 )
                 await self._serve(deps, manager, delivery)
         finally:
@@ -268,7 +286,7 @@ class Supervisor:
         self._stop.set()
 
     def _runner(self, name: str, section: PlatformSection) -> AdapterRunner:
-        factory = adapter_factory(name, section)
+        factory = adapter_factory(name, section, self.config.state_dir)
         runner = AdapterRunner(name, factory, _NoSink(), self.metrics, limits=factory().limits)
         self.runners[name] = runner
         return runner

@@ -23,12 +23,13 @@ from agent_core.llm import make_provider
 from agent_core.memory import MemoryFiles
 from gateway.access import Pairings
 from gateway.config import HeraldConfig, load_config, masked
-from gateway.contracts.errors import ConfigError, LLMError
+from gateway.contracts.adapter import SelfCheck
+from gateway.contracts.errors import AuthError, ConfigError, HeraldError, LLMError
 from gateway.contracts.ids import AccountId, ChatId
 from gateway.inbox import Inbox
 from gateway.outbox import Chunk, Outbox, OutboxStatus, Target
 from gateway.store import Store, engine
-from gateway.supervisor import Supervisor
+from gateway.supervisor import Supervisor, adapter_factory
 
 app = typer.Typer(
     name="herald",
@@ -472,7 +473,7 @@ def doctor(config: ConfigOption = None) -> None:
     verdicts: list[tuple[str, str, str]] = [("config", "ok", "valid")]
     verdicts.append(_check_state_dir(cfg.state_dir))
     verdicts.extend(asyncio.run(_async_checks(cfg)))
-    if not verdicts or all(name != "platforms" for name, _, _ in verdicts):
+    if not cfg.platforms.sections():
         verdicts.append(("platforms", "ok", "none configured (HTTP API and CLI only)"))
     colors = {"ok": "green", "warn": "yellow", "fail": "red"}
     for name, verdict, detail in verdicts:
@@ -512,6 +513,7 @@ async def _async_checks(cfg: HeraldConfig) -> list[tuple[str, str, str]]:
                 )
     except Exception as err:
         out.append(("database", "fail", f"unreachable: {type(err).__name__}: {err}"))
+    out.extend(await _platform_checks(cfg))
     provider = make_provider(cfg.llm)
     try:
         detail = await provider.check()
@@ -521,6 +523,35 @@ async def _async_checks(cfg: HeraldConfig) -> list[tuple[str, str, str]]:
         out.append(("llm", "fail", str(err)))
     finally:
         await provider.aclose()
+    return out
+
+
+PLATFORM_CHECK_TIMEOUT = 20.0
+
+
+async def _platform_checks(cfg: HeraldConfig) -> list[tuple[str, str, str]]:
+    """Each enabled platform's credentials, checked against the platform."""
+    out: list[tuple[str, str, str]] = []
+    for name, section in cfg.platforms.sections().items():
+        try:
+            adapter = adapter_factory(name, section, cfg.state_dir)()
+        except HeraldError as err:
+            out.append((f"platforms.{name}", "fail", str(err)))
+            continue
+        if not isinstance(adapter, SelfCheck):
+            out.append((f"platforms.{name}", "ok", "configured (no remote check available)"))
+            continue
+        try:
+            async with asyncio.timeout(PLATFORM_CHECK_TIMEOUT):
+                detail = await adapter.check()
+        except AuthError as err:
+            out.append((f"platforms.{name}", "fail", f"credentials refused: {err}"))
+        except TimeoutError:
+            out.append((f"platforms.{name}", "fail", "no answer within 20 s"))
+        except Exception as err:
+            out.append((f"platforms.{name}", "fail", f"unreachable: {err}"))
+        else:
+            out.append((f"platforms.{name}", "ok", detail))
     return out
 
 

@@ -79,6 +79,15 @@ class MessageEditor(Protocol):
         ...
 
 
+@runtime_checkable
+class SelfCheck(Protocol):
+    """An adapter that can check its credentials without taking over receiving."""
+
+    async def check(self) -> str:
+        """A one-line description of the account. Raises AuthError or NotReady."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class WebhookResponse:
     """What a webhook adapter answers the platform."""
@@ -88,6 +97,7 @@ class WebhookResponse:
     content_type: str = "text/plain"
 
 
+@runtime_checkable
 class WebhookAdapter(Adapter, Protocol):
     """An adapter that also receives over HTTP at `/webhooks/<platform>/...`."""
 

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gateway.config import HeraldConfig
-from gateway.contracts.adapter import AdapterState
+from gateway.contracts.adapter import AdapterState, WebhookAdapter
 from gateway.metrics import Metrics
 from gateway.sessions import SessionManager
 from gateway.store import Store
@@ -32,3 +32,5 @@ class AppDeps:
     llm_model: str
     adapters: Callable[[], Mapping[str, AdapterState]] = dict
     state: ServingState = field(default_factory=ServingState)
+    webhooks: Callable[[str], WebhookAdapter | None] = lambda _: None
+    """The connected adapter that receives `/webhooks/<platform>/…`, None when there is none."""

@@ -1,0 +1,375 @@
+"""The Telegram connection: a python-telegram-bot `Bot`, a receiver (polling or webhook), send."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Self
+
+from telegram import Bot, Message, ReplyParameters, Update
+from telegram.constants import ChatAction
+from telegram.constants import ParseMode as TelegramParseMode
+from telegram.error import BadRequest, ChatMigrated, TelegramError
+from telegram.request import HTTPXRequest
+
+from adapters.telegram.config import ParseMode, TelegramConfig, TelegramMode
+from adapters.telegram.convert import (
+    NOT_MODIFIED,
+    BotIdentity,
+    FileRef,
+    Skipped,
+    error_from,
+    message_key,
+    split_message_key,
+    to_inbound,
+)
+from adapters.telegram.markup import to_html, to_markdown_v2
+from adapters.telegram.polling import READ_GRACE, Poller
+from adapters.telegram.webhook import WebhookReceiver
+from gateway.contracts.adapter import AdapterState, InboundSink, WebhookResponse
+from gateway.contracts.errors import NotReady, PermanentSendError
+from gateway.contracts.ids import AccountId, ChatId, Platform, PlatformMessageId, ThreadId
+from gateway.contracts.messages import (
+    Attachment,
+    DeliveryReceipt,
+    OutboundMessage,
+    SendLimits,
+    TextFormat,
+    utcnow,
+)
+
+logger = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT = 10.0
+REQUEST_TIMEOUT = 20.0
+PHOTO_MAX_BYTES = 10 * 1024 * 1024
+"""Larger images go out as documents (Telegram's limit for photos)."""
+MAX_MIGRATIONS = 1_000
+"""Chat migrations remembered (group → supergroup ids) before the oldest are forgotten."""
+
+
+@dataclass
+class FirstStart:
+    """Shared by the adapters of one daemon run: the backlog rule applies at the first start
+    only, not at every reconnect."""
+
+    done: bool = False
+
+
+class TelegramAdapter:
+    """One bot: receives by polling or webhook, sends, edits, shows typing, downloads files.
+
+    Entering checks the token with `getMe` (AuthError when refused, NotReady when Telegram is
+    unreachable) and then removes the webhook (polling) or sets it (webhook mode).
+    """
+
+    platform: Platform = Platform.TELEGRAM
+
+    def __init__(
+        self, config: TelegramConfig, files_dir: Path, first_start: FirstStart | None = None
+    ) -> None:
+        self.config = config
+        self.first_start = FirstStart() if first_start is None else first_start
+        self.files_dir = files_dir
+        self.account = AccountId(config.account)
+        self.limits = SendLimits(
+            max_chunk=4096,
+            count_utf16=True,
+            min_edit_interval=config.min_edit_interval,
+            min_send_interval=config.min_send_interval,
+        )
+        self._bot: Bot | None = None
+        self._identity: BotIdentity | None = None
+        self._receiver: Poller | WebhookReceiver | None = None
+        self._migrated: dict[str, str] = {}
+        self._entered = False
+
+    def _new_bot(self) -> Bot:
+        cfg = self.config
+        return Bot(
+            cfg.token.get_secret_value(),
+            base_url=cfg.base_url,
+            base_file_url=cfg.base_file_url,
+            request=HTTPXRequest(
+                connection_pool_size=64,
+                connect_timeout=CONNECT_TIMEOUT,
+                read_timeout=REQUEST_TIMEOUT,
+                write_timeout=REQUEST_TIMEOUT,
+                pool_timeout=REQUEST_TIMEOUT,
+            ),
+            get_updates_request=HTTPXRequest(
+                connection_pool_size=1,
+                connect_timeout=CONNECT_TIMEOUT,
+                read_timeout=READ_GRACE,
+                pool_timeout=CONNECT_TIMEOUT,
+            ),
+        )
+
+    async def __aenter__(self) -> Self:
+        """Check the token, then take over receiving. Raises AuthError or NotReady."""
+        bot = self._new_bot()
+        try:
+            await bot.initialize()
+            me = bot.bot
+            identity = BotIdentity(me.id, me.username or "")
+            receiver: Poller | WebhookReceiver
+            if self.config.mode is TelegramMode.WEBHOOK:
+                receiver = WebhookReceiver(bot, self.config, self._receive)
+            else:
+                receiver = Poller(bot, self.config, self._receive)
+            drop = not self.config.process_backlog_on_start and not self.first_start.done
+            await receiver.start(drop_pending=drop)
+            self.first_start.done = True
+        except TelegramError as err:
+            await bot.shutdown()
+            raise error_from(err, "connecting") from err
+        except BaseException:
+            await bot.shutdown()
+            raise
+        self._bot, self._identity, self._receiver = bot, identity, receiver
+        self._entered = True
+        logger.info("telegram: connected as @%s (%s mode)", identity.username, self.config.mode)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        bot, self._bot, self._receiver = self._bot, None, None
+        if bot is not None:
+            await bot.shutdown()
+
+    async def check(self) -> str:
+        """Check the token with `getMe` without taking over receiving (for `herald doctor`).
+
+        Raises AuthError or NotReady.
+        """
+        try:
+            return await self._check()
+        except TelegramError as err:
+            raise error_from(err, "getMe") from err
+
+    async def _check(self) -> str:
+        async with self._new_bot() as bot:
+            me = bot.bot
+            detail = f"@{me.username} (id {me.id}), {self.config.mode} mode"
+            if self.config.mode is TelegramMode.WEBHOOK:
+                info = await bot.get_webhook_info()
+                if info.url != self.config.webhook_url:
+                    detail += f"; the webhook is {info.url or 'not set'} until Herald starts"
+                if info.last_error_message:
+                    detail += f"; Telegram reports: {info.last_error_message}"
+            return detail
+
+    def liveness(self) -> AdapterState:
+        """The receiver's liveness: polls completing in time, or the webhook set."""
+        if self._receiver is None:
+            return AdapterState.STOPPED if self._entered else AdapterState.STARTING
+        return self._receiver.liveness()
+
+    async def run(self, sink: InboundSink) -> None:
+        """Receive until cancelled. Raises NotReady, AuthError, or what `sink.accept` raised."""
+        await self._connected_receiver().run(sink)
+
+    async def handle_webhook(
+        self, path: str, headers: Mapping[str, str], body: bytes, sink: InboundSink
+    ) -> WebhookResponse:
+        """Verify and store one posted update (webhook mode); 404 in polling mode."""
+        receiver = self._connected_receiver()
+        if not isinstance(receiver, WebhookReceiver):
+            return WebhookResponse(404, b"this bot receives by polling")
+        return await receiver.handle(path, headers, body, sink)
+
+    def _connected_receiver(self) -> Poller | WebhookReceiver:
+        if self._receiver is None:
+            raise NotReady("telegram: the adapter is not connected")
+        return self._receiver
+
+    def _connected(self) -> Bot:
+        if self._bot is None:
+            raise NotReady("telegram: the adapter is not connected")
+        return self._bot
+
+    # -- receiving --------------------------------------------------------------------------
+
+    async def _receive(self, update: Update, sink: InboundSink) -> None:
+        """Normalize one update, download its files, store it. Raises NotReady on download
+        failures that may pass (the update is then delivered again)."""
+        assert self._identity is not None
+        incoming = to_inbound(
+            update,
+            bot=self._identity,
+            account=self.account,
+            config=self.config,
+            now=utcnow(),
+        )
+        if isinstance(incoming, Skipped):
+            logger.info("telegram: update %d skipped: %s", update.update_id, incoming.reason)
+            return
+        message = incoming.message
+        if incoming.files:
+            attachments, notes = await self._download_all(
+                message.platform_message_id, incoming.files
+            )
+            text = "\n".join([message.text, *notes]) if notes else message.text
+            message = replace(message, attachments=attachments, text=text)
+        await sink.accept(message)
+
+    async def _download_all(
+        self, key: PlatformMessageId, files: tuple[FileRef, ...]
+    ) -> tuple[tuple[Attachment, ...], list[str]]:
+        out: list[Attachment] = []
+        notes: list[str] = []
+        for index, ref in enumerate(files):
+            try:
+                out.append(await self._download(key, index, ref))
+            except PermanentSendError as err:
+                notes.append(f"[file {ref.filename} could not be downloaded: {err}]")
+        return tuple(out), notes
+
+    async def _download(self, key: PlatformMessageId, index: int, ref: FileRef) -> Attachment:
+        """Fetch one file into `files_dir/<chat>/`. Raises NotReady or PermanentSendError."""
+        bot = self._connected()
+        limit = self.config.attachment_max_bytes
+        try:
+            remote = await bot.get_file(ref.file_id)
+            if remote.file_size is not None and remote.file_size > limit:
+                raise PermanentSendError(f"larger than {limit} bytes")
+            data = await remote.download_as_bytearray()
+        except TelegramError as err:
+            raise error_from(err, "downloading a file") from err
+        if len(data) > limit:
+            raise PermanentSendError(f"larger than {limit} bytes")
+        chat, _, number = key.partition(":")
+        path = self.files_dir / _safe(chat) / f"{_safe(number)}-{index}-{_safe(ref.filename)}"
+        await asyncio.to_thread(_write, path, bytes(data))
+        return Attachment(path, ref.mime_type, len(data), ref.filename)
+
+    # -- sending ----------------------------------------------------------------------------
+
+    async def send(self, message: OutboundMessage) -> DeliveryReceipt:
+        """Deliver one chunk (text, then its files). Follows a group's move to a supergroup.
+
+        Raises RateLimited, MarkupRejected, PermanentSendError or NotReady.
+        """
+        chat = self._chat(message.chat_id)
+        try:
+            sent = await self._send_to(chat, message)
+        except ChatMigrated as err:
+            new_chat = str(err.new_chat_id)
+            self._remember_migration(chat, new_chat)
+            try:
+                sent = await self._send_to(new_chat, message)
+            except TelegramError as again:
+                raise error_from(again, "sendMessage") from again
+        except TelegramError as err:
+            raise error_from(err, "sendMessage") from err
+        return DeliveryReceipt(message_key(sent.chat.id, sent.message_id))
+
+    async def _send_to(self, chat: str, message: OutboundMessage) -> Message:
+        bot = self._connected()
+        thread = int(message.thread_id) if message.thread_id else None
+        reply = _reply_parameters(message.reply_to)
+        text, mode = self._render(message)
+        first: Message | None = None
+        if text.strip():
+            first = await bot.send_message(
+                chat,
+                text,
+                parse_mode=mode,
+                message_thread_id=thread,
+                reply_parameters=reply,
+            )
+            reply = None
+        for attachment in message.attachments:
+            sent = await self._send_file(bot, chat, attachment, thread, reply)
+            first = first or sent
+            reply = None
+        if first is None:
+            raise PermanentSendError("telegram: nothing to send (no text and no files)")
+        return first
+
+    async def _send_file(
+        self,
+        bot: Bot,
+        chat: str,
+        attachment: Attachment,
+        thread: int | None,
+        reply: ReplyParameters | None,
+    ) -> Message:
+        data = await asyncio.to_thread(attachment.path.read_bytes)
+        name = attachment.filename or attachment.path.name
+        if attachment.mime_type.startswith("image/") and len(data) <= PHOTO_MAX_BYTES:
+            return await bot.send_photo(
+                chat, data, filename=name, message_thread_id=thread, reply_parameters=reply
+            )
+        return await bot.send_document(
+            chat, data, filename=name, message_thread_id=thread, reply_parameters=reply
+        )
+
+    async def edit(self, target: PlatformMessageId, message: OutboundMessage) -> DeliveryReceipt:
+        """Replace the text of `target`; editing to the same text succeeds. Raises like `send`."""
+        parsed = split_message_key(target)
+        if parsed is None:
+            raise PermanentSendError(f"telegram: {target!r} is not a Telegram message id")
+        chat, message_id = parsed
+        chat = self._chat(ChatId(chat or message.chat_id))
+        text, mode = self._render(message)
+        try:
+            await self._connected().edit_message_text(
+                text, chat_id=chat, message_id=message_id, parse_mode=mode
+            )
+        except BadRequest as err:
+            if NOT_MODIFIED not in err.message.lower():
+                raise error_from(err, "editMessageText") from err
+        except TelegramError as err:
+            raise error_from(err, "editMessageText") from err
+        return DeliveryReceipt(message_key(chat, message_id))
+
+    async def typing(self, chat_id: ChatId, thread_id: ThreadId | None) -> None:
+        """Show "typing…" for about five seconds. Raises like `send`."""
+        try:
+            await self._connected().send_chat_action(
+                self._chat(chat_id),
+                ChatAction.TYPING,
+                message_thread_id=int(thread_id) if thread_id else None,
+            )
+        except TelegramError as err:
+            raise error_from(err, "sendChatAction") from err
+
+    def _render(self, message: OutboundMessage) -> tuple[str, str | None]:
+        if message.format is TextFormat.PLAIN:
+            return message.text, None
+        if self.config.parse_mode is ParseMode.MARKDOWN_V2:
+            return to_markdown_v2(message.text), TelegramParseMode.MARKDOWN_V2
+        return to_html(message.text), TelegramParseMode.HTML
+
+    def _chat(self, chat_id: ChatId | str) -> str:
+        return self._migrated.get(str(chat_id), str(chat_id))
+
+    def _remember_migration(self, old: str, new: str) -> None:
+        logger.info("telegram: chat %s moved to %s; sending there from now on", old, new)
+        if len(self._migrated) >= MAX_MIGRATIONS:
+            self._migrated.pop(next(iter(self._migrated)))
+        self._migrated[old] = new
+
+
+def _reply_parameters(reply_to: PlatformMessageId | None) -> ReplyParameters | None:
+    parsed = split_message_key(reply_to) if reply_to else None
+    if parsed is None:
+        return None
+    return ReplyParameters(parsed[1], allow_sending_without_reply=True)
+
+
+def _safe(name: str) -> str:
+    """A file name part without path separators or leading dots."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", name).lstrip(".")[:100]
+    return cleaned or "file"
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_bytes(data)
+    tmp.replace(path)

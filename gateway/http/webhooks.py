@@ -1,0 +1,43 @@
+"""`POST /webhooks/<platform>[/<path>]`: platforms push updates; the adapter verifies them.
+
+The adapter answers only after the inbox commit. While Herald drains, or while the adapter is
+not connected, the answer is 503 so that the platform delivers the update again later.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from gateway.contracts.errors import ShuttingDown
+from gateway.http.deps import AppDeps
+
+logger = logging.getLogger(__name__)
+
+router = APIRouter(tags=["webhooks"])
+
+
+def _unavailable(detail: str) -> Response:
+    return Response(detail, status_code=503, media_type="text/plain", headers={"Retry-After": "5"})
+
+
+@router.post("/webhooks/{platform}", include_in_schema=False)
+@router.post("/webhooks/{platform}/{path:path}", include_in_schema=False)
+async def webhook(request: Request, platform: str, path: str = "") -> Response:
+    """Hand the request to the platform's adapter; 404 for a platform without webhooks."""
+    deps: AppDeps = request.app.state.deps
+    if platform not in deps.adapters():
+        return Response("no such webhook", status_code=404, media_type="text/plain")
+    if deps.state.draining:
+        return _unavailable("Herald is shutting down; deliver again later")
+    adapter = deps.webhooks(platform)
+    if adapter is None:
+        return _unavailable(f"the {platform} adapter is not connected yet")
+    body = await request.body()
+    try:
+        answer = await adapter.handle_webhook(path, dict(request.headers), body, deps.manager)
+    except ShuttingDown:
+        return _unavailable("Herald is shutting down; deliver again later")
+    return Response(answer.body, status_code=answer.status, media_type=answer.content_type)
