@@ -259,6 +259,18 @@ class HeraldConfig(BaseSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _webhooks_need_http(self) -> HeraldConfig:
+        telegram = self.platforms.telegram
+        if (
+            telegram is not None
+            and telegram.enabled
+            and telegram.mode == "webhook"
+            and not self.api.enabled
+        ):
+            raise ValueError("platforms.telegram.mode webhook needs the HTTP server (api.enabled)")
+        return self
+
     @property
     def effective_database_url(self) -> str:
         """The configured database URL, or the embedded SQLite file under `state_dir`."""

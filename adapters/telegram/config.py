@@ -103,7 +103,3 @@ class TelegramConfig(PlatformSection):
         ):
             raise ValueError("mode webhook needs webhook_url and webhook_secret")
         return self
-
-    def answers_all(self) -> bool:
-        """Whether every group message reaches the agent."""
-        return GroupTrigger.ALL in self.group_trigger

@@ -440,3 +440,32 @@ def test_a_top_level_that_is_not_a_mapping_is_a_config_error(tmp_path: Path, tex
     path = config_file(tmp_path, text)
 
     assert load_error(path) == f"config file {path} must hold a mapping at the top level"
+
+
+def test_telegram_webhook_mode_needs_its_url_secret_and_the_http_server() -> None:
+    base = {"token": "1:x", "mode": "webhook"}
+    with pytest.raises(ValidationError, match="needs webhook_url and webhook_secret"):
+        HeraldConfig.model_validate({"platforms": {"telegram": base}})
+    section = {**base, "webhook_url": "https://bot.example.org/webhooks/telegram"}
+    with pytest.raises(ValidationError, match="1-256 characters"):
+        HeraldConfig.model_validate(
+            {"platforms": {"telegram": {**section, "webhook_secret": "no spaces"}}}
+        )
+    section["webhook_secret"] = "s3cret_-X"
+    with pytest.raises(ValidationError, match="needs the HTTP server"):
+        HeraldConfig.model_validate({"api": {"enabled": False}, "platforms": {"telegram": section}})
+    config = HeraldConfig.model_validate({"platforms": {"telegram": section}})
+    assert config.platforms.telegram is not None
+    assert config.platforms.telegram.mode == "webhook"
+
+
+def test_telegram_group_trigger_takes_one_or_several() -> None:
+    one = HeraldConfig.model_validate(
+        {"platforms": {"telegram": {"token": "1:x", "group_trigger": "all"}}}
+    )
+    assert one.platforms.telegram is not None
+    assert one.platforms.telegram.group_trigger == ("all",)
+    with pytest.raises(ValidationError, match="group_trigger"):
+        HeraldConfig.model_validate(
+            {"platforms": {"telegram": {"token": "1:x", "group_trigger": ["sometimes"]}}}
+        )
