@@ -18,6 +18,7 @@ from telegram.request import HTTPXRequest
 
 from adapters.telegram.config import ParseMode, TelegramConfig, TelegramMode
 from adapters.telegram.convert import (
+    NOT_ADDRESSED,
     NOT_MODIFIED,
     BotIdentity,
     FileRef,
@@ -205,7 +206,9 @@ class TelegramAdapter:
             now=utcnow(),
         )
         if isinstance(incoming, Skipped):
-            logger.info("telegram: update %d skipped: %s", update.update_id, incoming.reason)
+            # Group chatter not addressed to the bot is routine; everything else is worth a line.
+            level = logging.DEBUG if incoming.reason == NOT_ADDRESSED else logging.INFO
+            logger.log(level, "telegram: update %d skipped: %s", update.update_id, incoming.reason)
             return
         message = incoming.message
         if incoming.files:

@@ -53,6 +53,7 @@ MAX_QUOTE = 500
 """Characters of a replied-to message's text shown to the agent."""
 MARKUP_ERROR = "can't parse entities"
 NOT_MODIFIED = "message is not modified"
+NOT_ADDRESSED = "group message that does not address the bot"
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +155,7 @@ def to_inbound(
     mentioned = command is not None or _mentions(entities, bot)
     replied = _reply_to_bot(message, bot)
     if not is_direct and not _triggered(config.group_trigger, mentioned, replied):
-        return Skipped("group message that does not address the bot")
+        return Skipped(NOT_ADDRESSED)
     text = command if command is not None else _without_leading_mention(text, bot)
 
     files, notes = _files(message, config)

@@ -11,7 +11,7 @@ import logging
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from gateway.contracts.errors import ShuttingDown
+from gateway.contracts.errors import ShuttingDown, TransientError
 from gateway.http.deps import AppDeps
 
 logger = logging.getLogger(__name__)
@@ -40,4 +40,7 @@ async def webhook(request: Request, platform: str, path: str = "") -> Response:
         answer = await adapter.handle_webhook(path, dict(request.headers), body, deps.manager)
     except ShuttingDown:
         return _unavailable("Herald is shutting down; deliver again later")
+    except TransientError as err:
+        logger.warning("webhook %s: %s", platform, err)
+        return _unavailable("temporarily unable to take this update; deliver again later")
     return Response(answer.body, status_code=answer.status, media_type=answer.content_type)
