@@ -112,7 +112,7 @@ def parse_update(data: Any, bot: Bot | None = None) -> Update | Skipped:
         return Skipped("not an update object")
     try:
         return Update.de_json(dict(data), bot)
-    except (KeyError, TypeError, ValueError, AttributeError) as err:
+    except Exception as err:  # untrusted input: whatever the parser trips over, skip it
         return Skipped(f"malformed update: {type(err).__name__}: {err}")
 
 
@@ -124,11 +124,25 @@ def to_inbound(
     config: TelegramConfig,
     now: datetime,
 ) -> Incoming | Skipped:
-    """The message an update carries for the agent, or `Skipped` with the reason.
+    """The message an update carries for the agent, or `Skipped` with the reason. Never raises.
 
     Applies the group trigger, the edited-message rule and the freshness limit; removes the
     bot's `@username` from commands and from a leading mention; quotes the replied-to text.
     """
+    try:
+        return _to_inbound(update, bot=bot, account=account, config=config, now=now)
+    except Exception as err:  # the parser does not check types: a malformed message lands here
+        return Skipped(f"malformed message: {type(err).__name__}: {err}")
+
+
+def _to_inbound(
+    update: Update,
+    *,
+    bot: BotIdentity,
+    account: AccountId,
+    config: TelegramConfig,
+    now: datetime,
+) -> Incoming | Skipped:
     edited = update.message is None and update.edited_message is not None
     message = update.message or update.edited_message
     if message is None:
@@ -335,13 +349,14 @@ def error_from(err: TelegramError, doing: str) -> HeraldError:
     other BadRequest and Forbidden (blocked, kicked) → PermanentSendError; Conflict (another
     poller or a webhook), network errors and 5xx → NotReady.
     """
+    if isinstance(err, InvalidToken):
+        # Its message quotes the token; say what happened without it.
+        return AuthError(f"telegram: {doing}: the token was refused (check token and base_url)")
     detail = f"telegram: {doing}: {err.message}"
     if isinstance(err, RetryAfter):
         delay = err.retry_after
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
         return RateLimited(seconds, detail)
-    if isinstance(err, InvalidToken):
-        return AuthError(f"{detail} (check the token and base_url)")
     if isinstance(err, BadRequest) and MARKUP_ERROR in err.message.lower():
         return MarkupRejected(detail)
     if isinstance(err, ChatMigrated):
