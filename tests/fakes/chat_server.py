@@ -27,20 +27,20 @@ import logging
 import math
 import secrets
 import signal
-import socket
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
 import httpx
-import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+from tests.fakes.serving import LocalServer
 
 MAX_UPDATES = 100
 """Most updates one poll returns."""
@@ -125,29 +125,6 @@ class _Faults:
 
 class _BadRequest(Exception):
     """A request the server answers with 400 and `error` = the message."""
-
-
-class _Server(uvicorn.Server):
-    """A uvicorn server that leaves signal handling to its owner and reports readiness."""
-
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self.ready = asyncio.Event()
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets=sockets)
-        self.ready.set()
-
-    async def main_loop(self) -> None:
-        # uvicorn polls `should_exit` every 0.1 s; tests stop servers often, so poll faster.
-        counter = 0
-        while not await self.on_tick(counter):
-            counter = (counter + 1) % 864_000
-            await asyncio.sleep(0.01)
 
 
 def _error(
@@ -260,19 +237,16 @@ class FakeChatServer:
         self._faults = _Faults()
         self._change = asyncio.Event()
         self._stopping = asyncio.Event()
-        self._sock: socket.socket | None = None
-        self._server: _Server | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._local: LocalServer | None = None
 
     # -- where it listens -------------------------------------------------------------------
 
     @property
     def port(self) -> int:
         """The bound TCP port."""
-        if self._sock is None:
-            raise RuntimeError("FakeChatServer is not running")
-        port: int = self._sock.getsockname()[1]
-        return port
+        if self._local is None:
+            raise RuntimeError("the server is not started")
+        return self._local.port
 
     @property
     def base_url(self) -> str:
@@ -447,42 +421,12 @@ class FakeChatServer:
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when their
-        # proto says TCP, and without it uvicorn's separate header and body writes meet
-        # Nagle's algorithm and the client's delayed ACK (~40 ms per request).
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        self._local = LocalServer(self._app(), port=self._port, log_level=self._log_level)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(("127.0.0.1", self._port))
-            sock.listen(128)
-        except OSError:
-            sock.close()
-            raise
-        self._sock = sock
-        config = uvicorn.Config(
-            self._app(),
-            http="h11",  # `_drop` needs h11's transport
-            ws="none",
-            lifespan="off",
-            log_config=None,
-            log_level=self._log_level,
-            access_log=False,
-            timeout_graceful_shutdown=5,
-        )
-        self._server = server = _Server(config)
-        self._task = task = asyncio.create_task(server.serve(sockets=[sock]))
-        ready = asyncio.create_task(server.ready.wait())
-        try:
-            await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+            await self._local.start()
         except BaseException:
             await self._stop()
             raise
-        finally:
-            ready.cancel()
-            await asyncio.gather(ready, return_exceptions=True)
-        if not server.ready.is_set():
-            await self._stop()
-            raise RuntimeError("the fake chat server did not start")
         return self
 
     async def __aexit__(
@@ -496,14 +440,8 @@ class FakeChatServer:
     async def _stop(self) -> None:
         self._stopping.set()  # ends long polls and control waits
         self._notify()
-        try:
-            if self._server is not None:
-                self._server.should_exit = True
-            if self._task is not None:
-                await asyncio.shield(self._task)
-        finally:
-            if self._sock is not None:
-                self._sock.close()
+        if self._local is not None:
+            await self._local.stop()
 
     # -- internals ----------------------------------------------------------------------------
 

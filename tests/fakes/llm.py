@@ -17,19 +17,19 @@ import logging
 import math
 import re
 import signal
-import socket
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from tests.fakes.serving import LocalServer
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,29 +78,6 @@ def last_user_text(body: dict[str, Any]) -> str:
 def you_said(body: dict[str, Any]) -> Reply:
     """The default responder: `You said: <last user message>`."""
     return Reply(text=f"You said: {last_user_text(body)}")
-
-
-class _Server(uvicorn.Server):
-    """A uvicorn server that leaves signal handling to its owner and reports readiness."""
-
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self.ready = asyncio.Event()
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets=sockets)
-        self.ready.set()
-
-    async def main_loop(self) -> None:
-        # uvicorn polls `should_exit` every 0.1 s; tests stop servers often, so poll faster.
-        counter = 0
-        while not await self.on_tick(counter):
-            counter = (counter + 1) % 864_000
-            await asyncio.sleep(0.01)
 
 
 _ERROR_TYPES = {
@@ -162,17 +139,14 @@ class FakeLLM:
         self._received = asyncio.Condition()
         self._stopping = asyncio.Event()
         self._call_ids = 0
-        self._sock: socket.socket | None = None
-        self._server: _Server | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._local: LocalServer | None = None
 
     @property
     def port(self) -> int:
         """The bound TCP port."""
-        if self._sock is None:
-            raise RuntimeError("FakeLLM is not running")
-        port: int = self._sock.getsockname()[1]
-        return port
+        if self._local is None:
+            raise RuntimeError("the server is not started")
+        return self._local.port
 
     @property
     def base_url(self) -> str:
@@ -197,39 +171,12 @@ class FakeLLM:
         return list(self.requests)
 
     async def __aenter__(self) -> Self:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        self._local = LocalServer(self._app(), port=self._port, log_level=self._log_level)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(("127.0.0.1", self._port))
-            sock.listen(128)
-        except OSError:
-            sock.close()
-            raise
-        self._sock = sock
-        config = uvicorn.Config(
-            self._app(),
-            http="h11",
-            ws="none",
-            lifespan="off",
-            log_config=None,
-            log_level=self._log_level,
-            access_log=False,
-            timeout_graceful_shutdown=5,
-        )
-        self._server = server = _Server(config)
-        self._task = task = asyncio.create_task(server.serve(sockets=[sock]))
-        ready = asyncio.create_task(server.ready.wait())
-        try:
-            await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+            await self._local.start()
         except BaseException:
             await self._stop()
             raise
-        finally:
-            ready.cancel()
-            await asyncio.gather(ready, return_exceptions=True)
-        if not server.ready.is_set():
-            await self._stop()
-            raise RuntimeError("the fake LLM server did not start")
         return self
 
     async def __aexit__(
@@ -242,14 +189,8 @@ class FakeLLM:
 
     async def _stop(self) -> None:
         self._stopping.set()  # releases hanging and delayed replies
-        try:
-            if self._server is not None:
-                self._server.should_exit = True
-            if self._task is not None:
-                await asyncio.shield(self._task)
-        finally:
-            if self._sock is not None:
-                self._sock.close()
+        if self._local is not None:
+            await self._local.stop()
 
     def _app(self) -> Starlette:
         return Starlette(

@@ -55,7 +55,6 @@ import math
 import re
 import secrets
 import signal
-import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -65,7 +64,6 @@ from typing import Any, Literal, Self
 from urllib.parse import parse_qsl
 
 import httpx
-import uvicorn
 from starlette.applications import Starlette
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
@@ -73,7 +71,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tests.fakes.chat_server import _Server
+from tests.fakes.serving import LocalServer
 
 JSON = dict[str, Any]
 
@@ -1217,9 +1215,7 @@ class FakeTelegramServer:
         }
         self._change = asyncio.Event()
         self._stopping = asyncio.Event()
-        self._sock: socket.socket | None = None
-        self._server: _Server | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._local: LocalServer | None = None
         self._pusher: asyncio.Task[None] | None = None
         self._http: httpx.AsyncClient | None = None
 
@@ -1228,10 +1224,9 @@ class FakeTelegramServer:
     @property
     def port(self) -> int:
         """The bound TCP port."""
-        if self._sock is None:
-            raise RuntimeError("FakeTelegramServer is not running")
-        port: int = self._sock.getsockname()[1]
-        return port
+        if self._local is None:
+            raise RuntimeError("the server is not started")
+        return self._local.port
 
     @property
     def url(self) -> str:
@@ -1552,44 +1547,14 @@ class FakeTelegramServer:
     # -- lifecycle --------------------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when their
-        # proto says TCP, and without it uvicorn's separate header and body writes meet
-        # Nagle's algorithm and the client's delayed ACK (~40 ms per request).
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(("127.0.0.1", self._port))
-            sock.listen(128)
-        except OSError:
-            sock.close()
-            raise
-        self._sock = sock
-        config = uvicorn.Config(
-            self._app(),
-            http="h11",  # `_drop` needs h11's transport
-            ws="none",
-            lifespan="off",
-            log_config=None,
-            log_level=self._log_level,
-            access_log=False,
-            timeout_graceful_shutdown=5,
-        )
-        self._server = server = _Server(config)
+        self._local = LocalServer(self._app(), port=self._port, log_level=self._log_level)
         self._http = httpx.AsyncClient(timeout=WEBHOOK_TIMEOUT, trust_env=False)
-        self._task = task = asyncio.create_task(server.serve(sockets=[sock]))
-        self._pusher = asyncio.create_task(self._push_to_webhook())
-        ready = asyncio.create_task(server.ready.wait())
         try:
-            await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+            await self._local.start()
+            self._pusher = asyncio.create_task(self._push_to_webhook())
         except BaseException:
             await self._stop()
             raise
-        finally:
-            ready.cancel()
-            await asyncio.gather(ready, return_exceptions=True)
-        if not server.ready.is_set():
-            await self._stop()
-            raise RuntimeError("the fake Telegram server did not start")
         return self
 
     async def __aexit__(
@@ -1607,15 +1572,11 @@ class FakeTelegramServer:
             if self._pusher is not None:
                 self._pusher.cancel()
                 await asyncio.gather(self._pusher, return_exceptions=True)
-            if self._server is not None:
-                self._server.should_exit = True
-            if self._task is not None:
-                await asyncio.shield(self._task)
+            if self._local is not None:
+                await self._local.stop()
         finally:
             if self._http is not None:
                 await self._http.aclose()
-            if self._sock is not None:
-                self._sock.close()
 
     # -- internals --------------------------------------------------------------------------------
 

@@ -1,0 +1,108 @@
+"""Serving a fake's ASGI app with uvicorn on 127.0.0.1, in the test's own event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+
+
+class _Server(uvicorn.Server):
+    """A uvicorn server that leaves signal handling to its owner and reports readiness."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ready = asyncio.Event()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        self.ready.set()
+
+    async def main_loop(self) -> None:
+        # uvicorn polls `should_exit` every 0.1 s; tests stop servers often, so poll faster.
+        counter = 0
+        while not await self.on_tick(counter):
+            counter = (counter + 1) % 864_000
+            await asyncio.sleep(0.01)
+
+
+class LocalServer:
+    """uvicorn serving `app` on 127.0.0.1:`port` (0: a free port) between `start` and `stop`.
+
+    HTTP is h11 (a fake may close a connection unanswered through its transport); no
+    websockets, no lifespan, no access log.
+    """
+
+    def __init__(self, app: Any, *, port: int = 0, log_level: str | None = None) -> None:
+        self.app = app
+        self._port = port
+        self._log_level = log_level
+        self._sock: socket.socket | None = None
+        self._server: _Server | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def port(self) -> int:
+        """The port listened on; RuntimeError before `start`."""
+        if self._sock is None:
+            raise RuntimeError("the server is not started")
+        port: int = self._sock.getsockname()[1]
+        return port
+
+    async def start(self) -> None:
+        """Listen and serve; return once serving. Raises OSError (port taken) or RuntimeError."""
+        # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when their
+        # proto says TCP, and without it uvicorn's separate header and body writes meet
+        # Nagle's algorithm and the client's delayed ACK (~40 ms per request).
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", self._port))
+            sock.listen(128)
+        except OSError:
+            sock.close()
+            raise
+        self._sock = sock
+        config = uvicorn.Config(
+            self.app,
+            http="h11",
+            ws="none",
+            lifespan="off",
+            log_config=None,
+            log_level=self._log_level,
+            access_log=False,
+            timeout_graceful_shutdown=5,
+        )
+        self._server = server = _Server(config)
+        self._task = task = asyncio.create_task(server.serve(sockets=[sock]))
+        ready = asyncio.create_task(server.ready.wait())
+        try:
+            await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            await self.stop()
+            raise
+        finally:
+            ready.cancel()
+            await asyncio.gather(ready, return_exceptions=True)
+        if not server.ready.is_set():
+            await self.stop()
+            raise RuntimeError("the server did not start")
+
+    async def stop(self) -> None:
+        """Stop serving (open connections get `timeout_graceful_shutdown`) and close the socket."""
+        try:
+            if self._server is not None:
+                self._server.should_exit = True
+            if self._task is not None:
+                await asyncio.shield(self._task)
+        finally:
+            if self._sock is not None:
+                self._sock.close()
