@@ -30,7 +30,7 @@ from gateway.access import Access, Verdict
 from gateway.channels import Channels
 from gateway.commands import HELP_TEXT, WITH_TEXT, Command, parse_command
 from gateway.config import SessionsConfig
-from gateway.contracts.adapter import Adapter, MessageEditor, TypingIndicator
+from gateway.contracts.adapter import Adapter, MessageEditor, TypingIndicator, WorkingIndicator
 from gateway.contracts.config import BusyMode, GroupSessions, PlatformSection
 from gateway.contracts.errors import LLMError, LLMRejected, ShuttingDown
 from gateway.contracts.history import ChatMessage, Role, SessionInfo
@@ -610,7 +610,8 @@ class SessionManager:
         )
         if running.cancel_reason is not None:
             running.task.cancel()
-        typing = self._tg.create_task(self._typing(target), name=f"typing {key}")
+        answering = batch[-1].platform_message_id if batch else None
+        typing = self._tg.create_task(self._typing(target, answering), name=f"typing {key}")
         try:
             await asyncio.wait({running.task})
         except asyncio.CancelledError:
@@ -719,17 +720,35 @@ class SessionManager:
         running.finishing = True
         return text
 
-    async def _typing(self, target: Target) -> None:
+    async def _typing(self, target: Target, answering: PlatformMessageId | None) -> None:
+        """Show that a turn is running until cancelled: "typing…" every few seconds, and a
+        mark on the message being answered where the platform has one. Best effort."""
         adapter: object = self.channels.adapter(target.platform, target.account)
-        if not isinstance(adapter, TypingIndicator):
-            return
-        while True:
+        marked = False
+        if isinstance(adapter, WorkingIndicator) and answering is not None:
             try:
-                await adapter.typing(target.chat_id, target.thread_id)
-            except Exception as err:  # best effort: a failed indicator changes nothing
-                logger.debug("typing indicator failed: %s", err)
-                return
-            await asyncio.sleep(4.0)
+                await adapter.working(target.chat_id, answering)
+                marked = True
+            except Exception as err:
+                logger.debug("working indicator failed: %s", err)
+        try:
+            while isinstance(adapter, TypingIndicator):
+                try:
+                    await adapter.typing(target.chat_id, target.thread_id)
+                except Exception as err:  # a failed indicator changes nothing
+                    logger.debug("typing indicator failed: %s", err)
+                    break
+                await asyncio.sleep(4.0)
+            await asyncio.Event().wait()  # until the turn ends
+        finally:
+            if marked:
+                assert isinstance(adapter, WorkingIndicator)
+                assert answering is not None
+                try:
+                    async with asyncio.timeout(5.0):
+                        await adapter.done(target.chat_id, answering)
+                except Exception as err:
+                    logger.debug("working indicator not removed: %s", err)
 
     async def _preview(self, target: Target, turn_id: TurnId) -> _Preview | None:
         section = self.platforms.get(target.platform)

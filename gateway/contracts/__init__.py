@@ -8,9 +8,11 @@ from gateway.contracts.adapter import (
     AdapterState,
     InboundSink,
     MessageEditor,
+    SelfCheck,
     TypingIndicator,
     WebhookAdapter,
     WebhookResponse,
+    WorkingIndicator,
 )
 from gateway.contracts.errors import (
     AuthError,
@@ -79,6 +81,7 @@ __all__ = [
     "Platform",
     "PlatformMessageId",
     "RateLimited",
+    "SelfCheck",
     "SendLimits",
     "Sender",
     "SessionId",
@@ -93,6 +96,7 @@ __all__ = [
     "UserId",
     "WebhookAdapter",
     "WebhookResponse",
+    "WorkingIndicator",
     "session_key",
     "utcnow",
 ]

@@ -68,6 +68,19 @@ class TypingIndicator(Protocol):
 
 
 @runtime_checkable
+class WorkingIndicator(Protocol):
+    """An adapter that marks the message being answered while its turn runs (a reaction)."""
+
+    async def working(self, chat_id: ChatId, message: PlatformMessageId) -> None:
+        """Put the mark on `message`. Raises like `send`; callers treat failures as harmless."""
+        ...
+
+    async def done(self, chat_id: ChatId, message: PlatformMessageId) -> None:
+        """Take the mark off again. Raises like `send`."""
+        ...
+
+
+@runtime_checkable
 class MessageEditor(Protocol):
     """An adapter that can replace the text of a message it sent (streaming by edits)."""
 
