@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -16,6 +15,7 @@ from telegram.constants import ParseMode as TelegramParseMode
 from telegram.error import BadRequest, ChatMigrated, TelegramError
 from telegram.request import HTTPXRequest
 
+from adapters.files import attachment_path, save_file
 from adapters.telegram.config import ParseMode, TelegramConfig, TelegramMode
 from adapters.telegram.convert import (
     NOT_ADDRESSED,
@@ -244,9 +244,8 @@ class TelegramAdapter:
             raise error_from(err, "downloading a file") from err
         if len(data) > limit:
             raise PermanentSendError(f"larger than {limit} bytes")
-        chat, _, number = key.partition(":")
-        path = self.files_dir / _safe(chat) / f"{_safe(number)}-{index}-{_safe(ref.filename)}"
-        await asyncio.to_thread(_write, path, bytes(data))
+        path = attachment_path(self.files_dir, key, index, ref.filename)
+        await asyncio.to_thread(save_file, path, bytes(data))
         return Attachment(path, ref.mime_type, len(data), ref.filename)
 
     # -- sending ----------------------------------------------------------------------------
@@ -363,16 +362,3 @@ def _reply_parameters(reply_to: PlatformMessageId | None) -> ReplyParameters | N
     if parsed is None:
         return None
     return ReplyParameters(parsed[1], allow_sending_without_reply=True)
-
-
-def _safe(name: str) -> str:
-    """A file name part without path separators or leading dots."""
-    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", name).lstrip(".")[:100]
-    return cleaned or "file"
-
-
-def _write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(path.name + ".part")
-    tmp.write_bytes(data)
-    tmp.replace(path)
