@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
-from sqlalchemy import RowMapping, select
-
-from gateway.config import HeraldConfig
-from gateway.contracts.adapter import AdapterState
-from gateway.store import Store
-from gateway.store.tables import inbox
-from gateway.supervisor import Supervisor
-from tests.e2e.daemon import free_port
 from tests.fakes.llm import FakeLLM
 from tests.fakes.telegram_server import FakeTelegramServer
+from tests.integration.inproc import Herald, running_daemon
 
 TOKEN = "123456:herald-test-token"
 BOT_USERNAME = "herald_bot"
@@ -27,66 +17,6 @@ ANN = 111111111
 """An allowed user; her direct chat has the same id."""
 BOB = 222222222
 """Another allowed user."""
-WAIT = 15.0
-
-
-@dataclass
-class Herald:
-    """A running in-process daemon."""
-
-    supervisor: Supervisor
-    config: HeraldConfig
-    url: str
-    store: Store
-    """A second connection to the daemon's database, for reading what it stored."""
-
-    async def ready(self) -> int:
-        """The status code of `GET /ready`."""
-        async with httpx.AsyncClient(timeout=5.0, trust_env=False) as client:
-            return (await client.get(f"{self.url}/ready")).status_code
-
-    async def until(self, check: Callable[[], Any], timeout: float = WAIT) -> None:
-        """Poll an async or sync condition every 20 ms until it is truthy (TimeoutError)."""
-        await _until(check, timeout)
-
-    async def rows(self) -> list[RowMapping]:
-        """Every stored inbound Telegram message, oldest first."""
-        async with self.store.read() as conn:
-            result = await conn.execute(
-                select(inbox).where(inbox.c.platform == "telegram").order_by(inbox.c.id)
-            )
-            return list(result.mappings().all())
-
-    def adapter_state(self) -> AdapterState:
-        """The Telegram adapter's liveness."""
-        return self.supervisor.adapter_states()["telegram"]
-
-
-def herald_config(
-    tmp_path: Path, tg: FakeTelegramServer, llm: FakeLLM, *, port: int, **telegram: Any
-) -> HeraldConfig:
-    """A config: SQLite under tmp_path, the fake LLM, Telegram at the fake; overrides given."""
-    section: dict[str, Any] = {
-        "token": TOKEN,
-        "base_url": tg.base_url,
-        "base_file_url": tg.base_file_url,
-        "allowed_users": [str(ANN), str(BOB)],
-        "poll_timeout": 1,
-        "stream_edits": False,
-        "min_send_interval": 0,
-        "min_edit_interval": 0.2,
-    }
-    section.update(telegram)
-    return HeraldConfig.model_validate(
-        {
-            "state_dir": str(tmp_path / "state"),
-            "api": {"host": "127.0.0.1", "port": port},
-            "llm": {"base_url": llm.base_url, "api_key": "k", "memory_pass": False},
-            "sessions": {"drain_timeout": 2, "ack_interval": 0},
-            "delivery": {"backoff_initial": 0.2, "backoff_max": 1, "flush_timeout": 2},
-            "platforms": {"telegram": section},
-        }
-    )
 
 
 @contextlib.asynccontextmanager
@@ -99,44 +29,19 @@ async def running_herald(
     port: int | None = None,
     **telegram: Any,
 ) -> AsyncIterator[Herald]:
-    """The daemon, started; stopped (drained) on exit. Waits for `/ready` unless told not to."""
-    port = free_port() if port is None else port
-    config = herald_config(tmp_path, tg, llm, port=port, **telegram)
-    supervisor = Supervisor(config, environ={})
-    task = asyncio.create_task(supervisor.run(), name="herald")
-    url = f"http://127.0.0.1:{config.api.port}"
-    try:
-        if wait_ready:
-            await _until(_ready_or_failed(url, task))
-        else:
-            await _until(lambda: supervisor.state.serving or task.done())
-        async with Store.open(config.effective_database_url, migrate=False) as store:
-            yield Herald(supervisor, config, url, store)
-    finally:
-        supervisor.stop()
-        async with asyncio.timeout(WAIT):
-            await task
-
-
-async def _until(check: Callable[[], Any], timeout: float = WAIT) -> None:
-    async with asyncio.timeout(timeout):
-        while True:
-            result = check()
-            if asyncio.iscoroutine(result):
-                result = await result
-            if result:
-                return
-            await asyncio.sleep(0.02)
-
-
-def _ready_or_failed(url: str, task: asyncio.Task[int]) -> Callable[[], Any]:
-    async def check() -> bool:
-        if task.done():
-            task.result()
-            raise RuntimeError("herald stopped while starting")
-        with contextlib.suppress(httpx.TransportError):
-            async with httpx.AsyncClient(timeout=5.0, trust_env=False) as client:
-                return (await client.get(f"{url}/ready")).status_code == 200
-        return False
-
-    return check
+    """The daemon with Telegram at the fake (settings overridden by `telegram`)."""
+    section: dict[str, Any] = {
+        "token": TOKEN,
+        "base_url": tg.base_url,
+        "base_file_url": tg.base_file_url,
+        "allowed_users": [str(ANN), str(BOB)],
+        "poll_timeout": 1,
+        "stream_edits": False,
+        "min_send_interval": 0,
+        "min_edit_interval": 0.2,
+    }
+    section.update(telegram)
+    async with running_daemon(
+        tmp_path, llm, "telegram", section, wait_ready=wait_ready, port=port
+    ) as herald:
+        yield herald

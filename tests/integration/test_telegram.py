@@ -15,12 +15,12 @@ from gateway.contracts.adapter import AdapterState
 from tests.e2e.daemon import free_port
 from tests.fakes.llm import FakeLLM, Reply, last_user_text
 from tests.fakes.telegram_server import FakeTelegramServer, utf16_len
+from tests.integration.inproc import Herald
 from tests.integration.telegram_rig import (
     ANN,
     BOB,
     BOT_USERNAME,
     TOKEN,
-    Herald,
     running_herald,
 )
 
