@@ -1,0 +1,2576 @@
+"""A fake Slack for slack-sdk and slack-bolt: Web API, Socket Mode and Events API, on 127.0.0.1.
+
+slack-sdk and slack-bolt talk to it unmodified but for the Web API base URL:
+`AsyncWebClient(bot_token, base_url=slack.base_url)`, then
+`slack_sdk.socket_mode.aiohttp.SocketModeClient(app_token, web_client=that_client)` or
+`AsyncApp(client=that_client)`; the websocket URL comes from `apps.connections.open`.
+
+Two listeners:
+- the Web API (`POST|GET /api/<method>`), the upload URLs, the `url_private*` downloads and the
+  `/control/*` routes: Starlette served by uvicorn (`LocalServer`, like the other fakes);
+- the Socket Mode websockets (`ws://127.0.0.1:<ws_port>/link/?ticket=...`): aiohttp's web
+  server on a second port. Not uvicorn: `LocalServer` serves no websockets (`ws="none"`), and
+  through ASGI a server can neither withhold pongs nor hang up without a close frame. aiohttp's
+  `WebSocketResponse(autoping=False)` hands pings to the handler (a silenced socket does not
+  answer them, and still notices when its client hangs up) and exposes the transport (a dropped
+  socket is `transport.abort()`: no close frame). aiohttp is slack-sdk's own websocket client,
+  so nothing new is needed; a second port costs nothing since clients learn the URL from
+  `apps.connections.open`.
+
+Web API, as slack-sdk sends it: parameters in the query string, a form or a JSON body; the
+token in `Authorization: Bearer` (or a `token` parameter). Answers are HTTP 200
+`{"ok": true, ...}` / `{"ok": false, "error": "..."}`; an unknown method is 404
+`unknown_method`; a rate limit is 429 with `Retry-After` (whole seconds) and
+`{"ok": false, "error": "ratelimited"}`; a `fail()` is a plain-text 5xx. Token errors: none
+`not_authed`, unknown `invalid_auth`; the app token (`xapp-`) is accepted only by
+`apps.connections.open` and the bot token everywhere else, the other way round answers
+`not_allowed_token_type`.
+
+Methods: auth.test, apps.connections.open, chat.postMessage, chat.update, chat.delete,
+reactions.add, reactions.remove, conversations.info, users.info, files.getUploadURLExternal,
+files.completeUploadExternal (and the upload URL in between: what `files_upload_v2` uses).
+Files registered with `add_file()` (or uploaded) download from their `url_private` /
+`url_private_download` with `Authorization: Bearer <bot token>`; 403 without it.
+
+Channels need no setup: an id starting with C is a public channel, G a private one, D a DM
+(`add_channel` names them, makes the bot a non-member, or an mpim); `remove_channel` makes an
+id `channel_not_found`. Posting to a user id posts to the DM with that user, as on Slack.
+
+Socket Mode: on connect the server sends `hello`; every event is wrapped in an `events_api`
+envelope and sent to one open socket (round robin over the sockets that said hello, are not
+silenced and were not told to disconnect); an envelope not acknowledged
+(`{"envelope_id": ...}`) within `ack_timeout` is sent again (to any open socket, now or once
+one connects) with `retry_attempt` + 1 and `retry_reason` "timeout", up to `max_retries` times,
+then given up (`expired`). Each attempt has a new `envelope_id`; an ack of any attempt
+acknowledges the event. A ticket (one `apps.connections.open`) opens one websocket; a refused
+handshake does not use it up.
+
+Events API: `use_events_api(url)` makes the server POST every event to `url` instead (signed
+with the signing secret: `X-Slack-Request-Timestamp`, `X-Slack-Signature`), retrying an answer
+that is not 2xx within `events_timeout` after `events_retry_delay` with `X-Slack-Retry-Num` /
+`X-Slack-Retry-Reason` (none after an `X-Slack-No-Retry: 1` answer). `signed_request()` and
+`url_verification_request()` build such requests, right or wrong, for tests to send.
+
+In tests: `async with FakeSlackServer() as slack:`, then `slack.inject_message(...)`,
+`inject_app_mention`, `inject_edit`, `inject_delete`, `inject_bot_message`, `inject_own_message`,
+`inject_event`; faults (`rate_limit`, `fail`, `drop`, `drop_socket`, `send_disconnect`,
+`silence_socket`, `ignore_acks`, `refuse_connections`; the counted ones count down) and records
+(`posted`, `updates`, `deleted`, `reactions`, `uploads`, `calls`, `rejected`, `envelopes`,
+`acks`, `sockets`, `open_sockets`, `max_open_sockets`, `texts_in()`, waits). Another process
+drives the server through `/control/*` (see `SlackServerClient`). Standalone:
+`python -m tests.fakes.slack_server --port 8102 --bot-token xoxb-... --app-token xapp-...`
+serves until SIGTERM / SIGINT; its first line on stdout ends with the root URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import copy
+import dataclasses
+import functools
+import hashlib
+import hmac
+import itertools
+import json
+import logging
+import re
+import secrets
+import signal
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from types import TracebackType
+from typing import Any, Literal, Self
+from urllib.parse import parse_qsl, quote
+
+import httpx
+from aiohttp import WSMsgType, web
+from starlette.applications import Starlette
+from starlette.datastructures import UploadFile
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from tests.fakes.serving import LocalServer
+
+JSON = dict[str, Any]
+
+DEFAULT_BOT_TOKEN = "xoxb-1-herald-bot-token"
+DEFAULT_APP_TOKEN = "xapp-1-A1-herald-app-token"
+DEFAULT_SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+DEFAULT_USER = "U0HUMAN01"
+"""The user of injected messages unless told otherwise."""
+MAX_TEXT_LENGTH = 40_000
+"""Longest `text` chat.postMessage / chat.update take (`msg_too_long` beyond)."""
+DEFAULT_ACK_TIMEOUT = 3.0
+"""Seconds Slack waits for a Socket Mode ack (and for an Events API answer)."""
+DEFAULT_MAX_RETRIES = 3
+"""Redeliveries of an unacknowledged event before Slack gives up."""
+STALE_AFTER = 300
+"""Seconds after which a signed request is stale (bolt and SignatureVerifier refuse it)."""
+MAX_WAIT = 60.0
+"""Longest `/control/wait` the server grants, in seconds."""
+
+_CHANNEL_ID = re.compile(r"^[CDG][A-Z0-9]+$")
+_USER_ID = re.compile(r"^[UW][A-Z0-9]+$")
+_REACTION = re.compile(r"^[a-z0-9_+'\-]+(::skin-tone-[2-6])?$")
+_MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
+_ID_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+ChannelKind = Literal["im", "channel", "group", "mpim"]
+Stage = Literal["open", "handshake"]
+
+
+# -- records --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One Web API request (any token, faulted ones included), parameters as decoded."""
+
+    method: str
+    params: JSON
+    token: str | None
+    received_at: float
+    """`time.monotonic()` when the server read it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A Web API request answered with an error (a fault, a bad token or a bad request)."""
+
+    method: str
+    status: int
+    error: str
+    params: JSON
+    received_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Posted:
+    """One accepted chat.postMessage."""
+
+    channel: str
+    ts: str
+    text: str
+    thread_ts: str | None
+    reply_broadcast: bool
+    mrkdwn: bool
+    blocks: Any
+    """The blocks as sent (decoded), None without."""
+    params: JSON
+    received_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Updated:
+    """One accepted chat.update."""
+
+    channel: str
+    ts: str
+    text: str
+    params: JSON
+    received_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Deleted:
+    """One accepted chat.delete."""
+
+    channel: str
+    ts: str
+    received_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReactionChange:
+    """One accepted reactions.add or reactions.remove."""
+
+    action: Literal["add", "remove"]
+    channel: str
+    timestamp: str
+    name: str
+    received_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class StoredFile:
+    """A file the server serves: registered by a test (`add_file`) or uploaded by the bot."""
+
+    id: str
+    name: str
+    title: str
+    mimetype: str
+    content: bytes
+    user: str
+    url_private: str
+    url_private_download: str
+    created: int
+
+    def to_json(self) -> JSON:
+        """The file object of message events and files.* answers."""
+        filetype = self.name.rsplit(".", 1)[-1].lower() if "." in self.name else "binary"
+        return {
+            "id": self.id,
+            "created": self.created,
+            "timestamp": self.created,
+            "name": self.name,
+            "title": self.title,
+            "mimetype": self.mimetype,
+            "filetype": filetype,
+            "pretty_type": filetype.upper(),
+            "user": self.user,
+            "user_team": "",
+            "editable": False,
+            "size": len(self.content),
+            "mode": "hosted",
+            "is_external": False,
+            "external_type": "",
+            "is_public": False,
+            "public_url_shared": False,
+            "display_as_bot": False,
+            "username": "",
+            "url_private": self.url_private,
+            "url_private_download": self.url_private_download,
+            "permalink": f"{self.url_private}#permalink",
+            "is_starred": False,
+            "has_rich_preview": False,
+            "file_access": "visible",
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Upload:
+    """One file the bot uploaded and completed (files_upload_v2)."""
+
+    file_id: str
+    filename: str
+    title: str
+    content: bytes
+    channel: str | None
+    thread_ts: str | None
+    initial_comment: str | None
+    ts: str | None
+    """The ts of the file's message in `channel` (None when not shared)."""
+    received_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Download:
+    """One request for a file's bytes."""
+
+    file_id: str
+    authorized: bool
+    status: int
+    received_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Injected:
+    """What an injection created: the event(s) queued for the app and the message's ts."""
+
+    event_id: str
+    """The id of the (first) event: the app_mention's for a mention."""
+    ts: str
+    """The ts of the message (for an edit or a delete: of the message changed)."""
+    channel: str
+    event_ids: tuple[str, ...]
+    """Every event queued, in delivery order (a mention: app_mention, then message)."""
+
+
+@dataclass(slots=True)
+class Envelope:
+    """One Socket Mode envelope sent (each delivery attempt is a new envelope)."""
+
+    envelope_id: str
+    event_id: str
+    event_type: str
+    retry_attempt: int
+    retry_reason: str
+    socket_id: int
+    sent_at: float
+    acked_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """One acknowledgement a client sent.
+
+    `outcome`: "accepted" (acknowledged the event), "duplicate" (the event was acknowledged
+    already), "lost" (`ignore_acks` or a silenced socket), "unknown" (no such envelope).
+    """
+
+    envelope_id: str
+    socket_id: int
+    received_at: float
+    outcome: Literal["accepted", "duplicate", "lost", "unknown"]
+
+
+@dataclass(slots=True)
+class SocketInfo:
+    """One Socket Mode websocket, open or closed."""
+
+    id: int
+    ticket: str
+    opened_at: float
+    closed_at: float | None = None
+    close_reason: str | None = None
+    """"client_close", "connection_lost", "dropped", "server_close", "server_stop"."""
+    silenced: bool = False
+    disconnect_reason: str | None = None
+    """The reason of the `disconnect` message sent on it, if any."""
+    envelopes: int = 0
+    """How many envelopes were sent on it."""
+
+    @property
+    def open(self) -> bool:
+        """Whether the socket is still open (as the server sees it)."""
+        return self.closed_at is None
+
+
+@dataclass(frozen=True, slots=True)
+class HttpDelivery:
+    """One attempt to POST an event to the Events API URL."""
+
+    event_id: str
+    url: str
+    retry_num: int
+    retry_reason: str
+    status: int | None
+    """The endpoint's HTTP status; None when the request failed."""
+    error: str | None
+    """None on a 2xx, else Slack's retry reason ("http_error", "http_timeout", ...)."""
+    received_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class SignedRequest:
+    """An Events API request as Slack sends it: the exact body bytes and the headers."""
+
+    body: bytes
+    headers: dict[str, str]
+
+
+def slack_signature(secret: str, timestamp: str, body: bytes) -> str:
+    """`X-Slack-Signature` of `body` sent at `timestamp`: `v0=` hex HMAC-SHA256 of
+    `v0:{timestamp}:{body}` keyed with the signing secret."""
+    base = b"v0:" + timestamp.encode() + b":" + body
+    return "v0=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
+
+
+# -- internals: state -----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Channel:
+    id: str
+    kind: ChannelKind
+    name: str | None = None
+    is_member: bool = True
+    user: str | None = None
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def display_name(self) -> str:
+        return self.name or f"channel-{self.id.lower()}"
+
+    def to_json(self) -> JSON:
+        channel: JSON = {
+            "id": self.id,
+            "created": self.created,
+            "is_archived": False,
+            "is_im": self.kind == "im",
+            "is_mpim": self.kind == "mpim",
+            "is_channel": self.kind == "channel",
+            "is_group": self.kind == "group",
+            "is_private": self.kind != "channel",
+            "is_member": self.is_member,
+            "is_org_shared": False,
+            "is_shared": False,
+            "is_ext_shared": False,
+        }
+        if self.kind == "im":
+            channel["user"] = self.user or DEFAULT_USER
+            channel["is_open"] = True
+        else:
+            channel["name"] = channel["name_normalized"] = self.display_name
+            channel["topic"] = {"value": "", "creator": "", "last_set": 0}
+            channel["purpose"] = {"value": "", "creator": "", "last_set": 0}
+        return channel
+
+
+@dataclass(slots=True)
+class _User:
+    id: str
+    name: str
+    real_name: str
+    display_name: str
+    is_bot: bool = False
+
+    def to_json(self, team_id: str) -> JSON:
+        return {
+            "id": self.id,
+            "team_id": team_id,
+            "name": self.name,
+            "deleted": False,
+            "real_name": self.real_name,
+            "tz": "Europe/Berlin",
+            "tz_label": "Central European Time",
+            "tz_offset": 3600,
+            "is_admin": False,
+            "is_owner": False,
+            "is_bot": self.is_bot,
+            "is_app_user": False,
+            "updated": 1_700_000_000,
+            "profile": {
+                "real_name": self.real_name,
+                "real_name_normalized": self.real_name,
+                "display_name": self.display_name,
+                "display_name_normalized": self.display_name,
+                "first_name": self.real_name.split(" ", 1)[0],
+                "team": team_id,
+            },
+        }
+
+
+@dataclass(eq=False, slots=True)
+class _Event:
+    seq: int
+    event_id: str
+    body: JSON
+    attempts: int = 0
+    """Deliveries made so far (the next one's retry_attempt)."""
+    acked: bool = False
+    expired: bool = False
+    envelope_ids: list[str] = field(default_factory=list)
+    timer: asyncio.TimerHandle | None = None
+
+
+@dataclass(eq=False, slots=True)
+class _Socket:
+    info: SocketInfo
+    ws: web.WebSocketResponse
+    transport: asyncio.Transport | None
+    outbox: asyncio.Queue[str | None] = field(default_factory=asyncio.Queue)
+    """Frames to send, in order; None: close the socket (after what was queued before)."""
+    ready: bool = False
+    retiring: bool = False
+    closing: bool = False
+    """The server is closing it (`send_disconnect(close_after=...)`)."""
+    close_done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def closed(self) -> bool:
+        return self.info.closed_at is not None
+
+    @property
+    def deliverable(self) -> bool:
+        return (
+            self.ready
+            and not self.closed
+            and not self.retiring
+            and not self.closing
+            and not self.info.silenced
+        )
+
+
+@dataclass(slots=True)
+class _Faults:
+    """The faults switched on; counters count down per affected request or connection."""
+
+    rate_limits: dict[str, tuple[int, int]] = field(default_factory=dict)
+    failures: dict[str, tuple[int, int]] = field(default_factory=dict)
+    drops: dict[str, int] = field(default_factory=dict)
+    ignore_acks: int = 0
+    refuse_open: int = 0
+    refuse_handshake: int = 0
+
+
+class _ApiError(Exception):
+    """A request the Web API refuses: Slack's `error`, the HTTP status, extra headers."""
+
+    def __init__(
+        self, error: str, status: int = 200, headers: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(error)
+        self.error = error
+        self.status = status
+        self.headers = dict(headers or {})
+
+
+class _ControlError(Exception):
+    """A bad `/control/*` request (400 with `error` = the message)."""
+
+
+def _jsonable(value: Any) -> Any:
+    """`value` as JSON: dataclasses as objects, bytes as base64."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _random_id(prefix: str, length: int = 10) -> str:
+    return prefix + "".join(secrets.choice(_ID_ALPHABET) for _ in range(length))
+
+
+def _rich_text(text: str) -> list[JSON]:
+    """The `blocks` a Slack client attaches to a typed message (mentions as user elements)."""
+    if not text:
+        return []
+    elements: list[JSON] = []
+    position = 0
+    for match in _MENTION.finditer(text):
+        if match.start() > position:
+            elements.append({"type": "text", "text": text[position : match.start()]})
+        elements.append({"type": "user", "user_id": match.group(1)})
+        position = match.end()
+    if position < len(text):
+        elements.append({"type": "text", "text": text[position:]})
+    section = {"type": "rich_text_section", "elements": elements}
+    return [{"type": "rich_text", "block_id": _random_id("", 5), "elements": [section]}]
+
+
+# -- internals: request parameters ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    filename: str | None
+    content_type: str | None
+    content: bytes
+
+
+class _Params:
+    """A request's parameters: query string, then the body (form, multipart or JSON)."""
+
+    def __init__(self, values: Mapping[str, Any], files: Mapping[str, _Part]) -> None:
+        self.values = {k: v for k, v in values.items() if v is not None}
+        self.files = dict(files)
+
+    def string(self, key: str) -> str | None:
+        value = self.values.get(key)
+        if value is None or isinstance(value, str):
+            return value
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, int | float):
+            return str(value)
+        return json.dumps(value)
+
+    def boolean(self, key: str, default: bool = False) -> bool:
+        value = self.values.get(key)
+        if value is None:
+            return default
+        if isinstance(value, str):
+            return value.strip().lower() in ("true", "1")
+        return bool(value)
+
+    def decoded(self, key: str) -> Any:
+        """The value decoded from JSON when it came as a string (form bodies)."""
+        value = self.values.get(key)
+        if not isinstance(value, str):
+            return value
+        try:
+            return json.loads(value)
+        except ValueError as err:
+            raise _ApiError("invalid_arguments") from err
+
+    def logged(self) -> JSON:
+        """The parameters as a test reads them (files described, not included)."""
+        logged: JSON = dict(self.values)
+        for key, part in self.files.items():
+            logged[key] = {
+                "filename": part.filename,
+                "content_type": part.content_type,
+                "size": len(part.content),
+            }
+        return logged
+
+
+async def _read_params(request: Request) -> _Params:
+    values: JSON = dict(request.query_params)
+    files: dict[str, _Part] = {}
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type == "multipart/form-data":
+        async with request.form(max_part_size=64 * 1024 * 1024) as form:
+            for key, value in form.multi_items():
+                if isinstance(value, UploadFile):
+                    files[key] = _Part(value.filename, value.content_type, await value.read())
+                else:
+                    values[key] = value
+        return _Params(values, files)
+    body = await request.body()
+    if not body:
+        return _Params(values, files)
+    if content_type == "application/json":
+        try:
+            decoded = json.loads(body)
+        except ValueError as err:
+            raise _ApiError("invalid_json") from err
+        if not isinstance(decoded, dict):
+            raise _ApiError("json_not_object")
+        values.update(decoded)
+    else:
+        values.update(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
+    return _Params(values, files)
+
+
+async def _hang_up(request: Request) -> Response:
+    """Close the connection without an answer (the client sees it dropped)."""
+    # uvicorn's h11 `receive` is a bound method of the request cycle, which holds the
+    # connection's transport; the ASGI interface itself has no way to hang up.
+    transport = getattr(getattr(request.receive, "__self__", None), "transport", None)
+    if not isinstance(transport, asyncio.Transport):
+        raise RuntimeError("cannot drop the connection: no transport")  # pragma: no cover
+    transport.abort()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(5):
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+    return Response(status_code=500)  # never reaches the client
+
+
+_Handler = Callable[[_Params], Awaitable[JSON]]
+
+
+class _SocketListener:
+    """aiohttp's web server on 127.0.0.1:`port` for the Socket Mode websockets."""
+
+    def __init__(
+        self, handler: Callable[[web.Request], Awaitable[web.StreamResponse]], port: int
+    ) -> None:
+        self._handler = handler
+        self._port = port
+        self._sock: socket.socket | None = None
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def port(self) -> int:
+        if self._sock is None:
+            raise RuntimeError("the socket listener is not started")
+        port: int = self._sock.getsockname()[1]
+        return port
+
+    async def start(self) -> None:
+        # IPPROTO_TCP for TCP_NODELAY on accepted sockets, as in `LocalServer`.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", self._port))
+            sock.listen(128)
+        except OSError:
+            sock.close()
+            raise
+        self._sock = sock
+        app = web.Application()
+        app.router.add_get("/link/", self._handler)
+        self._runner = runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
+        await runner.setup()
+        await web.SockSite(runner, sock).start()
+
+    async def stop(self) -> None:
+        try:
+            if self._runner is not None:
+                await self._runner.cleanup()
+        finally:
+            if self._sock is not None:
+                self._sock.close()
+
+
+# -- the server -----------------------------------------------------------------------------------
+
+
+class FakeSlackServer:
+    """A fake Slack workspace with one app, for one test (or one standalone process).
+
+    Single event loop only: the server runs as tasks of the loop that enters it, and the Python
+    API (injection, faults, waits) must be called from that loop.
+    """
+
+    def __init__(
+        self,
+        bot_token: str = DEFAULT_BOT_TOKEN,
+        app_token: str = DEFAULT_APP_TOKEN,
+        *,
+        signing_secret: str = DEFAULT_SIGNING_SECRET,
+        verification_token: str = "fake-verification-token",
+        team_id: str = "T0HERALD",
+        team: str = "herald-test",
+        app_id: str = "A1",
+        bot_user_id: str = "UBOT",
+        bot_id: str = "BBOT",
+        bot_name: str = "herald",
+        ack_timeout: float = DEFAULT_ACK_TIMEOUT,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        events_timeout: float = DEFAULT_ACK_TIMEOUT,
+        events_retry_delay: float = 0.2,
+        echo_bot_messages: bool = False,
+        port: int = 0,
+        ws_port: int = 0,
+        log_level: str | None = None,
+    ) -> None:
+        if not ack_timeout > 0:
+            raise ValueError("ack_timeout must be > 0")
+        self.bot_token = bot_token
+        self.app_token = app_token
+        self.signing_secret = signing_secret
+        self.verification_token = verification_token
+        self.team_id = team_id
+        self.team = team
+        self.app_id = app_id
+        self.bot_user_id = bot_user_id
+        self.bot_id = bot_id
+        self.bot_name = bot_name
+        self.ack_timeout = ack_timeout
+        self.max_retries = max_retries
+        self.events_timeout = events_timeout
+        self.events_retry_delay = events_retry_delay
+        self.echo_bot_messages = echo_bot_messages
+        """Queue a `message` event for each of the bot's own posts, as Slack does for apps
+        subscribed to the channel's messages."""
+        self.events_url: str | None = None
+        """Where events are POSTed (Events API); None: Socket Mode."""
+
+        self.calls: list[Call] = []
+        """Every Web API request, any token, in arrival order."""
+        self.rejected: list[Rejected] = []
+        """Every Web API request answered with an error, in order."""
+        self.posted: list[Posted] = []
+        self.updates: list[Updated] = []
+        self.deleted: list[Deleted] = []
+        self.reactions: list[ReactionChange] = []
+        """Every accepted reactions.add / reactions.remove, in order."""
+        self.uploads: list[Upload] = []
+        self.downloads: list[Download] = []
+        self.envelopes: list[Envelope] = []
+        """Every Socket Mode envelope sent, in order."""
+        self.acks: list[Ack] = []
+        self.acked: list[str] = []
+        """Event ids in the order they were acknowledged (socket ack or 2xx answer)."""
+        self.expired: list[str] = []
+        """Event ids given up after `max_retries` redeliveries."""
+        self.sockets: list[SocketInfo] = []
+        """Every websocket opened, in order."""
+        self.max_open_sockets = 0
+        """The most websockets ever open at once."""
+        self.refused_connections = 0
+        """apps.connections.open calls and handshakes refused by `refuse_connections`."""
+        self.http_deliveries: list[HttpDelivery] = []
+
+        self._port = port
+        self._ws_port = ws_port
+        self._log_level = log_level
+        self._events: dict[str, _Event] = {}
+        self._pending: list[_Event] = []
+        self._seq = itertools.count(1)
+        self._envelope_events: dict[str, _Event] = {}
+        self._envelopes_by_id: dict[str, Envelope] = {}
+        self._open: list[_Socket] = []
+        self._socket_ids = itertools.count(1)
+        self._round_robin = 0
+        self._tickets: set[str] = set()
+        self._messages: dict[tuple[str, str], JSON] = {}
+        self._bot_messages: list[tuple[str, str]] = []
+        self._current_reactions: dict[tuple[str, str], list[str]] = {}
+        self._channels: dict[str, _Channel] = {}
+        self._removed_channels: set[str] = set()
+        self._users: dict[str, _User] = {}
+        self._files: dict[str, StoredFile] = {}
+        self._upload_slots: dict[str, JSON] = {}
+        self._last_ts = 0
+        self._faults = _Faults()
+        self._methods: dict[str, tuple[str, _Handler]] = {
+            "auth.test": ("bot", self._auth_test),
+            "apps.connections.open": ("app", self._apps_connections_open),
+            "chat.postMessage": ("bot", self._chat_post_message),
+            "chat.update": ("bot", self._chat_update),
+            "chat.delete": ("bot", self._chat_delete),
+            "reactions.add": ("bot", self._reactions_add),
+            "reactions.remove": ("bot", self._reactions_remove),
+            "conversations.info": ("bot", self._conversations_info),
+            "users.info": ("bot", self._users_info),
+            "files.getUploadURLExternal": ("bot", self._files_get_upload_url),
+            "files.completeUploadExternal": ("bot", self._files_complete_upload),
+        }
+        self._change = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._local: LocalServer | None = None
+        self._listener: _SocketListener | None = None
+        self._http: httpx.AsyncClient | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._timers: set[asyncio.TimerHandle] = set()
+
+    # -- where it listens -------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        """The Web API's TCP port."""
+        if self._local is None:
+            raise RuntimeError("the server is not started")
+        return self._local.port
+
+    @property
+    def ws_port(self) -> int:
+        """The Socket Mode listener's TCP port."""
+        if self._listener is None:
+            raise RuntimeError("the server is not started")
+        return self._listener.port
+
+    @property
+    def url(self) -> str:
+        """`http://127.0.0.1:<port>`: the root, where `/control/*` lives."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """`AsyncWebClient(base_url=...)`: `http://127.0.0.1:<port>/api/`."""
+        return f"{self.url}/api/"
+
+    # -- sockets ----------------------------------------------------------------------------------
+
+    @property
+    def open_sockets(self) -> int:
+        """How many websockets are open right now (silenced ones included)."""
+        return len(self._open)
+
+    @property
+    def sockets_opened(self) -> int:
+        """How many websockets were ever opened."""
+        return len(self.sockets)
+
+    @property
+    def connected(self) -> bool:
+        """Whether an envelope sent now would go out: a socket said hello and is usable."""
+        return any(s.deliverable for s in self._open)
+
+    async def wait_connected(self, timeout: float = 10.0, *, opened: int = 1) -> None:
+        """Wait until at least `opened` sockets were opened and one is usable (TimeoutError)."""
+        await self.wait_for(lambda: self.sockets_opened >= opened and self.connected, timeout)
+
+    # -- inbound ----------------------------------------------------------------------------------
+
+    def add_channel(
+        self,
+        channel_id: str,
+        *,
+        name: str | None = None,
+        kind: ChannelKind | None = None,
+        is_member: bool = True,
+        user: str | None = None,
+    ) -> JSON:
+        """Describe a channel (what conversations.info answers); ValueError for a bad id.
+
+        `kind` defaults from the id: D a DM ("im"), C "channel", G "group" (private).
+        `is_member=False`: the bot's posts there answer `not_in_channel`.
+        """
+        if not _CHANNEL_ID.match(channel_id):
+            raise ValueError(f"not a channel id: {channel_id!r}")
+        self._removed_channels.discard(channel_id)
+        channel = self._channel(channel_id)
+        channel.kind = kind or channel.kind
+        channel.name = name if name is not None else channel.name
+        channel.is_member = is_member
+        channel.user = user if user is not None else channel.user
+        return channel.to_json()
+
+    def remove_channel(self, channel_id: str) -> None:
+        """From now on, `channel_id` answers `channel_not_found`."""
+        self._channels.pop(channel_id, None)
+        self._removed_channels.add(channel_id)
+
+    def add_user(
+        self,
+        user_id: str,
+        name: str | None = None,
+        *,
+        real_name: str | None = None,
+        display_name: str | None = None,
+    ) -> JSON:
+        """Describe a user (what users.info answers). Unknown U… ids exist with made-up names."""
+        if not _USER_ID.match(user_id):
+            raise ValueError(f"not a user id: {user_id!r}")
+        handle = name or f"user.{user_id.lower()}"
+        real = real_name or handle.replace(".", " ").title()
+        self._users[user_id] = _User(user_id, handle, real, display_name or handle)
+        return self._users[user_id].to_json(self.team_id)
+
+    def add_file(
+        self,
+        content: bytes,
+        name: str = "file.bin",
+        mimetype: str = "application/octet-stream",
+        *,
+        title: str | None = None,
+        user: str = DEFAULT_USER,
+    ) -> JSON:
+        """Register a file a user shared; return its file object (for `inject_message(files=)`).
+
+        Its `url_private` / `url_private_download` serve `content` to the bot token only.
+        """
+        stored = self._store_file(
+            content, name=name, mimetype=mimetype, title=title or name, user=user
+        )
+        return stored.to_json()
+
+    def file(self, file_id: str) -> StoredFile:
+        """A registered or uploaded file; KeyError if unknown."""
+        return self._files[file_id]
+
+    def message(self, channel: str, ts: str) -> JSON:
+        """The current state of a message (a copy); KeyError if unknown or deleted."""
+        return copy.deepcopy(self._messages[(channel, ts)])
+
+    def inject_message(
+        self,
+        channel: str,
+        text: str = "",
+        *,
+        user: str = DEFAULT_USER,
+        thread_ts: str | None = None,
+        files: Sequence[str | Mapping[str, Any]] = (),
+        ts: str | None = None,
+        channel_type: ChannelKind | None = None,
+        event_id: str | None = None,
+    ) -> Injected:
+        """A user's message: queue its `message` event; return the event id and the ts.
+
+        `channel_type` defaults from the channel (D… "im", C… "channel", G… "group").
+        `files`: file objects or ids of `add_file()` (subtype `file_share`). KeyError for an
+        unknown file id.
+        """
+        message = self._user_message(
+            channel, text, user=user, thread_ts=thread_ts, files=files, ts=ts
+        )
+        made = self._queue(self._message_event(message, channel, channel_type), event_id)
+        return Injected(made, message["ts"], channel, (made,))
+
+    def inject_app_mention(
+        self,
+        channel: str,
+        text: str = "",
+        *,
+        user: str = DEFAULT_USER,
+        thread_ts: str | None = None,
+        files: Sequence[str | Mapping[str, Any]] = (),
+        ts: str | None = None,
+        with_message: bool = True,
+    ) -> Injected:
+        """A user's message mentioning the bot: an `app_mention` event, then (as Slack sends
+        both to an app subscribed to the channel's messages) the `message` event of the same
+        message with another event id. `<@bot>` is put in front of `text` when missing."""
+        mention = f"<@{self.bot_user_id}>"
+        if mention not in text:
+            text = f"{mention} {text}".rstrip()
+        message = self._user_message(
+            channel, text, user=user, thread_ts=thread_ts, files=files, ts=ts
+        )
+        event = {k: v for k, v in message.items() if k not in ("subtype", "upload")}
+        event.update(type="app_mention", channel=channel, event_ts=message["ts"])
+        ids = [self._queue(event)]
+        if with_message:
+            ids.append(self._queue(self._message_event(message, channel, None)))
+        return Injected(ids[0], message["ts"], channel, tuple(ids))
+
+    def inject_edit(
+        self, channel: str, ts: str, text: str, *, event_id: str | None = None
+    ) -> Injected:
+        """The author edited message `ts`: a `message_changed` event. KeyError if unknown."""
+        previous = self._messages[(channel, ts)]
+        edit_ts = self._next_ts()
+        edited = copy.deepcopy(previous)
+        edited.update(text=text, edited={"user": previous.get("user", ""), "ts": edit_ts})
+        if "blocks" in edited:
+            edited["blocks"] = _rich_text(text)
+        edited["source_team"] = edited["user_team"] = self.team_id
+        self._messages[(channel, ts)] = copy.deepcopy(edited)
+        event: JSON = {
+            "type": "message",
+            "subtype": "message_changed",
+            "message": edited,
+            "previous_message": copy.deepcopy(previous),
+            "channel": channel,
+            "hidden": True,
+            "ts": edit_ts,
+            "event_ts": edit_ts,
+            "channel_type": self._injected_channel(channel).kind,
+        }
+        made = self._queue(event, event_id)
+        return Injected(made, ts, channel, (made,))
+
+    def inject_delete(self, channel: str, ts: str, *, event_id: str | None = None) -> Injected:
+        """Message `ts` was deleted: a `message_deleted` event. KeyError if unknown."""
+        previous = self._messages.pop((channel, ts))
+        self._current_reactions.pop((channel, ts), None)
+        now_ts = self._next_ts()
+        event: JSON = {
+            "type": "message",
+            "subtype": "message_deleted",
+            "hidden": True,
+            "deleted_ts": ts,
+            "channel": channel,
+            "previous_message": previous,
+            "ts": now_ts,
+            "event_ts": now_ts,
+            "channel_type": self._injected_channel(channel).kind,
+        }
+        made = self._queue(event, event_id)
+        return Injected(made, ts, channel, (made,))
+
+    def inject_bot_message(
+        self,
+        channel: str,
+        text: str,
+        *,
+        bot_id: str = "B0OTHERBOT",
+        username: str = "otherbot",
+        thread_ts: str | None = None,
+    ) -> Injected:
+        """Another integration's message: subtype `bot_message`, `bot_id`, no `user`."""
+        ts = self._next_ts()
+        message: JSON = {
+            "type": "message",
+            "subtype": "bot_message",
+            "text": text,
+            "ts": ts,
+            "bot_id": bot_id,
+            "username": username,
+        }
+        if thread_ts is not None:
+            message["thread_ts"] = thread_ts
+        self._messages[(channel, ts)] = copy.deepcopy(message)
+        made = self._queue(self._message_event(message, channel, None))
+        return Injected(made, ts, channel, (made,))
+
+    def inject_own_message(
+        self, channel: str, text: str, *, thread_ts: str | None = None
+    ) -> Injected:
+        """The `message` event of a message the bot itself posted (`user` is the bot user)."""
+        ts = self._next_ts()
+        message = self._bot_message(text, ts, thread_ts)
+        self._messages[(channel, ts)] = copy.deepcopy(message)
+        made = self._queue(self._message_event(message, channel, None))
+        return Injected(made, ts, channel, (made,))
+
+    def inject_event(self, event: Mapping[str, Any], *, event_id: str | None = None) -> Injected:
+        """Queue `event` as is, in an event_callback (`event_ts` added when missing)."""
+        raw = copy.deepcopy(dict(event))
+        ts = str(raw.get("ts") or raw.get("event_ts") or self._next_ts())
+        raw.setdefault("event_ts", ts)
+        made = self._queue(raw, event_id)
+        return Injected(made, ts, str(raw.get("channel", "")), (made,))
+
+    def event_callback(self, event: Mapping[str, Any], *, event_id: str | None = None) -> JSON:
+        """The event_callback body Slack wraps `event` in (nothing is queued)."""
+        event = dict(event)
+        event_ts = event.get("event_ts") or event.get("ts") or time.time()
+        try:
+            event_time = int(float(event_ts))
+        except (TypeError, ValueError):
+            event_time = int(time.time())
+        context = base64.b64encode(
+            json.dumps({"tid": self.team_id, "cid": event.get("channel", "")}).encode()
+        )
+        return {
+            "token": self.verification_token,
+            "team_id": self.team_id,
+            "context_team_id": self.team_id,
+            "context_enterprise_id": None,
+            "api_app_id": self.app_id,
+            "event": event,
+            "type": "event_callback",
+            "event_id": event_id or _random_id("Ev"),
+            "event_time": event_time,
+            "authorizations": [
+                {
+                    "enterprise_id": None,
+                    "team_id": self.team_id,
+                    "user_id": self.bot_user_id,
+                    "is_bot": True,
+                    "is_enterprise_install": False,
+                }
+            ],
+            "is_ext_shared_channel": False,
+            "event_context": "4-" + context.decode(),
+        }
+
+    @property
+    def pending(self) -> list[str]:
+        """Event ids not acknowledged and not given up yet, in injection order."""
+        return [e.event_id for e in self._events.values() if not e.acked and not e.expired]
+
+    def event(self, event_id: str) -> JSON:
+        """The event_callback body of an injected event (a copy); KeyError if unknown."""
+        return copy.deepcopy(self._events[event_id].body)
+
+    async def wait_until_acked(self, *event_ids: str, timeout: float = 10.0) -> None:
+        """Wait until these events (default: every one injected) are acknowledged.
+
+        Raises TimeoutError after `timeout` seconds, RuntimeError as soon as one of them was
+        given up (`max_retries` redeliveries unacknowledged), KeyError for an unknown event id.
+        """
+        events = [self._events[e] for e in event_ids] if event_ids else None
+
+        def awaited() -> Iterable[_Event]:
+            return events if events is not None else self._events.values()
+
+        await self.wait_for(lambda: all(e.acked or e.expired for e in awaited()), timeout)
+        expired = [e.event_id for e in awaited() if e.expired]
+        if expired:
+            raise RuntimeError(f"given up unacknowledged: {expired}")
+
+    # -- Events API -------------------------------------------------------------------------------
+
+    def use_events_api(self, url: str | None) -> None:
+        """POST events to `url` from now on (the Events API); None: back to Socket Mode.
+
+        Envelopes already sent on a socket stay there until acknowledged or timed out.
+        """
+        self.events_url = url
+        self._dispatch()
+
+    def signed_request(
+        self,
+        body: Mapping[str, Any] | bytes,
+        *,
+        timestamp: int | None = None,
+        stale: bool = False,
+        wrong_signature: bool = False,
+        retry_num: int | None = None,
+        retry_reason: str | None = None,
+    ) -> SignedRequest:
+        """An Events API request as Slack sends it, for a test to POST itself.
+
+        `stale`: timestamped 10 minutes ago (signed correctly); `wrong_signature`: signed with
+        another secret; `retry_num` / `retry_reason`: the retry headers.
+        """
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        when = int(time.time()) if timestamp is None else timestamp
+        if stale:
+            when -= 2 * STALE_AFTER
+        secret = "not-" + self.signing_secret if wrong_signature else self.signing_secret
+        headers = {
+            "Content-Type": "application/json",
+            "X-Slack-Request-Timestamp": str(when),
+            "X-Slack-Signature": slack_signature(secret, str(when), raw),
+        }
+        if retry_num is not None:
+            headers["X-Slack-Retry-Num"] = str(retry_num)
+            headers["X-Slack-Retry-Reason"] = retry_reason or "http_timeout"
+        return SignedRequest(raw, headers)
+
+    def url_verification_request(self, challenge: str | None = None) -> SignedRequest:
+        """The signed `url_verification` request Slack sends when the Request URL is set."""
+        body = {
+            "token": self.verification_token,
+            "challenge": challenge or secrets.token_urlsafe(24),
+            "type": "url_verification",
+        }
+        return self.signed_request(body)
+
+    async def verify_events_url(self, url: str) -> bool:
+        """Send a url_verification to `url`: True when it answers 2xx echoing the challenge
+        (as JSON `{"challenge": ...}` or plain text), as Slack requires."""
+        challenge = secrets.token_urlsafe(24)
+        request = self.url_verification_request(challenge)
+        response = await self._client().post(url, content=request.body, headers=request.headers)
+        if not 200 <= response.status_code < 300:
+            return False
+        with contextlib.suppress(ValueError):
+            answer = response.json()
+            if isinstance(answer, dict):
+                return answer.get("challenge") == challenge
+        return response.text.strip() == challenge
+
+    # -- outbound ---------------------------------------------------------------------------------
+
+    def texts_in(self, channel: str, *, thread_ts: str | None = None) -> list[str]:
+        """What users see of the bot's messages in `channel` (after updates, without deleted
+        ones) in post order; with `thread_ts`, only those in that thread."""
+        texts = []
+        for key in self._bot_messages:
+            message = self._messages.get(key)
+            if key[0] != channel or message is None:
+                continue
+            if thread_ts is not None and message.get("thread_ts") != thread_ts:
+                continue
+            texts.append(str(message.get("text", "")))
+        return texts
+
+    def reactions_on(self, channel: str, ts: str) -> list[str]:
+        """The bot's reactions on a message now, in the order they were added."""
+        return list(self._current_reactions.get((channel, ts), []))
+
+    async def wait_for_posted(
+        self, expected: int | Callable[[Posted], bool], timeout: float = 10.0
+    ) -> list[Posted]:
+        """Wait for posts: a count (return all posts) or a predicate (return the matches).
+
+        Raises TimeoutError after `timeout` seconds.
+        """
+        if isinstance(expected, int):
+            count = expected
+            await self.wait_for(lambda: len(self.posted) >= count, timeout)
+            return list(self.posted)
+        predicate = expected
+        await self.wait_for(lambda: any(predicate(p) for p in self.posted), timeout)
+        return [p for p in self.posted if predicate(p)]
+
+    async def wait_for(self, condition: Callable[[], bool], timeout: float | None = 10.0) -> None:
+        """Wait until `condition()` holds; re-checked after every change of the server's state.
+
+        Raises TimeoutError after `timeout` seconds (None: no limit).
+        """
+        async with asyncio.timeout(timeout):
+            while not condition():
+                await self._change.wait()
+
+    # -- faults -----------------------------------------------------------------------------------
+
+    def rate_limit(self, target: str, count: int = 1, retry_after: int = 1) -> None:
+        """The next `count` calls of method `target` (a name with a dot, e.g.
+        "chat.postMessage"; "*": any method) or about channel `target` (its `channel` /
+        `channel_id` parameter) answer 429 with `Retry-After: retry_after` (whole seconds)."""
+        if retry_after < 0:
+            raise ValueError("retry_after must be >= 0")
+        self._faults.rate_limits[target] = (count, int(retry_after))
+
+    def fail(self, method: str, count: int = 1, status: int = 500) -> None:
+        """The next `count` calls of `method` ("*": any) answer plain-text `status`, unprocessed."""
+        self._faults.failures[method] = (count, status)
+
+    def drop(self, method: str, count: int = 1) -> None:
+        """The next `count` calls of `method` ("*": any) get their connection closed unanswered,
+        unprocessed. (slack-sdk's default retry handler retries such a call once.)"""
+        self._faults.drops[method] = count
+
+    def drop_socket(self, socket_id: int | None = None) -> int:
+        """Abort the open websocket(s) (`socket_id` or all): no close frame, as when the network
+        fails. Envelopes in flight on them are redelivered after `ack_timeout`. Returns how many
+        were dropped."""
+        dropped = 0
+        for sock in self._targets(socket_id):
+            if sock.transport is not None:
+                sock.transport.abort()
+            self._mark_closed(sock, "dropped")
+            dropped += 1
+        return dropped
+
+    def send_disconnect(
+        self,
+        reason: str = "refresh_requested",
+        socket_id: int | None = None,
+        *,
+        close_after: float | None = None,
+    ) -> int:
+        """Send `{"type": "disconnect", "reason": reason}` on the open socket(s) (`socket_id` or
+        all); no more envelopes go to them. With `close_after`, the server closes them (close
+        frame) that many seconds later, as Slack does. Returns how many were told."""
+        told = 0
+        for sock in self._targets(socket_id):
+            if sock.info.silenced:
+                continue
+            message = {
+                "type": "disconnect",
+                "reason": reason,
+                "debug_info": {"host": f"applink-fake-{sock.info.id}"},
+            }
+            sock.outbox.put_nowait(json.dumps(message))
+            sock.retiring = True
+            sock.info.disconnect_reason = reason
+            told += 1
+            if close_after is not None:
+                handle = asyncio.get_running_loop().call_later(
+                    close_after, functools.partial(self._close_later, sock)
+                )
+                self._timers.add(handle)
+        self._notify()
+        self._dispatch()
+        return told
+
+    def silence_socket(self, socket_id: int | None = None) -> int:
+        """The open socket(s) (`socket_id` or all) stay open but go silent: no envelopes, no
+        pongs, acks ignored; the server still notices when the client hangs up. Sockets opened
+        later are not affected. Returns how many were silenced."""
+        silenced = 0
+        for sock in self._targets(socket_id):
+            sock.info.silenced = True
+            silenced += 1
+        self._notify()
+        self._dispatch()
+        return silenced
+
+    def ignore_acks(self, count: int = 1) -> None:
+        """The next `count` acks are lost: their envelopes are redelivered after `ack_timeout`."""
+        self._faults.ignore_acks = count
+
+    def refuse_connections(self, count: int = 1, *, stage: Stage = "handshake") -> None:
+        """Refuse the next `count` connections: at "open", apps.connections.open answers
+        `{"ok": false, "error": "internal_error"}`; at "handshake", the websocket upgrade is
+        answered 503 (the ticket stays usable)."""
+        if stage == "open":
+            self._faults.refuse_open = count
+        else:
+            self._faults.refuse_handshake = count
+
+    def clear_faults(self) -> None:
+        """Switch every counted fault off (silenced sockets stay silent)."""
+        self._faults = _Faults()
+
+    # -- state as JSON ----------------------------------------------------------------------------
+
+    def state(self) -> JSON:
+        """Everything a test inspects, as JSON (what `GET /control/state` answers)."""
+        channels = dict.fromkeys(channel for channel, _ in self._bot_messages)
+        reactions = {
+            f"{channel}:{ts}": list(names)
+            for (channel, ts), names in self._current_reactions.items()
+            if names
+        }
+        uploads = [{**_jsonable(u), "content": None, "size": len(u.content)} for u in self.uploads]
+        return {
+            "ok": True,
+            "posted": _jsonable(self.posted),
+            "updates": _jsonable(self.updates),
+            "deleted": _jsonable(self.deleted),
+            "reactions": _jsonable(self.reactions),
+            "current_reactions": reactions,
+            "uploads": uploads,
+            "downloads": _jsonable(self.downloads),
+            "texts": {channel: self.texts_in(channel) for channel in channels},
+            "calls": [call.method for call in self.calls],
+            "rejected": _jsonable(self.rejected),
+            "envelopes": _jsonable(self.envelopes),
+            "acks": _jsonable(self.acks),
+            "acked": list(self.acked),
+            "pending": self.pending,
+            "expired": list(self.expired),
+            "sockets": _jsonable(self.sockets),
+            "open_sockets": self.open_sockets,
+            "max_open_sockets": self.max_open_sockets,
+            "sockets_opened": self.sockets_opened,
+            "connected": self.connected,
+            "refused_connections": self.refused_connections,
+            "events_url": self.events_url,
+            "http_deliveries": _jsonable(self.http_deliveries),
+        }
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        self._local = LocalServer(self._app(), port=self._port, log_level=self._log_level)
+        self._listener = _SocketListener(self._socket_endpoint, self._ws_port)
+        try:
+            await self._local.start()
+            await self._listener.start()
+        except BaseException:
+            await self._stop()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._stop()
+
+    async def _stop(self) -> None:
+        self._stopping.set()  # ends control waits and Events API retries
+        self._notify()
+        for handle in self._timers:
+            handle.cancel()
+        for event in self._events.values():
+            if event.timer is not None:
+                event.timer.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for sock in list(self._open):
+            if sock.transport is not None:
+                sock.transport.abort()
+            self._mark_closed(sock, "server_stop")
+        try:
+            if self._listener is not None:
+                await self._listener.stop()
+            if self._local is not None:
+                await self._local.stop()
+        finally:
+            if self._http is not None:
+                await self._http.aclose()
+
+    # -- internals: state -------------------------------------------------------------------------
+
+    def _notify(self) -> None:
+        """Wake every waiter: something changed."""
+        self._change.set()
+        self._change = asyncio.Event()
+
+    def _spawn(self, coroutine: Awaitable[Any]) -> None:
+        async def run() -> None:
+            await coroutine
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=self.events_timeout, trust_env=False)
+        return self._http
+
+    def _next_ts(self) -> str:
+        """A fresh message ts: the current time in microseconds, strictly increasing."""
+        micros = max(time.time_ns() // 1000, self._last_ts + 1)
+        self._last_ts = micros
+        return f"{micros // 1_000_000}.{micros % 1_000_000:06d}"
+
+    def _channel(self, channel_id: str) -> _Channel:
+        """The channel `channel_id` (made up from its id when new); _ApiError if there is none."""
+        channel = self._channels.get(channel_id)
+        if channel is None:
+            if channel_id in self._removed_channels or not _CHANNEL_ID.match(channel_id):
+                raise _ApiError("channel_not_found")
+            kind: ChannelKind = "group"
+            if channel_id.startswith("D"):
+                kind = "im"
+            elif channel_id.startswith("C"):
+                kind = "channel"
+            channel = self._channels[channel_id] = _Channel(channel_id, kind)
+        return channel
+
+    def _user(self, user_id: str) -> _User | None:
+        user = self._users.get(user_id)
+        if user is None and _USER_ID.match(user_id):
+            self.add_user(user_id)
+            user = self._users[user_id]
+        return user
+
+    def _store_file(
+        self,
+        content: bytes,
+        *,
+        name: str,
+        mimetype: str,
+        title: str,
+        user: str,
+        file_id: str | None = None,
+    ) -> StoredFile:
+        file_id = file_id or _random_id("F")
+        base = f"{self.url}/files-pri/{self.team_id}-{file_id}"
+        stored = StoredFile(
+            id=file_id,
+            name=name,
+            title=title,
+            mimetype=mimetype,
+            content=content,
+            user=user,
+            url_private=f"{base}/{quote(name)}",
+            url_private_download=f"{base}/download/{quote(name)}",
+            created=int(time.time()),
+        )
+        self._files[file_id] = stored
+        return stored
+
+    def _user_message(
+        self,
+        channel: str,
+        text: str,
+        *,
+        user: str,
+        thread_ts: str | None,
+        files: Sequence[str | Mapping[str, Any]],
+        ts: str | None,
+    ) -> JSON:
+        """A message a user typed (stored), without the event's own fields."""
+        self._injected_channel(channel)
+        file_objects = [self._files[f].to_json() if isinstance(f, str) else dict(f) for f in files]
+        ts = ts or self._next_ts()
+        message: JSON = {
+            "user": user,
+            "type": "message",
+            "ts": ts,
+            "client_msg_id": str(uuid.uuid4()),
+            "text": text,
+            "team": self.team_id,
+            "blocks": _rich_text(text),
+        }
+        if file_objects:
+            message.update(
+                subtype="file_share", files=file_objects, upload=False, display_as_bot=False
+            )
+        if thread_ts is not None:
+            message["thread_ts"] = thread_ts
+            parent = self._messages.get((channel, thread_ts))
+            if parent is not None:
+                message["parent_user_id"] = parent.get("user", "")
+        self._messages[(channel, ts)] = copy.deepcopy(message)
+        return message
+
+    def _bot_message(self, text: str, ts: str, thread_ts: str | None) -> JSON:
+        """A message the bot posted, as Slack stores it."""
+        message: JSON = {
+            "user": self.bot_user_id,
+            "type": "message",
+            "ts": ts,
+            "bot_id": self.bot_id,
+            "app_id": self.app_id,
+            "text": text,
+            "team": self.team_id,
+            "bot_profile": {
+                "id": self.bot_id,
+                "app_id": self.app_id,
+                "name": self.bot_name,
+                "deleted": False,
+                "team_id": self.team_id,
+            },
+        }
+        if thread_ts is not None:
+            message["thread_ts"] = thread_ts
+        return message
+
+    def _message_event(self, message: JSON, channel: str, kind: ChannelKind | None) -> JSON:
+        return {
+            **copy.deepcopy(message),
+            "channel": channel,
+            "event_ts": message["ts"],
+            "channel_type": kind or self._injected_channel(channel).kind,
+        }
+
+    def _injected_channel(self, channel_id: str) -> _Channel:
+        """The channel of an injection; ValueError when there is none."""
+        try:
+            return self._channel(channel_id)
+        except _ApiError as err:
+            raise ValueError(f"no channel {channel_id!r} (removed, or not a channel id)") from err
+
+    def _queue(self, event: JSON, event_id: str | None = None) -> str:
+        """Wrap `event` in an event_callback and queue it for delivery; return its event id."""
+        body = self.event_callback(event, event_id=event_id)
+        if body["event_id"] in self._events:
+            raise ValueError(f"event {body['event_id']} exists already")
+        queued = _Event(next(self._seq), body["event_id"], body)
+        self._events[queued.event_id] = queued
+        self._pending.append(queued)
+        self._notify()
+        self._dispatch()
+        return queued.event_id
+
+    def _dispatch(self) -> None:
+        """Send pending events: to the Events API URL, or each to one usable socket."""
+        if self.events_url is not None:
+            while self._pending:
+                self._spawn(self._deliver_over_http(self._pending.pop(0)))
+            return
+        while self._pending:
+            targets = [s for s in self._open if s.deliverable]
+            if not targets:
+                return
+            sock = targets[self._round_robin % len(targets)]
+            self._round_robin += 1
+            self._send_envelope(self._pending.pop(0), sock)
+
+    def _send_envelope(self, event: _Event, sock: _Socket) -> None:
+        attempt = event.attempts
+        event.attempts += 1
+        envelope = Envelope(
+            envelope_id=str(uuid.uuid4()),
+            event_id=event.event_id,
+            event_type=str(event.body["event"].get("type", "")),
+            retry_attempt=attempt,
+            retry_reason="timeout" if attempt else "",
+            socket_id=sock.info.id,
+            sent_at=time.monotonic(),
+        )
+        self.envelopes.append(envelope)
+        self._envelope_events[envelope.envelope_id] = event
+        self._envelopes_by_id[envelope.envelope_id] = envelope
+        event.envelope_ids.append(envelope.envelope_id)
+        sock.info.envelopes += 1
+        wire = {
+            "envelope_id": envelope.envelope_id,
+            "payload": event.body,
+            "type": "events_api",
+            "accepts_response_payload": False,
+            "retry_attempt": attempt,
+            "retry_reason": envelope.retry_reason,
+        }
+        sock.outbox.put_nowait(json.dumps(wire))
+        if event.timer is not None:
+            event.timer.cancel()
+        event.timer = asyncio.get_running_loop().call_later(
+            self.ack_timeout, self._ack_timed_out, event
+        )
+        self._notify()
+
+    def _ack_timed_out(self, event: _Event) -> None:
+        event.timer = None
+        if event.acked or self._stopping.is_set():
+            return
+        if event.attempts > self.max_retries:
+            event.expired = True
+            self.expired.append(event.event_id)
+        else:
+            self._pending.append(event)
+            self._pending.sort(key=lambda e: e.seq)
+        self._notify()
+        self._dispatch()
+
+    def _acknowledge(self, event: _Event) -> None:
+        event.acked = True
+        if event.timer is not None:
+            event.timer.cancel()
+            event.timer = None
+        if event in self._pending:
+            self._pending.remove(event)
+        self.acked.append(event.event_id)
+
+    def _on_text(self, sock: _Socket, data: str) -> None:
+        """A text frame from a client: an ack (anything else is ignored, as Slack does)."""
+        try:
+            message = json.loads(data)
+        except ValueError:
+            return
+        if not isinstance(message, dict) or not isinstance(message.get("envelope_id"), str):
+            return
+        envelope_id: str = message["envelope_id"]
+        now = time.monotonic()
+        event = self._envelope_events.get(envelope_id)
+        outcome: Literal["accepted", "duplicate", "lost", "unknown"]
+        if event is None:
+            outcome = "unknown"
+        elif sock.info.silenced:
+            outcome = "lost"
+        elif self._faults.ignore_acks > 0:
+            self._faults.ignore_acks -= 1
+            outcome = "lost"
+        else:
+            self._envelopes_by_id[envelope_id].acked_at = now
+            outcome = "duplicate" if event.acked else "accepted"
+            if not event.acked:
+                self._acknowledge(event)
+        self.acks.append(Ack(envelope_id, sock.info.id, now, outcome))
+        self._notify()
+
+    def _targets(self, socket_id: int | None) -> list[_Socket]:
+        return [s for s in self._open if socket_id is None or s.info.id == socket_id]
+
+    def _mark_closed(self, sock: _Socket, reason: str) -> None:
+        if sock.closed:
+            return
+        sock.info.closed_at = time.monotonic()
+        sock.info.close_reason = reason
+        if sock in self._open:
+            self._open.remove(sock)
+        self._notify()
+
+    # -- internals: Socket Mode -------------------------------------------------------------------
+
+    async def _socket_endpoint(self, request: web.Request) -> web.StreamResponse:
+        ticket = request.query.get("ticket", "")
+        if self._faults.refuse_handshake > 0:
+            self._faults.refuse_handshake -= 1
+            self.refused_connections += 1
+            self._notify()
+            return web.Response(status=503, text="Service Unavailable")
+        if ticket not in self._tickets:
+            return web.Response(status=401, text="invalid ticket")
+        ws = web.WebSocketResponse(autoping=False, heartbeat=None, timeout=5.0)
+        await ws.prepare(request)
+        self._tickets.discard(ticket)
+        info = SocketInfo(next(self._socket_ids), ticket, time.monotonic())
+        transport = request.transport
+        sock = _Socket(info, ws, transport if isinstance(transport, asyncio.Transport) else None)
+        self.sockets.append(info)
+        self._open.append(sock)
+        self.max_open_sockets = max(self.max_open_sockets, len(self._open))
+        hello = {
+            "type": "hello",
+            "num_connections": len(self._open),
+            "debug_info": {
+                "host": f"applink-fake-{info.id}",
+                "build_number": 1,
+                "approximate_connection_time": 18060,
+            },
+            "connection_info": {"app_id": self.app_id},
+        }
+        sock.outbox.put_nowait(json.dumps(hello))
+        sock.ready = True
+        sender = asyncio.create_task(self._send_loop(sock))
+        self._notify()
+        self._dispatch()
+        reason = "connection_lost"
+        try:
+            while not sock.closed:
+                msg = await ws.receive()
+                if msg.type is WSMsgType.TEXT:
+                    self._on_text(sock, msg.data)
+                elif msg.type is WSMsgType.PING:
+                    if not sock.info.silenced:
+                        with contextlib.suppress(ConnectionError, RuntimeError):
+                            await ws.pong(msg.data)
+                elif msg.type is WSMsgType.CLOSE:
+                    reason = "client_close"
+                    break
+                elif msg.type is WSMsgType.CLOSING and sock.closing:
+                    # The server's own close, from the sender: let it finish the handshake.
+                    await sock.close_done.wait()
+                    break
+                elif msg.type in (WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
+                    break
+        finally:
+            self._mark_closed(sock, reason)
+            self._dispatch()
+            sender.cancel()
+            await asyncio.gather(sender, return_exceptions=True)
+        return ws
+
+    async def _send_loop(self, sock: _Socket) -> None:
+        """Write what is queued for `sock`, in order, while it is open (a silenced socket's
+        frames are dropped); close it when told to (waiting up to 5 s for the client's close)."""
+        while True:
+            text = await sock.outbox.get()
+            if sock.closed:
+                return
+            if text is None:
+                try:
+                    with contextlib.suppress(ConnectionError, RuntimeError):
+                        await sock.ws.close()
+                finally:
+                    self._mark_closed(sock, "server_close")
+                    sock.close_done.set()
+                return
+            if sock.info.silenced:
+                continue
+            try:
+                await sock.ws.send_str(text)
+            except (ConnectionError, RuntimeError):
+                return
+
+    def _close_later(self, sock: _Socket) -> None:
+        """Close `sock` with a close frame once what is queued for it is sent."""
+        if sock.closed or sock.closing:
+            return
+        sock.closing = True
+        sock.outbox.put_nowait(None)
+        self._notify()
+
+    # -- internals: Events API --------------------------------------------------------------------
+
+    async def _deliver_over_http(self, event: _Event) -> None:
+        """POST `event` to the Events API URL until a 2xx, retrying like Slack."""
+        reason = ""
+        while not event.acked:
+            url = self.events_url
+            if url is None:  # switched back to Socket Mode
+                self._pending.append(event)
+                self._pending.sort(key=lambda e: e.seq)
+                self._dispatch()
+                return
+            attempt = event.attempts
+            event.attempts += 1
+            status, error, no_retry = await self._post_event(url, event, attempt, reason)
+            self.http_deliveries.append(
+                HttpDelivery(event.event_id, url, attempt, reason, status, error, time.monotonic())
+            )
+            if error is None:
+                self._acknowledge(event)
+                self._notify()
+                return
+            self._notify()
+            if no_retry or attempt >= self.max_retries:
+                event.expired = True
+                self.expired.append(event.event_id)
+                self._notify()
+                return
+            reason = error
+            with contextlib.suppress(TimeoutError):
+                await self.wait_for(self._stopping.is_set, self.events_retry_delay)
+            if self._stopping.is_set():
+                return
+
+    async def _post_event(
+        self, url: str, event: _Event, attempt: int, reason: str
+    ) -> tuple[int | None, str | None, bool]:
+        """POST one attempt: (status, None when 2xx else Slack's retry reason, no-retry asked)."""
+        request = self.signed_request(
+            event.body,
+            retry_num=attempt or None,
+            retry_reason=reason or None,
+        )
+        try:
+            response = await self._client().post(url, content=request.body, headers=request.headers)
+        except httpx.TimeoutException:
+            return None, "http_timeout", False
+        except httpx.ConnectError:
+            return None, "connection_failed", False
+        except (httpx.HTTPError, httpx.InvalidURL):
+            return None, "unknown_error", False
+        no_retry = response.headers.get("x-slack-no-retry") == "1"
+        if 200 <= response.status_code < 300:
+            return response.status_code, None, no_retry
+        if 300 <= response.status_code < 400:
+            return response.status_code, "too_many_redirects", no_retry
+        return response.status_code, "http_error", no_retry
+
+    # -- internals: Web API -----------------------------------------------------------------------
+
+    def _app(self) -> Starlette:
+        control = [
+            ("inject", self._control_inject, "POST"),
+            ("file", self._control_file, "POST"),
+            ("state", self._control_state, "GET"),
+            ("fault", self._control_fault, "POST"),
+            ("mode", self._control_mode, "POST"),
+            ("wait", self._control_wait, "POST"),
+        ]
+        routes = [
+            Route("/api/{method}", self._api_endpoint, methods=["GET", "POST"]),
+            Route("/upload/v1/{slot}", self._upload_endpoint, methods=["POST"]),
+            Route("/files-pri/{key}/{rest:path}", self._download, methods=["GET"]),
+        ]
+        routes += [
+            Route(f"/control/{name}", self._control(h), methods=[m]) for name, h, m in control
+        ]
+        return Starlette(routes=routes)
+
+    def _token_kind(self, token: str | None) -> str | None:
+        if token is None:
+            return None
+        for kind, known in (("bot", self.bot_token), ("app", self.app_token)):
+            if secrets.compare_digest(token.encode(), known.encode()):
+                return kind
+        return "invalid"
+
+    def _countdown(self, counters: dict[str, int], method: str) -> bool:
+        for key in (method, "*"):
+            if counters.get(key, 0) > 0:
+                counters[key] -= 1
+                return True
+        return False
+
+    def _take(self, faults: dict[str, tuple[int, int]], keys: Iterable[str]) -> int | None:
+        """The value of the first counted fault among `keys`, counted down; None if none."""
+        for key in keys:
+            count, value = faults.get(key, (0, 0))
+            if count > 0:
+                faults[key] = (count - 1, value)
+                return value
+        return None
+
+    async def _api_endpoint(self, request: Request) -> Response:
+        method = str(request.path_params["method"])
+        try:
+            params = await _read_params(request)
+        except _ApiError as err:
+            return self._refuse(method, _Params({}, {}), err)
+        header = request.headers.get("authorization", "")
+        token = header[7:].strip() if header.lower().startswith("bearer ") else None
+        form_token = params.values.pop("token", None)
+        if not token and isinstance(form_token, str) and form_token:
+            token = form_token
+        self.calls.append(Call(method, params.logged(), token, time.monotonic()))
+        self._notify()
+        entry = self._methods.get(method)
+        if entry is None:
+            return self._refuse(method, params, _ApiError("unknown_method", 404))
+        needs, handler = entry
+        kind = self._token_kind(token)
+        if kind is None:
+            return self._refuse(method, params, _ApiError("not_authed"))
+        if kind == "invalid":
+            return self._refuse(method, params, _ApiError("invalid_auth"))
+        if kind != needs:
+            return self._refuse(method, params, _ApiError("not_allowed_token_type"))
+        if self._countdown(self._faults.drops, method):
+            return await _hang_up(request)
+        status = self._take(self._faults.failures, (method, "*"))
+        if status is not None:
+            phrase = HTTPStatus(status).phrase
+            self.rejected.append(
+                Rejected(method, status, phrase, params.logged(), time.monotonic())
+            )
+            self._notify()
+            return PlainTextResponse(phrase, status_code=status)
+        channel = params.string("channel") or params.string("channel_id") or ""
+        retry_after = self._take(self._faults.rate_limits, (method, channel, "*"))
+        if retry_after is not None:
+            headers = {"Retry-After": str(retry_after)}
+            return self._refuse(method, params, _ApiError("ratelimited", 429, headers))
+        try:
+            result = await handler(params)
+        except _ApiError as err:
+            return self._refuse(method, params, err)
+        self._notify()
+        return JSONResponse({"ok": True, **result})
+
+    def _refuse(self, method: str, params: _Params, err: _ApiError) -> Response:
+        self.rejected.append(
+            Rejected(method, err.status, err.error, params.logged(), time.monotonic())
+        )
+        self._notify()
+        body: JSON = {"ok": False, "error": err.error}
+        if err.error == "unknown_method":
+            body["req_method"] = method
+        return JSONResponse(body, status_code=err.status, headers=err.headers)
+
+    def _target(self, params: _Params, key: str = "channel") -> _Channel:
+        """The channel a call is about; a user id means the DM with that user."""
+        value = params.string(key) or ""
+        if _USER_ID.match(value) and self._user(value) is not None:
+            dm_id = "D" + value[1:]
+            if dm_id not in self._channels:
+                self.add_channel(dm_id, kind="im", user=value)
+            return self._channels[dm_id]
+        if value.startswith("#"):
+            named = next((c for c in self._channels.values() if c.name == value[1:]), None)
+            if named is None:
+                raise _ApiError("channel_not_found")
+            return named
+        return self._channel(value)
+
+    def _text(self, params: _Params) -> str:
+        text = params.string("text") or params.string("markdown_text") or ""
+        has_blocks = bool(params.decoded("blocks")) or bool(params.decoded("attachments"))
+        if not text.strip() and not has_blocks:
+            raise _ApiError("no_text")
+        if len(text) > MAX_TEXT_LENGTH:
+            raise _ApiError("msg_too_long")
+        return text
+
+    def _own_message(self, params: _Params, ts_key: str = "ts") -> tuple[_Channel, str, JSON]:
+        channel = self._target(params)
+        ts = params.string(ts_key) or ""
+        message = self._messages.get((channel.id, ts))
+        if message is None:
+            raise _ApiError("message_not_found")
+        return channel, ts, message
+
+    async def _auth_test(self, params: _Params) -> JSON:
+        return {
+            "url": f"https://{self.team}.slack.com/",
+            "team": self.team,
+            "user": self.bot_name,
+            "team_id": self.team_id,
+            "user_id": self.bot_user_id,
+            "bot_id": self.bot_id,
+            "is_enterprise_install": False,
+        }
+
+    async def _apps_connections_open(self, params: _Params) -> JSON:
+        if self._faults.refuse_open > 0:
+            self._faults.refuse_open -= 1
+            self.refused_connections += 1
+            raise _ApiError("internal_error")
+        ticket = str(uuid.uuid4())
+        self._tickets.add(ticket)
+        return {"url": f"ws://127.0.0.1:{self.ws_port}/link/?ticket={ticket}&app_id={self.app_id}"}
+
+    async def _chat_post_message(self, params: _Params) -> JSON:
+        channel = self._target(params)
+        if not channel.is_member and channel.kind != "im":
+            raise _ApiError("not_in_channel")
+        text = self._text(params)
+        thread_ts = params.string("thread_ts") or None
+        ts = self._next_ts()
+        message = self._bot_message(text, ts, thread_ts)
+        blocks = params.decoded("blocks")
+        if blocks:
+            message["blocks"] = blocks
+        self._messages[(channel.id, ts)] = copy.deepcopy(message)
+        self._bot_messages.append((channel.id, ts))
+        self.posted.append(
+            Posted(
+                channel=channel.id,
+                ts=ts,
+                text=text,
+                thread_ts=thread_ts,
+                reply_broadcast=params.boolean("reply_broadcast"),
+                mrkdwn=params.boolean("mrkdwn", default=True),
+                blocks=blocks,
+                params=params.logged(),
+                received_at=time.monotonic(),
+            )
+        )
+        if self.echo_bot_messages:
+            self._queue(self._message_event(message, channel.id, None))
+        return {"channel": channel.id, "ts": ts, "message": message}
+
+    async def _chat_update(self, params: _Params) -> JSON:
+        channel, ts, message = self._own_message(params)
+        if message.get("user") != self.bot_user_id:
+            raise _ApiError("cant_update_message")
+        text = self._text(params)
+        message["text"] = text
+        message["edited"] = {"user": self.bot_user_id, "ts": self._next_ts()}
+        blocks = params.decoded("blocks")
+        if blocks:
+            message["blocks"] = blocks
+        self.updates.append(Updated(channel.id, ts, text, params.logged(), time.monotonic()))
+        return {
+            "channel": channel.id,
+            "ts": ts,
+            "text": text,
+            "message": {k: v for k, v in message.items() if k != "ts"},
+        }
+
+    async def _chat_delete(self, params: _Params) -> JSON:
+        channel, ts, message = self._own_message(params)
+        if message.get("user") != self.bot_user_id:
+            raise _ApiError("cant_delete_message")
+        del self._messages[(channel.id, ts)]
+        self._current_reactions.pop((channel.id, ts), None)
+        self.deleted.append(Deleted(channel.id, ts, time.monotonic()))
+        return {"channel": channel.id, "ts": ts}
+
+    def _reaction(self, params: _Params) -> tuple[str, str, str, list[str]]:
+        name = (params.string("name") or "").strip(":")
+        if not _REACTION.match(name):
+            raise _ApiError("invalid_name")
+        channel, ts, _ = self._own_message(params, "timestamp")
+        return channel.id, ts, name, self._current_reactions.setdefault((channel.id, ts), [])
+
+    async def _reactions_add(self, params: _Params) -> JSON:
+        channel, ts, name, current = self._reaction(params)
+        if name in current:
+            raise _ApiError("already_reacted")
+        current.append(name)
+        self.reactions.append(ReactionChange("add", channel, ts, name, time.monotonic()))
+        return {}
+
+    async def _reactions_remove(self, params: _Params) -> JSON:
+        channel, ts, name, current = self._reaction(params)
+        if name not in current:
+            raise _ApiError("no_reaction")
+        current.remove(name)
+        self.reactions.append(ReactionChange("remove", channel, ts, name, time.monotonic()))
+        return {}
+
+    async def _conversations_info(self, params: _Params) -> JSON:
+        return {"channel": self._target(params).to_json()}
+
+    async def _users_info(self, params: _Params) -> JSON:
+        user_id = params.string("user") or ""
+        if user_id == self.bot_user_id:
+            bot = _User(user_id, self.bot_name, self.bot_name, self.bot_name, is_bot=True)
+            return {"user": bot.to_json(self.team_id)}
+        user = self._user(user_id)
+        if user is None:
+            raise _ApiError("user_not_found")
+        return {"user": user.to_json(self.team_id)}
+
+    async def _files_get_upload_url(self, params: _Params) -> JSON:
+        filename = params.string("filename") or ""
+        length = params.string("length") or ""
+        if not filename or not length.isdigit():
+            raise _ApiError("invalid_arguments")
+        slot = secrets.token_urlsafe(16)
+        file_id = _random_id("F")
+        self._upload_slots[slot] = {
+            "file_id": file_id,
+            "filename": filename,
+            "length": int(length),
+            "content": None,
+        }
+        return {"upload_url": f"{self.url}/upload/v1/{slot}", "file_id": file_id}
+
+    async def _upload_endpoint(self, request: Request) -> Response:
+        slot = self._upload_slots.get(str(request.path_params["slot"]))
+        if slot is None:
+            return PlainTextResponse("Not Found", status_code=404)
+        params = await _read_params(request)
+        part = next(iter(params.files.values()), None)
+        content = part.content if part is not None else await request.body()
+        slot["content"] = content
+        self._notify()
+        return PlainTextResponse(f"OK - {len(content)}")
+
+    async def _files_complete_upload(self, params: _Params) -> JSON:
+        items = params.decoded("files")
+        if not isinstance(items, list) or not items:
+            raise _ApiError("invalid_arguments")
+        by_id = {slot["file_id"]: slot for slot in self._upload_slots.values()}
+        completed: list[tuple[dict[str, Any], str]] = []
+        for item in items:
+            if not isinstance(item, dict) or item.get("id") not in by_id:
+                raise _ApiError("file_not_found")
+            slot = by_id[item["id"]]
+            if slot["content"] is None:
+                raise _ApiError("file_not_found")
+            completed.append((slot, str(item.get("title") or slot["filename"])))
+        channel = self._target(params, "channel_id") if params.string("channel_id") else None
+        thread_ts = params.string("thread_ts") or None
+        comment = params.string("initial_comment") or None
+        ts = self._next_ts() if channel is not None else None
+        answer = []
+        for slot, title in completed:
+            self._upload_slots = {k: v for k, v in self._upload_slots.items() if v is not slot}
+            stored = self._store_file(
+                slot["content"],
+                name=slot["filename"],
+                mimetype="application/octet-stream",
+                title=title,
+                user=self.bot_user_id,
+                file_id=slot["file_id"],
+            )
+            file_json = stored.to_json()
+            if channel is not None and ts is not None:
+                share: JSON = {"ts": ts, "channel_name": channel.display_name}
+                if thread_ts is not None:
+                    share["thread_ts"] = thread_ts
+                scope = "public" if channel.kind == "channel" else "private"
+                file_json["shares"] = {scope: {channel.id: [share]}}
+                file_json["channels" if scope == "public" else "groups"] = [channel.id]
+            answer.append(file_json)
+            self.uploads.append(
+                Upload(
+                    file_id=stored.id,
+                    filename=stored.name,
+                    title=title,
+                    content=stored.content,
+                    channel=channel.id if channel is not None else None,
+                    thread_ts=thread_ts,
+                    initial_comment=comment,
+                    ts=ts,
+                    received_at=time.monotonic(),
+                )
+            )
+        if channel is not None and ts is not None:
+            message = self._bot_message(comment or "", ts, thread_ts)
+            message.update(subtype="file_share", files=copy.deepcopy(answer), upload=True)
+            self._messages[(channel.id, ts)] = message
+        return {"files": answer}
+
+    async def _download(self, request: Request) -> Response:
+        key = str(request.path_params["key"])
+        file_id = key.removeprefix(f"{self.team_id}-")
+        stored = self._files.get(file_id)
+        header = request.headers.get("authorization", "")
+        token = header[7:].strip() if header.lower().startswith("bearer ") else ""
+        authorized = self._token_kind(token) == "bot"
+        status = 404 if stored is None else 200 if authorized else 403
+        self.downloads.append(Download(file_id, authorized, status, time.monotonic()))
+        self._notify()
+        if stored is None:
+            return PlainTextResponse("Not Found", status_code=404)
+        if not authorized:
+            return PlainTextResponse("Forbidden", status_code=403)
+        disposition = f"attachment; filename*=UTF-8''{quote(stored.name)}"
+        return Response(
+            stored.content,
+            media_type=stored.mimetype,
+            headers={"Content-Disposition": disposition},
+        )
+
+    # -- control routes ---------------------------------------------------------------------------
+
+    def _control(
+        self, handler: Callable[[Request], Awaitable[Response]]
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except _ControlError as err:
+                return JSONResponse({"ok": False, "error": str(err)}, status_code=400)
+
+        return endpoint
+
+    async def _control_inject(self, request: Request) -> Response:
+        body = await _control_json(request)
+        specs = [body] if isinstance(body, dict) else body
+        if not isinstance(specs, list) or not specs:
+            raise _ControlError("expected an injection spec or a non-empty list of them")
+        calls = [_inject_call(spec) for spec in specs]  # all valid, or none injected
+        injected: list[JSON] = []
+        for kind, args in calls:
+            try:
+                made = getattr(self, _INJECT_KINDS[kind][0])(**args)
+            except (KeyError, ValueError, TypeError) as err:
+                raise _ControlError(f"cannot inject {kind} {args}: {err!r}") from err
+            injected.append(_jsonable(made))
+        return JSONResponse({"ok": True, "injected": injected})
+
+    async def _control_file(self, request: Request) -> Response:
+        spec = await _control_json(request)
+        if not isinstance(spec, dict) or not isinstance(spec.get("content_b64"), str):
+            raise _ControlError("expected {content_b64, name?, mimetype?, title?, user?}")
+        try:
+            content = base64.b64decode(spec["content_b64"], validate=True)
+        except ValueError as err:
+            raise _ControlError("content_b64 is not base64") from err
+        names = ("name", "mimetype", "title", "user")
+        options = {k: spec[k] for k in names if isinstance(spec.get(k), str)}
+        return JSONResponse({"ok": True, "file": self.add_file(content, **options)})
+
+    async def _control_state(self, request: Request) -> Response:
+        return JSONResponse(self.state())
+
+    async def _control_mode(self, request: Request) -> Response:
+        spec = await _control_json(request)
+        if not isinstance(spec, dict) or not isinstance(spec.get("events_url"), str | None):
+            raise _ControlError('expected {"events_url": url or null}')
+        self.use_events_api(spec.get("events_url"))
+        return JSONResponse({"ok": True})
+
+    async def _control_fault(self, request: Request) -> Response:
+        spec = await _control_json(request)
+        if not isinstance(spec, dict):
+            raise _ControlError("expected a JSON object")
+        kind = spec.get("fault")
+
+        def integer(name: str, default: int | None = None) -> int:
+            value = spec.get(name, default)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise _ControlError(f"{kind} needs an integer {name}")
+            return value
+
+        def optional_integer(name: str) -> int | None:
+            return None if spec.get(name) is None else integer(name)
+
+        def text(name: str, default: str | None = None) -> str:
+            value = spec.get(name, default)
+            if not isinstance(value, str) or not value:
+                raise _ControlError(f"{kind} needs a string {name}")
+            return value
+
+        done: int | None = None
+        if kind == "rate_limit":
+            self.rate_limit(text("target"), integer("count", 1), integer("retry_after", 1))
+        elif kind == "fail":
+            self.fail(text("method"), integer("count", 1), integer("status", 500))
+        elif kind == "drop":
+            self.drop(text("method"), integer("count", 1))
+        elif kind == "drop_socket":
+            done = self.drop_socket(optional_integer("socket_id"))
+        elif kind == "send_disconnect":
+            close_after = spec.get("close_after")
+            if close_after is not None and not isinstance(close_after, int | float):
+                raise _ControlError("close_after must be a number")
+            done = self.send_disconnect(
+                text("reason", "refresh_requested"),
+                optional_integer("socket_id"),
+                close_after=None if close_after is None else float(close_after),
+            )
+        elif kind == "silence_socket":
+            done = self.silence_socket(optional_integer("socket_id"))
+        elif kind == "ignore_acks":
+            self.ignore_acks(integer("count", 1))
+        elif kind == "refuse_connections":
+            stage = text("stage", "handshake")
+            if stage not in ("open", "handshake"):
+                raise _ControlError("stage must be open or handshake")
+            self.refuse_connections(
+                integer("count", 1), stage="open" if stage == "open" else "handshake"
+            )
+        elif kind == "clear":
+            self.clear_faults()
+        else:
+            raise _ControlError(f"unknown fault {kind!r}")
+        return JSONResponse({"ok": True, "affected": done})
+
+    async def _control_wait(self, request: Request) -> Response:
+        spec = await _control_json(request)
+        if not isinstance(spec, dict):
+            raise _ControlError("expected a JSON object")
+        names = (
+            "min_posted",
+            "min_updates",
+            "min_reactions",
+            "min_uploads",
+            "min_sockets_opened",
+            "max_pending",
+        )
+        limits: dict[str, int] = {}
+        for name in names:
+            value = spec.get(name)
+            if value is not None:
+                if not isinstance(value, int) or isinstance(value, bool):
+                    raise _ControlError(f"{name} must be an integer")
+                limits[name] = value
+        acked = spec.get("acked", [])
+        if not isinstance(acked, list) or not all(isinstance(e, str) for e in acked):
+            raise _ControlError("acked must be a list of event ids")
+        connected = spec.get("connected")
+        if connected is not None and not isinstance(connected, bool):
+            raise _ControlError("connected must be a boolean")
+        timeout = spec.get("timeout", 10.0)
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout < 0:
+            raise _ControlError("timeout must be a number >= 0")
+
+        def met() -> bool:
+            pending = len(self.pending)
+            return (
+                len(self.posted) >= limits.get("min_posted", 0)
+                and len(self.updates) >= limits.get("min_updates", 0)
+                and len(self.reactions) >= limits.get("min_reactions", 0)
+                and len(self.uploads) >= limits.get("min_uploads", 0)
+                and self.sockets_opened >= limits.get("min_sockets_opened", 0)
+                and pending <= limits.get("max_pending", pending)
+                and all(e in self.acked for e in acked)
+                and (connected is None or self.connected == connected)
+            )
+
+        with contextlib.suppress(TimeoutError):
+            await self.wait_for(
+                lambda: met() or self._stopping.is_set(), min(float(timeout), MAX_WAIT)
+            )
+        if met():
+            return JSONResponse(self.state())
+        error = "server stopping" if self._stopping.is_set() else "timeout"
+        return JSONResponse({**self.state(), "ok": False, "error": error}, status_code=504)
+
+
+async def _control_json(request: Request) -> Any:
+    try:
+        return json.loads(await request.body())
+    except ValueError as err:
+        raise _ControlError("the body is not JSON") from err
+
+
+_INJECT_KINDS: dict[str, tuple[str, dict[str, tuple[type, ...]]]] = {
+    "message": (
+        "inject_message",
+        {
+            "channel": (str,),
+            "text": (str,),
+            "user": (str,),
+            "thread_ts": (str,),
+            "files": (list,),
+            "ts": (str,),
+            "channel_type": (str,),
+            "event_id": (str,),
+        },
+    ),
+    "app_mention": (
+        "inject_app_mention",
+        {
+            "channel": (str,),
+            "text": (str,),
+            "user": (str,),
+            "thread_ts": (str,),
+            "files": (list,),
+            "ts": (str,),
+            "with_message": (bool,),
+        },
+    ),
+    "edit": ("inject_edit", {"channel": (str,), "ts": (str,), "text": (str,)}),
+    "delete": ("inject_delete", {"channel": (str,), "ts": (str,)}),
+    "bot_message": (
+        "inject_bot_message",
+        {
+            "channel": (str,),
+            "text": (str,),
+            "bot_id": (str,),
+            "username": (str,),
+            "thread_ts": (str,),
+        },
+    ),
+    "own_message": (
+        "inject_own_message",
+        {"channel": (str,), "text": (str,), "thread_ts": (str,)},
+    ),
+    "event": ("inject_event", {"event": (dict,), "event_id": (str,)}),
+}
+"""Injection kinds of `/control/inject`: the method, and its fields with their JSON types."""
+
+
+def _inject_call(spec: Any) -> tuple[str, JSON]:
+    """The injection kind and the method's keyword arguments a control spec stands for."""
+    if not isinstance(spec, dict):
+        raise _ControlError("an injection spec must be a JSON object")
+    kind = spec.get("kind", "message")
+    if kind not in _INJECT_KINDS:
+        raise _ControlError(f"unknown kind {kind!r}; one of {sorted(_INJECT_KINDS)}")
+    fields = _INJECT_KINDS[kind][1]
+    args = {k: v for k, v in spec.items() if k != "kind" and v is not None}
+    unknown = set(args) - set(fields)
+    if unknown:
+        raise _ControlError(f"unknown {kind} fields {sorted(unknown)}")
+    for name, value in args.items():
+        kinds = fields[name]
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            raise _ControlError(f"{name} must be {' or '.join(k.__name__ for k in kinds)}")
+    required = {"event"} if kind == "event" else {"channel"}
+    missing = required - set(args)
+    if missing:
+        raise _ControlError(f"{kind} needs {sorted(missing)}")
+    return kind, args
+
+
+class SlackServerClient:
+    """Drives a `FakeSlackServer` in another process through its `/control/*` routes.
+
+    `async with SlackServerClient("http://127.0.0.1:8102") as slack:`; every method raises
+    `httpx.HTTPStatusError` when the server refuses the request.
+    """
+
+    def __init__(self, url: str, *, timeout: float = 10.0) -> None:
+        self.url = url.rstrip("/")
+        self._client = httpx.AsyncClient(
+            base_url=self.url, timeout=timeout + MAX_WAIT, trust_env=False
+        )
+
+    @property
+    def base_url(self) -> str:
+        """`AsyncWebClient(base_url=...)` for this server."""
+        return f"{self.url}/api/"
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._client.aclose()
+
+    async def wait_up(self, timeout: float = 10.0) -> None:
+        """Wait until the server answers; TimeoutError after `timeout` seconds."""
+        async with asyncio.timeout(timeout):
+            for attempt in itertools.count():
+                try:
+                    await self.state()
+                except httpx.TransportError:
+                    await asyncio.sleep(min(0.5, 0.01 * 2**attempt))
+                else:
+                    return
+
+    async def inject(self, kind: str = "message", **fields: Any) -> Injected:
+        """Like the server's `inject_<kind>` methods: `inject("message", channel="D1", ...)`.
+
+        Kinds: message, app_mention, edit, delete, bot_message, own_message, event; `files`
+        are file ids of `add_file`.
+        """
+        return (await self.inject_many([{"kind": kind, **fields}]))[0]
+
+    async def inject_message(self, channel: str, text: str = "", **fields: Any) -> Injected:
+        """Like `FakeSlackServer.inject_message`."""
+        return await self.inject("message", channel=channel, text=text, **fields)
+
+    async def inject_many(self, specs: Iterable[Mapping[str, Any]]) -> list[Injected]:
+        """Inject several in order (all or none, if the specs are invalid)."""
+        body = await self._call("POST", "/control/inject", [dict(s) for s in specs])
+        return [
+            Injected(m["event_id"], m["ts"], m["channel"], tuple(m["event_ids"]))
+            for m in body["injected"]
+        ]
+
+    async def add_file(
+        self, content: bytes, name: str = "file.bin", mimetype: str = "application/octet-stream"
+    ) -> JSON:
+        """Like `FakeSlackServer.add_file`; the file object."""
+        spec = {"content_b64": base64.b64encode(content).decode(), "name": name}
+        spec["mimetype"] = mimetype
+        file: JSON = (await self._call("POST", "/control/file", spec))["file"]
+        return file
+
+    async def state(self) -> JSON:
+        """What `FakeSlackServer.state()` returns."""
+        return await self._call("GET", "/control/state")
+
+    async def fault(self, fault: str, **params: Any) -> int | None:
+        """Switch a fault on: `fault("rate_limit", target="chat.postMessage", retry_after=1)`.
+
+        Names and parameters as `FakeSlackServer`'s methods, plus `clear`. Returns how many
+        sockets were affected for the socket faults.
+        """
+        affected: int | None = (
+            await self._call("POST", "/control/fault", {"fault": fault, **params})
+        )["affected"]
+        return affected
+
+    async def clear_faults(self) -> None:
+        """Like `FakeSlackServer.clear_faults`."""
+        await self.fault("clear")
+
+    async def use_events_api(self, url: str | None) -> None:
+        """Like `FakeSlackServer.use_events_api`."""
+        await self._call("POST", "/control/mode", {"events_url": url})
+
+    async def wait(
+        self,
+        timeout: float = 10.0,
+        *,
+        min_posted: int = 0,
+        min_updates: int = 0,
+        min_reactions: int = 0,
+        min_uploads: int = 0,
+        min_sockets_opened: int = 0,
+        max_pending: int | None = None,
+        acked: Sequence[str] = (),
+        connected: bool | None = None,
+    ) -> JSON:
+        """Wait until every condition holds; return the state. TimeoutError after `timeout`."""
+        spec = {
+            "timeout": timeout,
+            "min_posted": min_posted,
+            "min_updates": min_updates,
+            "min_reactions": min_reactions,
+            "min_uploads": min_uploads,
+            "min_sockets_opened": min_sockets_opened,
+            "max_pending": max_pending,
+            "acked": list(acked),
+            "connected": connected,
+        }
+        response = await self._client.post("/control/wait", json=spec)
+        if response.status_code == 504:
+            raise TimeoutError(f"slack server: {response.json().get('error')} for {spec}")
+        response.raise_for_status()
+        state: JSON = response.json()
+        return state
+
+    async def _call(self, method: str, path: str, body: Any = None) -> JSON:
+        response = await self._client.request(method, path, json=body)
+        response.raise_for_status()
+        answer: JSON = response.json()
+        return answer
+
+
+async def _main(args: argparse.Namespace) -> None:
+    server = FakeSlackServer(
+        args.bot_token,
+        args.app_token,
+        signing_secret=args.signing_secret,
+        ack_timeout=args.ack_timeout,
+        port=args.port,
+        ws_port=args.ws_port,
+        log_level="warning",
+    )
+    async with server:
+        print(f"slack server serving {server.url}", flush=True)
+        loop = asyncio.get_running_loop()
+        done = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, done.set)
+        await done.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve on `--port` (0: any free port, printed) until SIGINT or SIGTERM."""
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.fakes.slack_server",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--port", type=int, default=8102)
+    parser.add_argument("--ws-port", type=int, default=0, help="Socket Mode (0: any free port)")
+    parser.add_argument("--bot-token", default=DEFAULT_BOT_TOKEN)
+    parser.add_argument("--app-token", default=DEFAULT_APP_TOKEN)
+    parser.add_argument("--signing-secret", default=DEFAULT_SIGNING_SECRET)
+    parser.add_argument("--ack-timeout", type=float, default=DEFAULT_ACK_TIMEOUT)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    asyncio.run(_main(args))
+
+
+if __name__ == "__main__":
+    main()
