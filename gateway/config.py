@@ -31,6 +31,7 @@ from pydantic_settings import (
 )
 
 from adapters.loopback.config import LoopbackConfig
+from adapters.slack.config import SlackConfig
 from adapters.telegram.config import TelegramConfig
 from gateway.contracts.config import BusyMode, PlatformSection, Section
 from gateway.contracts.config import read_secret_files as _read_secret_files
@@ -166,6 +167,7 @@ class PlatformsConfig(Section):
     test: LoopbackConfig | None = None
     """The test-only loopback platform (see `tests/fakes/chat_server.py`)."""
     telegram: TelegramConfig | None = None
+    slack: SlackConfig | None = None
 
     def sections(self) -> dict[str, PlatformSection]:
         """The configured and enabled platform sections by platform name."""

@@ -166,6 +166,12 @@ def adapter_factory(name: str, section: PlatformSection, state_dir: Path) -> Cal
         assert isinstance(section, TelegramConfig)
         first_start = FirstStart()
         return lambda: TelegramAdapter(section, files, first_start)
+    if name == "slack":
+        from adapters.slack.adapter import SlackAdapter  # noqa: PLC0415
+        from adapters.slack.config import SlackConfig  # noqa: PLC0415
+
+        assert isinstance(section, SlackConfig)
+        return lambda: SlackAdapter(section, files)
     raise ConfigError(f"platforms.{name}: no adapter is available for this platform yet")
 
 
