@@ -50,10 +50,20 @@ Rules where Slack and CommonMark do not meet:
   (text, code, link text; `&` also in URLs): the only syntax in the output is this module's own.
 
 Length contract, relied on by the chunker: `to_mrkdwn(markdown)` is never longer than
-`markdown` plus 4 characters for each `&`, `<` and `>` in it plus `LENGTH_OVERHEAD`, counted in
-code points and in UTF-16 code units alike (so at most 5× + 32 for pathological input). If a
-rendering would break that, or would show nothing for a non-blank input, or fails, the input is
-sent as plain text: escaped, with literal markers made safe as above.
+`markdown` plus 4 characters for each `&`, `<`, `>` and `＞` in it plus `LENGTH_OVERHEAD`,
+counted in code points and in UTF-16 code units alike (so at most 5× + 32 for pathological
+input; `mrkdwn_length` gives the exact figure). If a rendering would break that, or would show
+nothing for a non-blank input, or fails, the input is sent as plain text: escaped, with literal
+markers and quote-like lines made safe as above. Blank input gives "" (Slack rejects empty text:
+the caller must not send it).
+
+`from_slack` reads what Slack sends: `<@U1>` and `<@U1|name>` become "@" and the name from
+`users`, else the one in the token, else the ID; a leading mention of `bot_user_id` (with the
+whitespace, ":" or "," after it) is removed; `<#C1|general>` becomes "#general" (else "#C1");
+`<!here>`, `<!channel>`, `<!everyone>` become "@here" and so on, `<!subteam^S1|@team>` and
+`<!date^…|text>` their text; `<url|text>` becomes "text (url)" unless the text is the URL or
+the URL without its scheme (what the user typed), `<url>` the URL; `&lt;`, `&gt;`, `&amp;` are
+decoded. Any other text, Slack's own formatting markers included, is kept; it never raises.
 """
 
 from __future__ import annotations
@@ -76,7 +86,8 @@ __all__ = ["LENGTH_OVERHEAD", "from_slack", "mrkdwn_length", "to_mrkdwn"]
 LENGTH_OVERHEAD = 32
 """What block syntax may add to a message beyond the escapes (code fences, quote prefixes)."""
 _ESCAPE_GROWTH = 4
-"""The most one `&`, `<` or `>` grows: `&amp;`, or a soft hyphen and `&gt;` at a line start."""
+"""The most one `&`, `<`, `>` or `＞` grows: `&amp;`, or a soft hyphen and `&gt;` at a line
+start."""
 
 _MarkKind = Literal["quote", "a", "b", "i", "s", "code", "pre"]
 
@@ -145,8 +156,7 @@ def mrkdwn_length(markdown: str) -> int:
 def from_slack(
     text: str, *, bot_user_id: str | None = None, users: Mapping[str, str] | None = None
 ) -> str:
-    """Slack message text as the agent reads it: mentions, channels, links and entities made
-    plain; a leading mention of `bot_user_id` removed. Never raises."""
+    """Slack message text as the plain text the agent reads (rules in the module doc)."""
     names: Mapping[str, str] = users or {}
     if bot_user_id:
         lead = re.match(r"\s*<@" + re.escape(bot_user_id) + r"(?:\|[^<>]*)?>[\s:,]*", text)
@@ -214,7 +224,7 @@ def _utf16_len(text: str) -> int:
 
 def _budget(markdown: str) -> tuple[int, int]:
     """The longest output allowed for `markdown`, in code points and in UTF-16 code units."""
-    extra = _ESCAPE_GROWTH * sum(markdown.count(c) for c in "&<>") + LENGTH_OVERHEAD
+    extra = _ESCAPE_GROWTH * sum(markdown.count(c) for c in "&<>＞") + LENGTH_OVERHEAD
     return len(markdown) + extra, _utf16_len(markdown) + extra
 
 

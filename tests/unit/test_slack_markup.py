@@ -38,7 +38,7 @@ class Reading:
     shown: str
     """The text Slack displays (markers of formatting removed, entities decoded)."""
     styles: list[tuple[str, str]] = field(default_factory=list)
-    """Each piece of formatting Slack applies: its marker and the raw text between."""
+    """Each piece of formatting Slack applies: its marker and the text it formats, as shown."""
 
 
 def trim_url(url: str) -> str:
@@ -187,7 +187,7 @@ def check(mrkdwn: str) -> Reading:
 
 
 def within_contract(markdown: str, mrkdwn: str) -> bool:
-    extra = 4 * sum(markdown.count(c) for c in "&<>") + LENGTH_OVERHEAD
+    extra = 4 * sum(markdown.count(c) for c in "&<>＞") + LENGTH_OVERHEAD
     return len(mrkdwn) <= len(markdown) + extra and utf16(mrkdwn) <= utf16(markdown) + extra
 
 
@@ -237,7 +237,7 @@ def test_checker_reads_every_construct() -> None:
         "*b* _i_ ~s~ `c&lt;` <https://x/?a=1&amp;b=2|l &amp; m> <http://y>\n"
         "> q\n>\n```p\n&gt;```\n\u00ad&gt; not a quote a_b 2 * 3"
     )
-    assert reading.shown == ("b i s c< l & m http://y\nq\n\np\n>\n\u00ad> not a quote a_b 2 * 3")
+    assert reading.shown == "b i s c< l & m http://y\nq\n\np\n>\n\u00ad> not a quote a_b 2 * 3"
     assert reading.styles == [("*", "b"), ("_", "i"), ("~", "s")]
     assert check("*a _b_ `c`* <http://x|*d*>").styles == [("*", "a b c"), ("*", "d"), ("_", "b")]
 
@@ -441,7 +441,8 @@ def test_literal_markers_never_pair() -> None:
 
 
 def test_length_bound_for_pathological_input() -> None:
-    for markdown in ["&" * 1000, "<" * 1000, ">" * 1000, "\\>\n" * 500, "a & b\n" * 300]:
+    pathological = ["&" * 1000, "<" * 1000, ">" * 1000, "\\>\n" * 500, "＞\n" * 500]
+    for markdown in [*pathological, "a & b\n" * 300, "a*b*c " * 100, ">a\nb\n" * 100]:
         mrkdwn = to_mrkdwn(markdown)
         assert within_contract(markdown, mrkdwn)
         assert len(mrkdwn) <= 5 * len(markdown) + LENGTH_OVERHEAD
