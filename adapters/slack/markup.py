@@ -1,8 +1,8 @@
 """Markdown as an LLM writes it ⇄ Slack `mrkdwn` message text (`chat.postMessage`, `chat.update`).
 
-Pure functions, no state. The Markdown is read by markdown-it-py (CommonMark with the GFM
-strikethrough and table rules), the same way `adapters.telegram.markup` reads it: its token
-stream becomes a list of styled runs of visible text, which is then written as mrkdwn.
+Pure functions, no state. `adapters.markdown` reads the Markdown (markdown-it-py, CommonMark
+with the GFM strikethrough and table rules) into a list of styled runs of visible text, as it
+does for `adapters.telegram.markup`; the runs are then written as mrkdwn.
 
 Rules where Slack and CommonMark do not meet:
 
@@ -69,17 +69,24 @@ decoded. Any other text, Slack's own formatting markers included, is kept; it ne
 from __future__ import annotations
 
 import bisect
-import functools
 import itertools
 import re
 import string
-import unicodedata
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Literal, NamedTuple
 
-from markdown_it import MarkdownIt
-from markdown_it.token import Token
+from adapters.markdown import (
+    Mark,
+    Options,
+    Run,
+    common,
+    link_text,
+    normalize,
+    quote_lines,
+    render,
+    utf16_len,
+)
+from adapters.markdown import parser as _parser
 
 __all__ = ["LENGTH_OVERHEAD", "from_slack", "mrkdwn_length", "to_mrkdwn"]
 
@@ -89,43 +96,23 @@ _ESCAPE_GROWTH = 4
 """The most one `&`, `<`, `>` or `＞` grows: `&amp;`, or a soft hyphen and `&gt;` at a line
 start."""
 
-_MarkKind = Literal["quote", "a", "b", "i", "s", "code", "pre"]
-
-
-class _Mark(NamedTuple):
-    """One Slack entity around a run; `arg` is the URL of a link."""
-
-    kind: _MarkKind
-    arg: str = ""
-
-
-class _Run(NamedTuple):
-    """Visible text with the entities around it, outermost first (a quote is always first)."""
-
-    text: str
-    marks: tuple[_Mark, ...]
-
-
-_QUOTE = _Mark("quote")
-_BOLD = _Mark("b")
-_CODE = _Mark("code")
-_PRE = _Mark("pre")
-_STYLE_OPEN = {"strong_open": _BOLD, "em_open": _Mark("i"), "s_open": _Mark("s")}
-_STYLE_CLOSE = frozenset({"strong_close", "em_close", "s_close"})
 _MARKER = {"b": "*", "i": "_", "s": "~"}
 
-_TABLE_STYLES = (" | +", " | ")
-"""Table layouts, nicest first: cells between " | ", with or without a rule under the header."""
 _FENCE = "```"
-_BULLET = "•"
-_RULE = "———"
 _ZWSP = "\u200b"
 _SOFT_HYPHEN = "\u00ad"
 _LOOKALIKE = {"*": "\u2217", "_": "\u02cd", "~": "\u223c", "`": "\u02cb"}
 _NO_GAP = frozenset(string.punctuation) | {_ZWSP, _SOFT_HYPHEN}
 """Characters next to which a marker works without a zero-width space (besides whitespace)."""
-_ALIGN = re.compile(r"text-align:\s*(left|center|right)")
-_LINKABLE = re.compile(r"(?:https?://[^\s/?#]|mailto:\S)", re.IGNORECASE)
+_OPTIONS = Options(
+    linkable=re.compile(r"(?:https?://[^\s/?#]|mailto:\S)", re.IGNORECASE),
+    languages=False,
+    link_break=" ",
+    measure=len,
+    table_overhead=2 * len(_FENCE),
+)
+"""Slack links no app URLs, has no code languages, cannot break a link's line, and pays for a
+table's code fences out of its source."""
 _BARE_URL = re.compile(r"(?:https?://|mailto:)[^\s<>`\u200b]*", re.IGNORECASE)
 _URL_TRAILING = ".,:;!?'\"*_~"
 _URL_STOP = re.compile(r"[\s<>`\u200b]|&lt;|&gt;")
@@ -150,7 +137,7 @@ def to_mrkdwn(markdown: str) -> str:
 
 def mrkdwn_length(markdown: str) -> int:
     """The length of `to_mrkdwn(markdown)` in UTF-16 code units (never less than code points)."""
-    return _utf16_len(to_mrkdwn(markdown))
+    return utf16_len(to_mrkdwn(markdown))
 
 
 def from_slack(
@@ -218,362 +205,23 @@ def _slack_token(inner: str, users: Mapping[str, str]) -> str:
 # --- Markdown → runs ---------------------------------------------------------------------------
 
 
-def _utf16_len(text: str) -> int:
-    return len(text.encode("utf-16-le", "surrogatepass")) // 2
-
-
 def _budget(markdown: str) -> tuple[int, int]:
     """The longest output allowed for `markdown`, in code points and in UTF-16 code units."""
     extra = _ESCAPE_GROWTH * sum(markdown.count(c) for c in "&<>＞") + LENGTH_OVERHEAD
-    return len(markdown) + extra, _utf16_len(markdown) + extra
+    return len(markdown) + extra, utf16_len(markdown) + extra
 
 
 def _fits(text: str, budget: tuple[int, int]) -> bool:
-    return len(text) <= budget[0] and _utf16_len(text) <= budget[1]
+    return len(text) <= budget[0] and utf16_len(text) <= budget[1]
 
 
-def _normalize(markdown: str) -> str:
-    """The input as markdown-it reads it: newlines unified, NUL replaced."""
-    return markdown.replace("\r\n", "\n").replace("\r", "\n").replace("\0", "\ufffd")
-
-
-@functools.cache
-def _parser() -> MarkdownIt:
-    """The shared parser; markdown-it instances are not mutated by parsing."""
-    return MarkdownIt("commonmark").enable(["strikethrough", "table"])
-
-
-def _runs(markdown: str) -> list[_Run] | None:
+def _runs(markdown: str) -> list[Run] | None:
     """The styled runs for `markdown`, or None when it must be sent as plain text."""
-    runs = _Builder(_normalize(markdown)).build()
+    runs = render(normalize(markdown), _OPTIONS, md=_parser()).runs
     shown = "".join(run.text for run in runs)
     if not shown.strip() and markdown.strip():
         return None
     return runs
-
-
-@dataclass(eq=False)
-class _Frame:
-    """A container block being rendered (the document, a blockquote, a list or a list item)."""
-
-    indent: str
-    """What starts each child block after the first (list indentation)."""
-    quoted: bool
-    """Whether the children's runs carry the quote entity."""
-    quote_depth: int
-    """Blockquotes around this container, quoting or not (for stripping `>` from source)."""
-    in_item: bool
-    start: int = 1
-    index: int = 0
-    prev_map: tuple[int, int] | None = None
-    """Source lines of the last child that displayed something."""
-    ordered: bool = False
-    source_map: tuple[int, int] | None = None
-    """The container's own source lines."""
-    entry: tuple[list[_Run] | None, int] = (None, 0)
-    """`_Builder.begin`'s state for this container as a child of its parent."""
-
-
-class _Builder:
-    """Turns one normalized Markdown string into runs by walking markdown-it's flat tokens."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.lines = source.split("\n")
-        self.runs: list[_Run] = []
-        self.shown = 0
-        """Code points of visible text emitted so far."""
-        self.pending: list[_Run] | None = None
-        """The separator before the next block, written only if the block displays something."""
-        self.frames = [_Frame(indent="", quoted=False, quote_depth=0, in_item=False)]
-
-    def build(self) -> list[_Run]:
-        tokens = _parser().parse(self.source)
-        i = 0
-        while i < len(tokens):
-            i = self.block(tokens, i) + 1
-        return self.runs
-
-    @property
-    def base(self) -> tuple[_Mark, ...]:
-        return (_QUOTE,) if self.frames[-1].quoted else ()
-
-    def block(self, tokens: Sequence[Token], i: int) -> int:
-        """Renders the block token at `i`; returns the index of the last token it consumed."""
-        tok = tokens[i]
-        kind = tok.type
-        if kind in ("paragraph_open", "heading_open"):
-            entry = self.begin(tok)
-            end = i + 1
-            base = self.base + ((_BOLD,) if kind == "heading_open" else ())
-            while end < len(tokens) and tokens[end].nesting != -1:
-                if tokens[end].type == "inline":
-                    self.inline(tokens[end].children or [], base)
-                end += 1
-            self.end(entry, tok.map)
-            return end
-        if kind == "table_open":
-            entry = self.begin(tok)
-            end = self.table(tokens, i)
-            self.end(entry, tok.map)
-            return end
-        if kind in ("blockquote_open", "bullet_list_open", "ordered_list_open", "list_item_open"):
-            self.open_container(tok)
-            return i
-        if kind in ("blockquote_close", "bullet_list_close", "ordered_list_close"):
-            self.close_container(tok)
-            return i
-        if kind == "list_item_close":
-            self.close_container(tok)
-            self.frames[-1].index += 1
-            return i
-        if tok.nesting != 0:
-            return i  # an unknown container: its children render in place
-        entry = self.begin(tok)
-        if kind in ("fence", "code_block"):
-            text = tok.content[:-1] if tok.content.endswith("\n") else tok.content
-            if text.strip():
-                self.pre(text)
-        elif kind == "hr":
-            self.emit(_RULE, self.base)
-        elif kind == "inline":
-            self.inline(tok.children or [], self.base)
-        else:  # html_block and anything unknown: the source text, shown as text
-            self.emit(tok.content.rstrip("\n"), self.base)
-        self.end(entry, tok.map)
-        return i
-
-    def open_container(self, tok: Token) -> None:
-        parent = self.frames[-1]
-        entry = self.begin(tok)
-        if tok.type == "blockquote_open":
-            quoting = not parent.quoted and not parent.in_item
-            frame = _Frame(
-                indent=parent.indent,
-                quoted=parent.quoted or quoting,
-                quote_depth=parent.quote_depth + 1,
-                in_item=parent.in_item,
-            )
-        elif tok.type == "list_item_open":
-            number = tok.info or str(parent.start + parent.index)
-            marker = number + "." if parent.ordered else _BULLET
-            frame = _Frame(
-                indent=parent.indent + "  ",
-                quoted=parent.quoted,
-                quote_depth=parent.quote_depth,
-                in_item=True,
-            )
-            self.emit(marker, self.base)
-            # The first block of the item starts on the marker's line.
-            self.pending = [_Run(" ", self.base)]
-        else:
-            start = tok.attrGet("start")
-            frame = _Frame(
-                indent=parent.indent,
-                quoted=parent.quoted,
-                quote_depth=parent.quote_depth,
-                in_item=parent.in_item,
-                start=start if isinstance(start, int) else 1,
-                ordered=tok.type == "ordered_list_open",
-            )
-        frame.entry = entry
-        frame.source_map = (tok.map[0], tok.map[1]) if tok.map else None
-        self.frames.append(frame)
-
-    def close_container(self, tok: Token) -> None:
-        if len(self.frames) == 1:
-            return
-        frame = self.frames.pop()
-        if tok.type == "list_item_close":
-            self.pending = None  # the space after the marker of an empty item
-        self.end(frame.entry, frame.source_map)
-
-    def begin(self, tok: Token) -> tuple[list[_Run] | None, int]:
-        """Starts a child block of the current container: queues the separator before it."""
-        frame = self.frames[-1]
-        entry = (self.pending, self.shown)
-        if frame.prev_map is not None and tok.map is not None:
-            gap = self.lines[max(frame.prev_map[1] - 1, 0) : tok.map[0]]
-            blank = any(not line.strip(" \t>") for line in gap)
-            sep = [_Run("\n", self.base)] * (2 if blank else 1)
-            # Never indent by more characters than the source line spent on its prefix (a tab
-            # is one character but four columns).
-            line = self.lines[tok.map[0]] if tok.map[0] < len(self.lines) else ""
-            indent = frame.indent[: len(line) - len(line.lstrip(" \t>"))]
-            self.pending = sep + ([_Run(indent, self.base)] if indent else [])
-        return entry
-
-    def end(self, entry: tuple[list[_Run] | None, int], source_map: Sequence[int] | None) -> None:
-        """Ends a child block: drops its separator if it displayed nothing."""
-        pending, shown = entry
-        if self.shown == shown:
-            self.pending = pending
-        elif source_map is not None:
-            self.frames[-1].prev_map = (source_map[0], source_map[1])
-
-    def flush(self) -> None:
-        if self.pending:
-            self.runs.extend(self.pending)
-            self.shown += sum(len(run.text) for run in self.pending)
-        self.pending = None
-
-    def emit(self, text: str, marks: tuple[_Mark, ...]) -> None:
-        """Appends visible text; a newline never carries an entity other than the quote."""
-        if not text:
-            return
-        self.flush()
-        line_marks = marks[:1] if marks[:1] == (_QUOTE,) else ()
-        for n, piece in enumerate(text.split("\n")):
-            if n:
-                self.runs.append(_Run("\n", line_marks))
-            if piece:
-                self.runs.append(_Run(piece, marks))
-        self.shown += len(text)
-
-    def pre(self, text: str) -> None:
-        self.flush()
-        self.runs.append(_Run(text, (*self.base, _PRE)))
-        self.shown += len(text)
-
-    def inline(self, children: Sequence[Token], base: tuple[_Mark, ...]) -> None:
-        stack = [base]
-        links: list[tuple[bool, str, int]] = []
-        for tok in children:
-            marks = stack[-1]
-            kind = tok.type
-            style = _STYLE_OPEN.get(kind)
-            if style is not None:
-                stack.append(marks if style in marks else (*marks, style))
-            elif kind in _STYLE_CLOSE:
-                if len(stack) > 1:
-                    stack.pop()
-            elif kind == "link_open":
-                href = str(tok.attrGet("href") or "")
-                ok = _linkable(href) and not _in_link(marks)
-                links.append((ok, href, self.shown))
-                stack.append((*marks, _Mark("a", href)) if ok else marks)
-            elif kind == "link_close":
-                if links:
-                    ok, href, shown = links.pop()
-                    if ok and self.shown == shown:
-                        self.emit(_link_text(href), marks)
-                if len(stack) > 1:
-                    stack.pop()
-            elif kind == "code_inline":
-                self.emit(tok.content, marks if _in_link(marks) else (*marks, _CODE))
-            elif kind in ("softbreak", "hardbreak"):
-                # A Slack link cannot span lines: its text gets a space instead.
-                self.emit(" " if _in_link(marks) else "\n", marks)
-            elif kind == "image":
-                alt = _plain_text(tok.children or [])
-                src = str(tok.attrGet("src") or "")
-                if _in_link(marks) or not _linkable(src):
-                    self.emit(alt, marks)
-                else:
-                    self.emit(alt or _link_text(src), (*marks, _Mark("a", src)))
-            else:  # text, html_inline (shown as text) and anything unknown
-                self.emit(tok.content, marks)
-
-    def table(self, tokens: Sequence[Token], i: int) -> int:
-        """Renders the table opening at `i`; returns the index of its `table_close`."""
-        rows: list[list[str]] = []
-        aligns: list[str] = []
-        end = i + 1
-        while end < len(tokens) and tokens[end].type != "table_close":
-            tok = tokens[end]
-            if tok.type == "tr_open":
-                rows.append([])
-            elif tok.type == "th_open":
-                match = _ALIGN.search(str(tok.attrGet("style") or ""))
-                aligns.append(match.group(1) if match else "left")
-            elif tok.type == "inline" and rows:
-                rows[-1].append(_plain_text(tok.children or []).replace("\n", " "))
-            end += 1
-        if not rows:
-            return end
-        source_map = tokens[i].map
-        lines = self.lines[source_map[0] : source_map[1]] if source_map else []
-        # The fences are paid for by the table's source too.
-        budget = len("\n".join(lines)) - 2 * len(_FENCE)
-        for style in _TABLE_STYLES:
-            text = _aligned(rows, aligns, style)
-            if len(text) <= budget:
-                break
-        else:
-            text = self.as_is(lines)
-        if text.strip():
-            self.pre(text)
-        return end
-
-    def as_is(self, lines: Sequence[str]) -> str:
-        """Source lines without their container prefixes (indentation, `>`) or blank lines."""
-        out = []
-        for line in lines:
-            text = line
-            for _ in range(self.frames[-1].quote_depth):
-                text = text.lstrip(" \t").removeprefix(">")
-            if text.strip():
-                out.append(text.strip())
-        return "\n".join(out)
-
-
-def _in_link(marks: tuple[_Mark, ...]) -> bool:
-    return any(mark.kind == "a" for mark in marks)
-
-
-def _linkable(url: str) -> bool:
-    return _LINKABLE.match(url) is not None
-
-
-def _link_text(url: str) -> str:
-    """The URL as a reader would write it (percent-encoding and punycode undone)."""
-    return _parser().normalizeLinkText(url)
-
-
-def _plain_text(tokens: Sequence[Token]) -> str:
-    """The text of inline tokens with all markup dropped (alt text, table cells)."""
-    out: list[str] = []
-    todo: list[Iterator[Token]] = [iter(tokens)]
-    while todo:
-        tok = next(todo[-1], None)
-        if tok is None:
-            todo.pop()
-        elif tok.type == "image":
-            todo.append(iter(tok.children or []))
-        elif tok.type in ("softbreak", "hardbreak"):
-            out.append("\n")
-        else:
-            out.append(tok.content)
-    return "".join(out)
-
-
-def _width(text: str) -> int:
-    """Columns `text` takes in a monospace font: wide East Asian characters count twice."""
-    return sum(
-        0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
-        for c in text
-    )
-
-
-def _aligned(rows: list[list[str]], aligns: list[str], style: str) -> str:
-    """The table in columns; `style` is the cell separator, followed by "+" when the header
-    gets a rule."""
-    columns = max(len(row) for row in rows)
-    widths = [max(1, *(_width(row[c]) for row in rows if c < len(row))) for c in range(columns)]
-    lines = []
-    for n, row in enumerate(rows):
-        cells = []
-        for c, width in enumerate(widths):
-            cell = row[c] if c < len(row) else ""
-            gap = width - _width(cell)
-            align = aligns[c] if c < len(aligns) else "left"
-            left = gap if align == "right" else gap // 2 if align == "center" else 0
-            cells.append(" " * left + cell + " " * (gap - left))
-        lines.append(style.rstrip("+").join(cells).rstrip())
-        if n == 0 and style.endswith("+"):
-            rule = style.rstrip("+").replace(" ", "-").replace("|", "+")
-            lines.append(rule.join("-" * width for width in widths))
-    return "\n".join(lines)
 
 
 # --- Runs → mrkdwn -----------------------------------------------------------------------------
@@ -597,47 +245,23 @@ class _Item(NamedTuple):
     url: str = ""
 
 
-def _write(runs: Sequence[_Run]) -> str:
-    # Quotes are lines starting with ">": split the runs into lines (a code block is one unit),
-    # then decide which lines carry the ">".
-    lines: list[list[_Run]] = [[]]
-    breaks_quoted: list[bool] = []
-    for run in runs:
-        if run.text == "\n" and run.marks in ((), (_QUOTE,)):
-            breaks_quoted.append(run.marks == (_QUOTE,))
-            lines.append([])
-        else:
-            lines[-1].append(run)
-    prefixed = [
-        bool(line) and all(r.marks[:1] == (_QUOTE,) and r.marks[-1] != _PRE for r in line)
-        for line in lines
-    ]
-    # A blank line inside a quote stays in it only between two quoted lines.
-    after = prefixed.copy()
-    for n in reversed(range(len(lines) - 1)):
-        if not lines[n]:
-            after[n] = after[n + 1]
-    before = False
-    for n, line in enumerate(lines):
-        if line:
-            before = prefixed[n]
-        elif n:
-            prefixed[n] = before and after[n] and breaks_quoted[n - 1]
+def _write(runs: Sequence[Run]) -> str:
+    # Quotes are lines starting with ">".
     pieces: list[_Piece] = []
-    for n, line in enumerate(lines):
+    for n, (line, quoted) in enumerate(quote_lines(runs)):
         if n:
             pieces.append(_Piece("\n", "syntax"))
-        if prefixed[n]:
+        if quoted:
             pieces.append(_Piece("> " if line else ">", "prefix"))
         for item in _tidy(_items(line)):
             pieces.extend(_item_pieces(item))
     return _finish(pieces)
 
 
-def _items(line: Sequence[_Run]) -> list[_Item]:
+def _items(line: Sequence[Run]) -> list[_Item]:
     """The line's runs as style markers around text and atoms (code, links, code blocks)."""
     items: list[_Item] = []
-    opened: tuple[_Mark, ...] = ()
+    opened: tuple[Mark, ...] = ()
     for run in line:
         marks = tuple(mark for mark in run.marks if mark.kind != "quote")
         styles, atom = marks, None
@@ -646,9 +270,7 @@ def _items(line: Sequence[_Run]) -> list[_Item]:
                 # Styles inside a link are dropped: Slack styles a link as a whole.
                 styles, atom = marks[:n], mark
                 break
-        keep = 0
-        while keep < len(opened) and keep < len(styles) and opened[keep] == styles[keep]:
-            keep += 1
+        keep = common(opened, styles)
         items.extend(_Item("close", _MARKER[mark.kind]) for mark in reversed(opened[keep:]))
         items.extend(_Item("open", _MARKER[mark.kind]) for mark in styles[keep:])
         opened = styles
@@ -722,7 +344,7 @@ def _item_pieces(item: _Item) -> list[_Piece]:
         if item.url[:7].lower() == "mailto:" and label == item.url[7:]:
             return _text_pieces(label)  # an autolinked address: Slack links it itself
         url = _slack_url(item.url)
-        if not label.strip() or label == _link_text(item.url):
+        if not label.strip() or label == link_text(item.url):
             return [_Piece("<", "syntax"), _Piece(url, "url"), _Piece(">", "syntax")]
         return [
             _Piece("<", "syntax"),
@@ -755,7 +377,7 @@ def _slack_url(href: str) -> str:
     """The link target as written inside `<...|...>`: readable, nothing that ends the token."""
     return _URL_UNSAFE.sub(
         lambda match: "".join(f"%{byte:02X}" for byte in match.group(0).encode()),
-        _link_text(href),
+        link_text(href),
     )
 
 
@@ -901,14 +523,14 @@ def _plain(markdown: str) -> str:
     """`markdown` as plain text: escaped, literal markers made safe, nothing formatted."""
     try:
         pieces: list[_Piece] = []
-        for n, line in enumerate(_normalize(markdown).split("\n")):
+        for n, line in enumerate(normalize(markdown).split("\n")):
             if n:
                 pieces.append(_Piece("\n", "syntax"))
             pieces.extend(_text_pieces(line))
         return _finish(pieces)
     except Exception:
         # Never reached in practice; the last resort keeps every guarantee but keeps nothing.
-        text = _escape(_normalize(markdown))
+        text = _escape(normalize(markdown))
         for marker, lookalike in _LOOKALIKE.items():
             text = text.replace(marker, lookalike)
         return re.sub(r"(?m)^(\s*)(&gt;|＞)", "\\1" + _SOFT_HYPHEN + "\\2", text)
