@@ -14,16 +14,21 @@ import random
 import signal
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
 
 import pytest
 from sqlalchemy import select
 
 from gateway.store import Store
 from gateway.store.tables import inbox, outbox, turns
-from tests.e2e.daemon import Daemon
+from tests.e2e.crash import (
+    check_turns_once,
+    crash_daemon,
+    database_url,
+    kill_leftover,
+    you_said,
+)
 from tests.fakes.chat_server import FakeChatServer
-from tests.fakes.llm import FakeLLM, Reply, last_user_text
+from tests.fakes.llm import FakeLLM
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -57,36 +62,17 @@ async def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
     tmp_path: Path, backend: str, request: pytest.FixtureRequest
 ) -> None:
     rng = random.Random(20261122)
-    database_url = (
-        f"sqlite+aiosqlite:///{tmp_path / 'state' / 'herald.db'}"
-        if backend == "sqlite"
-        else str(request.getfixturevalue("pg_url"))
-    )
-
-    def answer(body: dict[str, Any]) -> Reply:
-        return Reply(text=f"You said: {last_user_text(body)}", delay=rng.uniform(0.0, 0.15))
-
+    url = database_url(tmp_path, backend, request)
     async with FakeLLM() as llm, FakeChatServer(TOKEN) as chat:
-        llm.responder = answer
-        daemon = Daemon(
-            tmp_path / "state",
-            {
-                "database_url": database_url,
-                "log_level": "INFO",
-                "llm": {"base_url": llm.base_url, "api_key": "k", "memory_pass": False},
-                "sessions": {"max_concurrent_turns": 8, "drain_timeout": 1},
-                "platforms": {
-                    "test": {
-                        "url": chat.base_url,
-                        "token": TOKEN,
-                        "allowed_users": ["*"],
-                        "stream_edits": False,
-                        "poll_timeout": 1,
-                    }
-                },
-            },
-        )
-        (tmp_path / "state").mkdir()
+        llm.responder = you_said(rng)
+        test = {
+            "url": chat.base_url,
+            "token": TOKEN,
+            "allowed_users": ["*"],
+            "stream_edits": False,
+            "poll_timeout": 1,
+        }
+        daemon = crash_daemon(tmp_path, url, llm, {"test": test})
         texts: dict[str, str] = {}
         per_round = MESSAGES // KILLS
         try:
@@ -104,15 +90,13 @@ async def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
                 daemon.signal(signal.SIGKILL)
                 assert await daemon.wait() == -signal.SIGKILL
             await daemon.start()
-            async with Store.open(database_url, migrate=False) as store:
+            async with Store.open(url, migrate=False) as store:
                 await _settle(chat, store, MESSAGES, timeout=120)
                 await _check(chat, store, texts)
             # And a clean stop still drains and exits 0 with the adapter connected.
             assert await daemon.stop() == 0
         finally:
-            if daemon.process is not None and daemon.process.returncode is None:
-                daemon.process.kill()
-                await daemon.process.wait()
+            await kill_leftover(daemon)
 
 
 async def _check(chat: FakeChatServer, store: Store, texts: dict[str, str]) -> None:
@@ -135,13 +119,7 @@ async def _check(chat: FakeChatServer, store: Store, texts: dict[str, str]) -> N
         if r["outcome"] == "dropped":  # only a message whose turn was cut off three times
             assert "stopped" in str(r["outcome_detail"])
 
-    # No turn ran twice: one completed turn per answered message, each answering one message.
-    answered = [r for r in rows if r["outcome"] == "answered"]
-    turn_ids = [int(r["turn_id"]) for r in answered]
-    assert len(set(turn_ids)) == len(turn_ids)
-    assert all(done_turns[t] == "completed" for t in turn_ids)
-    completed = {t for t, status in done_turns.items() if status == "completed"}
-    assert completed == set(turn_ids)
+    answered, _ = check_turns_once(rows, done_turns)
 
     # Every answered message's reply reached its chat, with the right text.
     replies = {str(c["idempotency_key"]): c for c in chunks if c["kind"] == "reply"}

@@ -14,18 +14,25 @@ from __future__ import annotations
 
 import asyncio
 import random
-import signal
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
 
 import pytest
-from sqlalchemy import RowMapping, select
 
 from gateway.store import Store
-from gateway.store.tables import inbox, outbox, turns
-from tests.e2e.daemon import Daemon
-from tests.fakes.llm import FakeLLM, Reply, last_user_text
+from tests.e2e.crash import (
+    check_accepted_once,
+    check_deliveries,
+    check_turns_once,
+    crash_daemon,
+    database_url,
+    kill_during_bursts,
+    kill_leftover,
+    read_results,
+    settle,
+    you_said,
+)
+from tests.fakes.llm import FakeLLM
 from tests.fakes.telegram_server import FakeTelegramServer, Sent
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -39,28 +46,6 @@ FIRST_USER = 1001
 SETTLE_TIMEOUT = 120.0
 
 
-async def _settle(tg: FakeTelegramServer, store: Store, timeout: float) -> None:
-    """Wait until every update is confirmed, every stored message done and every chunk sent.
-
-    Telegram's offset passes an update only after Herald stored it, so with nothing pending
-    on the fake every injected message should be in the inbox: `_check` says which are not.
-    """
-    async with asyncio.timeout(timeout):
-        while True:
-            # Looked at before the database: an update confirmed by then is stored by then.
-            confirmed = not tg.pending
-            async with store.read() as conn:
-                open_rows = await conn.scalar(
-                    select(inbox.c.id).where(inbox.c.status != "done").limit(1)
-                )
-                unsent = await conn.scalar(
-                    select(outbox.c.id).where(outbox.c.status.in_(["pending", "sending"])).limit(1)
-                )
-            if confirmed and open_rows is None and unsent is None:
-                return
-            await asyncio.sleep(0.2)
-
-
 @pytest.mark.parametrize(
     "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 )
@@ -69,38 +54,19 @@ async def test_sigkill_during_bursts_loses_and_duplicates_nothing(
 ) -> None:
     rng = random.Random(20261123)
     delays = random.Random(7)
-    database_url = (
-        f"sqlite+aiosqlite:///{tmp_path / 'state' / 'herald.db'}"
-        if backend == "sqlite"
-        else str(request.getfixturevalue("pg_url"))
-    )
-
-    def answer(body: dict[str, Any]) -> Reply:
-        return Reply(text=f"You said: {last_user_text(body)}", delay=delays.uniform(0.0, 0.15))
-
+    url = database_url(tmp_path, backend, request)
     async with FakeLLM() as llm, FakeTelegramServer(TOKEN) as tg:
-        llm.responder = answer
-        daemon = Daemon(
-            tmp_path / "state",
-            {
-                "database_url": database_url,
-                "log_level": "INFO",
-                "llm": {"base_url": llm.base_url, "api_key": "k", "memory_pass": False},
-                "sessions": {"max_concurrent_turns": 8, "drain_timeout": 1},
-                "platforms": {
-                    "telegram": {
-                        "token": TOKEN,
-                        "base_url": tg.base_url,
-                        "base_file_url": tg.base_file_url,
-                        "allowed_users": ["*"],
-                        "poll_timeout": 1,
-                        "stream_edits": False,
-                        "min_send_interval": 0,
-                    }
-                },
-            },
-        )
-        (tmp_path / "state").mkdir()
+        llm.responder = you_said(delays)
+        telegram = {
+            "token": TOKEN,
+            "base_url": tg.base_url,
+            "base_file_url": tg.base_file_url,
+            "allowed_users": ["*"],
+            "poll_timeout": 1,
+            "stream_edits": False,
+            "min_send_interval": 0,
+        }
+        daemon = crash_daemon(tmp_path, url, llm, {"telegram": telegram})
         injected: dict[str, tuple[int, int, str]] = {}
         """platform_message_id -> (update id, chat id, text)."""
         per_round = MESSAGES // KILLS
@@ -114,21 +80,14 @@ async def test_sigkill_during_bursts_loses_and_duplicates_nothing(
                 injected[f"{sent.chat_id}:{sent.message_id}"] = (sent.update_id, user, text)
                 await asyncio.sleep(rng.uniform(0.0, 0.05))
 
-        arriving: asyncio.Task[None] | None = None
         try:
-            for round_ in range(KILLS):
-                await daemon.start()
-                # The burst runs on while the daemon is killed at a random moment: some
-                # messages arrive mid-flight, some while it is down.
-                arriving = asyncio.create_task(burst(round_))
-                await asyncio.sleep(rng.uniform(0.2, 1.5))
-                daemon.signal(signal.SIGKILL)
-                assert await daemon.wait() == -signal.SIGKILL
-                await arriving
-            await daemon.start()
-            async with Store.open(database_url, migrate=False) as store:
+            await kill_during_bursts(daemon, rng, KILLS, burst)
+            async with Store.open(url, migrate=False) as store:
                 try:
-                    await _settle(tg, store, timeout=SETTLE_TIMEOUT)
+                    # Telegram's offset passes an update only after Herald stored it, so with
+                    # nothing pending every injected message should be in the inbox: `_check`
+                    # says which are not.
+                    await settle(store, lambda: not tg.pending, SETTLE_TIMEOUT)
                 except TimeoutError:
                     pytest.fail(
                         f"not settled in {SETTLE_TIMEOUT}s ({len(tg.pending)} updates pending):"
@@ -138,27 +97,13 @@ async def test_sigkill_during_bursts_loses_and_duplicates_nothing(
             # And a clean stop still drains and exits 0 with the adapter connected.
             assert await daemon.stop() == 0
         finally:
-            if arriving is not None and not arriving.done():
-                arriving.cancel()
-            if daemon.process is not None and daemon.process.returncode is None:
-                daemon.process.kill()
-                await daemon.process.wait()
+            await kill_leftover(daemon)
 
 
 async def _check(
     tg: FakeTelegramServer, store: Store, injected: dict[str, tuple[int, int, str]]
 ) -> None:
-    async with store.read() as conn:
-        rows = (
-            (await conn.execute(select(inbox).where(inbox.c.platform == "telegram")))
-            .mappings()
-            .all()
-        )
-        turn_status = {
-            int(r.id): str(r.status)
-            for r in (await conn.execute(select(turns.c.id, turns.c.status))).all()
-        }
-        chunks = (await conn.execute(select(outbox))).mappings().all()
+    rows, turn_status, chunks = await read_results(store, "telegram")
 
     # Telegram's side: every update was confirmed, none is left waiting.
     assert len(injected) == MESSAGES
@@ -169,55 +114,14 @@ async def _check(
     by_message = Counter(str(r["platform_message_id"]) for r in rows)
     lost = sorted(set(injected) - set(by_message), key=lambda k: injected[k][0])
     assert not lost, f"confirmed to Telegram but never stored: {[injected[k] for k in lost]}"
-    assert set(by_message) == set(injected)
-    assert set(by_message.values()) == {1}
-    outcomes = Counter(str(r["outcome"]) for r in rows)
-    assert set(outcomes) <= {"answered", "dropped"}, outcomes
-    for r in rows:
-        assert r["status"] == "done"
-        _, chat_id, text = injected[str(r["platform_message_id"])]
-        assert (r["chat_id"], r["text"]) == (str(chat_id), text)
-        if r["outcome"] == "dropped":  # only a message whose turn was cut off three times
-            assert "stopped" in str(r["outcome_detail"]), dict(r)
+    check_accepted_once(rows, {k: (str(chat), text) for k, (_, chat, text) in injected.items()})
 
-    # No turn ran twice: one completed turn per answered message, each answering one message.
-    answered = [r for r in rows if r["outcome"] == "answered"]
-    turn_ids = [int(r["turn_id"]) for r in answered]
-    assert len(set(turn_ids)) == len(turn_ids)
-    assert all(turn_status[t] == "completed" for t in turn_ids)
-    completed = {t for t, status in turn_status.items() if status == "completed"}
-    assert completed == set(turn_ids)
+    answered, _ = check_turns_once(rows, turn_status)
 
-    # Everything Herald queued was delivered; everything the chats got, Herald had queued.
-    assert all(c["status"] == "sent" for c in chunks), [
-        dict(c) for c in chunks if c["status"] != "sent"
-    ]
-    queued: defaultdict[tuple[str, str], list[RowMapping]] = defaultdict(list)
-    for c in chunks:
-        queued[str(c["chat_id"]), str(c["text"])].append(c)
+    # Everything Herald queued was delivered; everything the chats got, Herald had queued;
+    # every answered message's reply reached its own chat, exactly once unless it was resent
+    # after a crash (its chunk marked recovered).
     received: defaultdict[tuple[str, str], list[Sent]] = defaultdict(list)
     for s in tg.sent:
         received[str(s.chat_id), s.plain_text].append(s)
-    unqueued = received.keys() - queued.keys()
-    assert not unqueued, f"reached a chat but never queued: {sorted(unqueued)}"
-    for key, group in queued.items():
-        assert len(received.get(key, [])) >= len(group), (key, [dict(c) for c in group])
-
-    # Every answered message's reply reached its own chat, exactly once unless it was resent
-    # after a crash (its chunk marked recovered).
-    replies = {int(c["turn_id"]): c for c in chunks if c["kind"] == "reply"}
-    assert set(replies) == set(turn_ids)
-    for r in answered:
-        chunk = replies[int(r["turn_id"])]
-        expected = f"You said: {r['text']}"
-        assert chunk["text"] == expected
-        assert chunk["chat_id"] == r["chat_id"]
-        group = queued[str(r["chat_id"]), expected]
-        assert len(group) == 1, [dict(c) for c in group]
-        sends = received.get((str(r["chat_id"]), expected), [])
-        assert sends, f"the reply to {r['text']!r} never reached the chat"
-        assert len(sends) == 1 or chunk["recovered"], (dict(chunk), sends)
-    # Likewise for any other text (queue acknowledgements): a surplus needs a recovered chunk.
-    for key, group in queued.items():
-        if len(received.get(key, [])) > len(group):
-            assert any(c["recovered"] for c in group), (key, [dict(c) for c in group])
+    check_deliveries(chunks, answered, received, chat="chat")

@@ -18,29 +18,27 @@ its state in memory for its whole lifetime, whatever its clients do.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import contextlib
 import itertools
 import json
-import logging
 import math
 import secrets
-import signal
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
-import httpx
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tests.fakes.serving import LocalServer
+from tests.fakes import standalone
+from tests.fakes.control import ControlClient, wait_answer
+from tests.fakes.params import hang_up
+from tests.fakes.serving import LocalServer, Served
+from tests.fakes.standalone import until_signalled
+from tests.fakes.waiting import Changes, Waitable
 
 MAX_UPDATES = 100
 """Most updates one poll returns."""
@@ -194,7 +192,7 @@ async def _json_object(request: Request) -> dict[str, Any]:
     return body
 
 
-class FakeChatServer:
+class FakeChatServer(Served, Waitable):
     """A long-polling chat platform for one test (or one standalone process).
 
     Single event loop only: the server runs as a task of the loop that enters it, and the
@@ -235,8 +233,7 @@ class FakeChatServer:
         self._inbound_ids = itertools.count(1)
         self._outbound_ids = itertools.count(1)
         self._faults = _Faults()
-        self._change = asyncio.Event()
-        self._stopping = asyncio.Event()
+        self._changes = Changes()
         self._local: LocalServer | None = None
 
     # -- where it listens -------------------------------------------------------------------
@@ -343,26 +340,7 @@ class FakeChatServer:
 
         Raises TimeoutError after `timeout` seconds.
         """
-        if isinstance(expected, int):
-            count = expected
-            await self.wait_for(lambda: len(self.sent) >= count, timeout)
-            return list(self.sent)
-        predicate = expected
-        await self.wait_for(lambda: any(predicate(s) for s in self.sent), timeout)
-        return [s for s in self.sent if predicate(s)]
-
-    async def wait_for(
-        self,
-        condition: Callable[[], bool],
-        timeout: float = 10.0,
-    ) -> None:
-        """Wait until `condition()` holds; re-checked after every change of the server's state.
-
-        Raises TimeoutError after `timeout` seconds.
-        """
-        async with asyncio.timeout(timeout):
-            while not condition():
-                await self._change.wait()
+        return await self._changes.wait_for_items(self.sent, expected, timeout)
 
     # -- faults -------------------------------------------------------------------------------
 
@@ -420,40 +398,21 @@ class FakeChatServer:
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    async def __aenter__(self) -> Self:
+    async def _start(self) -> None:
         self._local = LocalServer(self._app(), port=self._port, log_level=self._log_level)
-        try:
-            await self._local.start()
-        except BaseException:
-            await self._stop()
-            raise
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self._stop()
+        await self._local.start()
 
     async def _stop(self) -> None:
-        self._stopping.set()  # ends long polls and control waits
-        self._notify()
+        self._changes.stop()  # ends long polls and control waits
         if self._local is not None:
             await self._local.stop()
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _notify(self) -> None:
-        """Wake every waiter: something changed."""
-        self._change.set()
-        self._change = asyncio.Event()
-
     def _enqueue(self, message: Any) -> int:
         update_id = next(self._update_ids)
         self._pending.append(Update(update_id, message))
-        self._notify()
+        self._changes.notify()
         return update_id
 
     def _acknowledge(self, offset: int) -> None:
@@ -466,7 +425,7 @@ class FakeChatServer:
             self.acknowledged_updates.append(update.update_id)
             if update.message_id is not None:
                 self.acknowledged.append(update.message_id)
-        self._notify()
+        self._changes.notify()
 
     def _authorized(self, request: Request) -> bool:
         given = str(request.path_params.get("token", ""))
@@ -517,14 +476,14 @@ class FakeChatServer:
 
     async def _updates(self, request: Request) -> Response:
         self.polls += 1
-        self._notify()
+        self._changes.notify()
         faults = self._faults
         if faults.fail_updates > 0:
             faults.fail_updates -= 1
             return _error(faults.fail_updates_status, "internal server error")
         if faults.drop_polls > 0:
             faults.drop_polls -= 1
-            return await self._drop(request)
+            return await hang_up(request)
         offset = _int(request.query_params.get("offset"), "offset", 0)
         timeout = min(_float(request.query_params.get("timeout"), "timeout", 0.0), MAX_POLL_TIMEOUT)
         self._acknowledge(offset)
@@ -535,35 +494,7 @@ class FakeChatServer:
         """Wait until `ready()`, `seconds` pass, the client leaves or the server stops."""
         if seconds <= 0 or ready():
             return
-
-        async def client_left() -> None:
-            while (await request.receive())["type"] != "http.disconnect":
-                pass
-
-        left = asyncio.create_task(client_left())
-        left.add_done_callback(lambda _: self._notify())
-        try:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(seconds):
-                    while not (ready() or left.done() or self._stopping.is_set()):
-                        await self._change.wait()
-        finally:
-            left.cancel()
-            await asyncio.gather(left, return_exceptions=True)
-
-    async def _drop(self, request: Request) -> Response:
-        """Close the connection without an answer (the client sees it dropped)."""
-        # uvicorn's h11 `receive` is a bound method of the request cycle, which holds the
-        # connection's transport; the ASGI interface itself has no way to hang up.
-        transport = getattr(getattr(request.receive, "__self__", None), "transport", None)
-        if not isinstance(transport, asyncio.Transport):
-            raise RuntimeError("cannot drop the connection: no transport")  # pragma: no cover
-        transport.abort()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(5):
-                while (await request.receive())["type"] != "http.disconnect":
-                    pass
-        return Response(status_code=500)  # never reaches the client
+        await self._changes.hold(request, seconds, ready)
 
     def _refuse(
         self,
@@ -576,7 +507,7 @@ class FakeChatServer:
         **extra: Any,
     ) -> Response:
         self.rejected.append(Rejected(route, status, error, body, time.monotonic()))
-        self._notify()
+        self._changes.notify()
         return _error(status, error, headers=headers, **extra)
 
     def _markup_refused(self, text: str, text_format: str) -> bool:
@@ -633,7 +564,7 @@ class FakeChatServer:
                 received_at=time.monotonic(),
             )
         )
-        self._notify()
+        self._changes.notify()
         return _ok(message_id=message_id)
 
     async def _edit(self, request: Request) -> Response:
@@ -654,7 +585,7 @@ class FakeChatServer:
             return self._refuse("edit", body, 400, "bad request: can't parse entities")
         self._texts[message_id] = text
         self.edits.append(Edit(chat_id, message_id, text, text_format, time.monotonic()))
-        self._notify()
+        self._changes.notify()
         return _ok(message_id=message_id)
 
     async def _typing(self, request: Request) -> Response:
@@ -664,7 +595,7 @@ class FakeChatServer:
         if chat_id in self._faults.blocked_chats:
             return self._refuse("typing", body, 403, "bot was blocked by the user")
         self.typing.append(chat_id)
-        self._notify()
+        self._changes.notify()
         return _ok()
 
     # -- control routes -----------------------------------------------------------------------
@@ -743,12 +674,7 @@ class FakeChatServer:
                 and all(m in self.acknowledged and m not in pending for m in acknowledged)
             )
 
-        with contextlib.suppress(TimeoutError):
-            await self.wait_for(lambda: met() or self._stopping.is_set(), timeout)
-        if met():
-            return JSONResponse(self.state())
-        error = "server stopping" if self._stopping.is_set() else "timeout"
-        return JSONResponse({**self.state(), "ok": False, "error": error}, status_code=504)
+        return await wait_answer(self._changes, met, timeout, self.state)
 
 
 _INJECT_FIELDS: tuple[tuple[str, type], ...] = (
@@ -790,7 +716,7 @@ def _inject_arguments(spec: Any) -> tuple[tuple[str, str], dict[str, Any]]:
     return (spec["chat_id"], spec["text"]), kwargs
 
 
-class ChatServerClient:
+class ChatServerClient(ControlClient):
     """Drives a `FakeChatServer` in another process through its `/control/*` routes.
 
     `async with ChatServerClient("http://127.0.0.1:8100") as chat:`; every method raises
@@ -798,30 +724,8 @@ class ChatServerClient:
     """
 
     def __init__(self, base_url: str, *, timeout: float = 10.0) -> None:
-        self.base_url = base_url.rstrip("/")
-        self._client = httpx.AsyncClient(
-            base_url=self.base_url, timeout=timeout + MAX_POLL_TIMEOUT, trust_env=False
-        )
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._client.aclose()
-
-    async def wait_up(
-        self,
-        timeout: float = 10.0,
-    ) -> None:
-        """Wait until the server answers; TimeoutError after `timeout` seconds."""
-        async with asyncio.timeout(timeout):
-            for attempt in itertools.count():
-                try:
-                    await self.state()
-                except httpx.TransportError:
-                    await asyncio.sleep(min(0.5, 0.01 * 2**attempt))
-                else:
-                    return
+        super().__init__(base_url, timeout=timeout, max_wait=MAX_POLL_TIMEOUT)
+        self.base_url = self.url
 
     async def inject(self, chat_id: str, text: str, *, sender_id: str, **fields: Any) -> str:
         """Like `FakeChatServer.inject`; returns the message id."""
@@ -832,10 +736,6 @@ class ChatServerClient:
         """Inject several messages in order (all or none); their message ids."""
         body = await self._call("POST", "/control/inject", [dict(s) for s in specs])
         return [str(m) for m in body["message_ids"]]
-
-    async def state(self) -> dict[str, Any]:
-        """What `FakeChatServer.state()` returns."""
-        return await self._call("GET", "/control/state")
 
     async def fault(self, fault: str, **params: Any) -> dict[str, Any]:
         """Switch a fault on: `fault("rate_limit", chat_id="c1", count=2, retry_after=0.5)`."""
@@ -862,38 +762,22 @@ class ChatServerClient:
             "max_pending": max_pending,
             "acknowledged": list(acknowledged),
         }
-        response = await self._client.post("/control/wait", json=spec)
-        if response.status_code == 504:
-            raise TimeoutError(f"chat server: {response.json().get('error')} waiting for {spec}")
-        response.raise_for_status()
-        state: dict[str, Any] = response.json()
-        return state
-
-    async def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
-        response = await self._client.request(method, path, json=body)
-        response.raise_for_status()
-        answer: dict[str, Any] = response.json()
-        return answer
+        return await self._wait(spec, lambda error: f"chat server: {error} waiting for {spec}")
 
 
 async def _main(port: int, token: str) -> None:
     async with FakeChatServer(token, port=port, log_level="warning") as server:
         print(f"chat server serving {server.base_url}", flush=True)
-        loop = asyncio.get_running_loop()
-        done = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, done.set)
-        await done.wait()
+        await until_signalled()
 
 
 def main(argv: list[str] | None = None) -> None:
     """Serve on `--port` (0: any free port, printed) until SIGINT or SIGTERM."""
-    parser = argparse.ArgumentParser(prog="python -m tests.fakes.chat_server", description=__doc__)
+    parser = standalone.parser("tests.fakes.chat_server", __doc__)
     parser.add_argument("--port", type=int, default=8100)
     parser.add_argument("--token", default="test-token")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-    asyncio.run(_main(args.port, args.token))
+    standalone.run(_main(args.port, args.token))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ interrupted.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import dataclasses
@@ -16,20 +15,21 @@ import json
 import logging
 import math
 import re
-import signal
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tests.fakes.serving import LocalServer
+from tests.fakes import standalone
+from tests.fakes.params import client_left
+from tests.fakes.serving import LocalServer, Served
+from tests.fakes.standalone import until_signalled
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +115,7 @@ def _estimate(chars: int) -> int:
     return math.ceil(chars / 4)
 
 
-class FakeLLM:
+class FakeLLM(Served):
     """An OpenAI-compatible server for one test: scripted replies, recorded requests.
 
     Single event loop only: the server runs as a task of the loop that enters it.
@@ -170,22 +170,9 @@ class FakeLLM:
             await self._received.wait_for(lambda: len(self.requests) >= n)
         return list(self.requests)
 
-    async def __aenter__(self) -> Self:
+    async def _start(self) -> None:
         self._local = LocalServer(self._app(), port=self._port, log_level=self._log_level)
-        try:
-            await self._local.start()
-        except BaseException:
-            await self._stop()
-            raise
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self._stop()
+        await self._local.start()
 
     async def _stop(self) -> None:
         self._stopping.set()  # releases hanging and delayed replies
@@ -324,12 +311,7 @@ class FakeLLM:
 
     async def _pause(self, request: Request, seconds: float | None) -> bool:
         """Wait `seconds` (None: forever) or until the server stops; True if the client left."""
-
-        async def client_left() -> None:
-            while (await request.receive())["type"] != "http.disconnect":
-                pass
-
-        left = asyncio.create_task(client_left())
+        left = asyncio.create_task(client_left(request))
         stopping = asyncio.create_task(self._stopping.wait())
         try:
             await asyncio.wait(
@@ -347,21 +329,16 @@ async def _main(port: int, delay: float) -> None:
         if delay > 0:
             llm.responder = lambda body: dataclasses.replace(you_said(body), delay=delay)
         print(f"fake LLM serving {llm.base_url}", flush=True)
-        loop = asyncio.get_running_loop()
-        done = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, done.set)
-        await done.wait()
+        await until_signalled()
 
 
 def main(argv: list[str] | None = None) -> None:
     """Serve the default responder on `--port` until SIGINT or SIGTERM."""
-    parser = argparse.ArgumentParser(prog="python -m tests.fakes.llm", description=__doc__)
+    parser = standalone.parser("tests.fakes.llm", __doc__)
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--delay", type=float, default=0.0, help="seconds before each reply")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    asyncio.run(_main(args.port, args.delay))
+    standalone.run(_main(args.port, args.delay), logging.INFO)
 
 
 if __name__ == "__main__":

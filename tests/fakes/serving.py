@@ -1,4 +1,5 @@
-"""Serving a fake's ASGI app with uvicorn on 127.0.0.1, in the test's own event loop."""
+"""Serving a fake's ASGI app with uvicorn on 127.0.0.1, in the test's own event loop, and the
+`async with` lifecycle the fakes share."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import Iterator
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 import uvicorn
 
@@ -106,3 +108,29 @@ class LocalServer:
         finally:
             if self._sock is not None:
                 self._sock.close()
+
+
+class Served:
+    """`async with fake:` runs `_start`, then `_stop` on the way out (also when `_start` fails)."""
+
+    async def __aenter__(self) -> Self:
+        try:
+            await self._start()
+        except BaseException:
+            await self._stop()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._stop()
+
+    async def _start(self) -> None:
+        raise NotImplementedError
+
+    async def _stop(self) -> None:
+        raise NotImplementedError

@@ -69,35 +69,44 @@ import asyncio
 import base64
 import contextlib
 import copy
-import dataclasses
 import functools
 import hashlib
 import hmac
 import itertools
 import json
-import logging
 import re
 import secrets
-import signal
 import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from types import TracebackType
-from typing import Any, Literal, Self
-from urllib.parse import parse_qsl, quote
+from typing import Any, Literal
+from urllib.parse import quote
 
 import httpx
 from aiohttp import WSMsgType, web
 from starlette.applications import Starlette
-from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from tests.fakes.serving import LocalServer
+from tests.fakes import standalone
+from tests.fakes.control import (
+    ControlClient,
+    ControlError,
+    control_endpoint,
+    control_json,
+    control_object,
+    integer_limits,
+    wait_answer,
+    wait_timeout,
+)
+from tests.fakes.params import Params, Part, hang_up, jsonable, read_params
+from tests.fakes.serving import LocalServer, Served
+from tests.fakes.standalone import until_signalled
+from tests.fakes.waiting import Changes, Waitable
 
 JSON = dict[str, Any]
 
@@ -504,23 +513,6 @@ class _ApiError(Exception):
         self.headers = dict(headers or {})
 
 
-class _ControlError(Exception):
-    """A bad `/control/*` request (400 with `error` = the message)."""
-
-
-def _jsonable(value: Any) -> Any:
-    """`value` as JSON: dataclasses as objects, bytes as base64."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [_jsonable(v) for v in value]
-    return value
-
-
 def _random_id(prefix: str, length: int = 10) -> str:
     return prefix + "".join(secrets.choice(_ID_ALPHABET) for _ in range(length))
 
@@ -545,37 +537,11 @@ def _rich_text(text: str) -> list[JSON]:
 # -- internals: request parameters ----------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Part:
-    filename: str | None
-    content_type: str | None
-    content: bytes
-
-
-class _Params:
+class _Params(Params):
     """A request's parameters: query string, then the body (form, multipart or JSON)."""
 
-    def __init__(self, values: Mapping[str, Any], files: Mapping[str, _Part]) -> None:
-        self.values = {k: v for k, v in values.items() if v is not None}
-        self.files = dict(files)
-
-    def string(self, key: str) -> str | None:
-        value = self.values.get(key)
-        if value is None or isinstance(value, str):
-            return value
-        if isinstance(value, bool):
-            return "true" if value else "false"
-        if isinstance(value, int | float):
-            return str(value)
-        return json.dumps(value)
-
-    def boolean(self, key: str, default: bool = False) -> bool:
-        value = self.values.get(key)
-        if value is None:
-            return default
-        if isinstance(value, str):
-            return value.strip().lower() in ("true", "1")
-        return bool(value)
+    def __init__(self, values: Mapping[str, Any], files: Mapping[str, Part]) -> None:
+        super().__init__({k: v for k, v in values.items() if v is not None}, files)
 
     def decoded(self, key: str) -> Any:
         """The value decoded from JSON when it came as a string (form bodies)."""
@@ -589,57 +555,17 @@ class _Params:
 
     def logged(self) -> JSON:
         """The parameters as a test reads them (files described, not included)."""
-        logged: JSON = dict(self.values)
-        for key, part in self.files.items():
-            logged[key] = {
-                "filename": part.filename,
-                "content_type": part.content_type,
-                "size": len(part.content),
-            }
-        return logged
+        return {**self.values, **self.described_files()}
 
 
 async def _read_params(request: Request) -> _Params:
-    values: JSON = dict(request.query_params)
-    files: dict[str, _Part] = {}
-    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if content_type == "multipart/form-data":
-        async with request.form(max_part_size=64 * 1024 * 1024) as form:
-            for key, value in form.multi_items():
-                if isinstance(value, UploadFile):
-                    files[key] = _Part(value.filename, value.content_type, await value.read())
-                else:
-                    values[key] = value
-        return _Params(values, files)
-    body = await request.body()
-    if not body:
-        return _Params(values, files)
-    if content_type == "application/json":
-        try:
-            decoded = json.loads(body)
-        except ValueError as err:
-            raise _ApiError("invalid_json") from err
-        if not isinstance(decoded, dict):
-            raise _ApiError("json_not_object")
-        values.update(decoded)
-    else:
-        values.update(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
+    values, files = await read_params(
+        request,
+        max_part_size=64 * 1024 * 1024,
+        invalid_json=lambda: _ApiError("invalid_json"),
+        not_object=lambda: _ApiError("json_not_object"),
+    )
     return _Params(values, files)
-
-
-async def _hang_up(request: Request) -> Response:
-    """Close the connection without an answer (the client sees it dropped)."""
-    # uvicorn's h11 `receive` is a bound method of the request cycle, which holds the
-    # connection's transport; the ASGI interface itself has no way to hang up.
-    transport = getattr(getattr(request.receive, "__self__", None), "transport", None)
-    if not isinstance(transport, asyncio.Transport):
-        raise RuntimeError("cannot drop the connection: no transport")  # pragma: no cover
-    transport.abort()
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(5):
-            while (await request.receive())["type"] != "http.disconnect":
-                pass
-    return Response(status_code=500)  # never reaches the client
 
 
 _Handler = Callable[[_Params], Awaitable[JSON]]
@@ -692,7 +618,7 @@ class _SocketListener:
 # -- the server -----------------------------------------------------------------------------------
 
 
-class FakeSlackServer:
+class FakeSlackServer(Served, Waitable):
     """A fake Slack workspace with one app, for one test (or one standalone process).
 
     Single event loop only: the server runs as tasks of the loop that enters it, and the Python
@@ -804,8 +730,7 @@ class FakeSlackServer:
             "files.getUploadURLExternal": ("bot", self._files_get_upload_url),
             "files.completeUploadExternal": ("bot", self._files_complete_upload),
         }
-        self._change = asyncio.Event()
-        self._stopping = asyncio.Event()
+        self._changes = Changes()
         self._local: LocalServer | None = None
         self._listener: _SocketListener | None = None
         self._http: httpx.AsyncClient | None = None
@@ -1219,22 +1144,7 @@ class FakeSlackServer:
 
         Raises TimeoutError after `timeout` seconds.
         """
-        if isinstance(expected, int):
-            count = expected
-            await self.wait_for(lambda: len(self.posted) >= count, timeout)
-            return list(self.posted)
-        predicate = expected
-        await self.wait_for(lambda: any(predicate(p) for p in self.posted), timeout)
-        return [p for p in self.posted if predicate(p)]
-
-    async def wait_for(self, condition: Callable[[], bool], timeout: float | None = 10.0) -> None:
-        """Wait until `condition()` holds; re-checked after every change of the server's state.
-
-        Raises TimeoutError after `timeout` seconds (None: no limit).
-        """
-        async with asyncio.timeout(timeout):
-            while not condition():
-                await self._change.wait()
+        return await self._changes.wait_for_items(self.posted, expected, timeout)
 
     # -- faults -----------------------------------------------------------------------------------
 
@@ -1295,7 +1205,7 @@ class FakeSlackServer:
                     close_after, functools.partial(self._close_later, sock)
                 )
                 self._timers.add(handle)
-        self._notify()
+        self._changes.notify()
         self._dispatch()
         return told
 
@@ -1307,7 +1217,7 @@ class FakeSlackServer:
         for sock in self._targets(socket_id):
             sock.info.silenced = True
             silenced += 1
-        self._notify()
+        self._changes.notify()
         self._dispatch()
         return silenced
 
@@ -1338,58 +1248,44 @@ class FakeSlackServer:
             for (channel, ts), names in self._current_reactions.items()
             if names
         }
-        uploads = [{**_jsonable(u), "content": None, "size": len(u.content)} for u in self.uploads]
+        uploads = [{**jsonable(u), "content": None, "size": len(u.content)} for u in self.uploads]
         return {
             "ok": True,
-            "posted": _jsonable(self.posted),
-            "updates": _jsonable(self.updates),
-            "deleted": _jsonable(self.deleted),
-            "reactions": _jsonable(self.reactions),
+            "posted": jsonable(self.posted),
+            "updates": jsonable(self.updates),
+            "deleted": jsonable(self.deleted),
+            "reactions": jsonable(self.reactions),
             "current_reactions": reactions,
             "uploads": uploads,
-            "downloads": _jsonable(self.downloads),
+            "downloads": jsonable(self.downloads),
             "texts": {channel: self.texts_in(channel) for channel in channels},
             "calls": [call.method for call in self.calls],
-            "rejected": _jsonable(self.rejected),
-            "envelopes": _jsonable(self.envelopes),
-            "acks": _jsonable(self.acks),
+            "rejected": jsonable(self.rejected),
+            "envelopes": jsonable(self.envelopes),
+            "acks": jsonable(self.acks),
             "acked": list(self.acked),
             "pending": self.pending,
             "expired": list(self.expired),
-            "sockets": _jsonable(self.sockets),
+            "sockets": jsonable(self.sockets),
             "open_sockets": self.open_sockets,
             "max_open_sockets": self.max_open_sockets,
             "sockets_opened": self.sockets_opened,
             "connected": self.connected,
             "refused_connections": self.refused_connections,
             "events_url": self.events_url,
-            "http_deliveries": _jsonable(self.http_deliveries),
+            "http_deliveries": jsonable(self.http_deliveries),
         }
 
     # -- lifecycle --------------------------------------------------------------------------------
 
-    async def __aenter__(self) -> Self:
+    async def _start(self) -> None:
         self._local = LocalServer(self._app(), port=self._port, log_level=self._log_level)
         self._listener = _SocketListener(self._socket_endpoint, self._ws_port)
-        try:
-            await self._local.start()
-            await self._listener.start()
-        except BaseException:
-            await self._stop()
-            raise
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self._stop()
+        await self._local.start()
+        await self._listener.start()
 
     async def _stop(self) -> None:
-        self._stopping.set()  # ends control waits and Events API retries
-        self._notify()
+        self._changes.stop()  # ends control waits and Events API retries
         for handle in self._timers:
             handle.cancel()
         for event in self._events.values():
@@ -1412,11 +1308,6 @@ class FakeSlackServer:
                 await self._http.aclose()
 
     # -- internals: state -------------------------------------------------------------------------
-
-    def _notify(self) -> None:
-        """Wake every waiter: something changed."""
-        self._change.set()
-        self._change = asyncio.Event()
 
     def _spawn(self, coroutine: Awaitable[Any]) -> None:
         async def run() -> None:
@@ -1564,7 +1455,7 @@ class FakeSlackServer:
         queued = _Event(next(self._seq), body["event_id"], body)
         self._events[queued.event_id] = queued
         self._pending.append(queued)
-        self._notify()
+        self._changes.notify()
         self._dispatch()
         return queued.event_id
 
@@ -1613,11 +1504,11 @@ class FakeSlackServer:
         event.timer = asyncio.get_running_loop().call_later(
             self.ack_timeout, self._ack_timed_out, event
         )
-        self._notify()
+        self._changes.notify()
 
     def _ack_timed_out(self, event: _Event) -> None:
         event.timer = None
-        if event.acked or self._stopping.is_set():
+        if event.acked or self._changes.stopping.is_set():
             return
         if event.attempts > self.max_retries:
             event.expired = True
@@ -1625,7 +1516,7 @@ class FakeSlackServer:
         else:
             self._pending.append(event)
             self._pending.sort(key=lambda e: e.seq)
-        self._notify()
+        self._changes.notify()
         self._dispatch()
 
     def _acknowledge(self, event: _Event) -> None:
@@ -1662,7 +1553,7 @@ class FakeSlackServer:
             if not event.acked:
                 self._acknowledge(event)
         self.acks.append(Ack(envelope_id, sock.info.id, now, outcome))
-        self._notify()
+        self._changes.notify()
 
     def _targets(self, socket_id: int | None) -> list[_Socket]:
         return [s for s in self._open if socket_id is None or s.info.id == socket_id]
@@ -1674,7 +1565,7 @@ class FakeSlackServer:
         sock.info.close_reason = reason
         if sock in self._open:
             self._open.remove(sock)
-        self._notify()
+        self._changes.notify()
 
     # -- internals: Socket Mode -------------------------------------------------------------------
 
@@ -1683,7 +1574,7 @@ class FakeSlackServer:
         if self._faults.refuse_handshake > 0:
             self._faults.refuse_handshake -= 1
             self.refused_connections += 1
-            self._notify()
+            self._changes.notify()
             return web.Response(status=503, text="Service Unavailable")
         if ticket not in self._tickets:
             return web.Response(status=401, text="invalid ticket")
@@ -1709,7 +1600,7 @@ class FakeSlackServer:
         sock.outbox.put_nowait(json.dumps(hello))
         sock.ready = True
         sender = asyncio.create_task(self._send_loop(sock))
-        self._notify()
+        self._changes.notify()
         self._dispatch()
         reason = "connection_lost"
         try:
@@ -1765,7 +1656,7 @@ class FakeSlackServer:
             return
         sock.closing = True
         sock.outbox.put_nowait(None)
-        self._notify()
+        self._changes.notify()
 
     # -- internals: Events API --------------------------------------------------------------------
 
@@ -1787,18 +1678,18 @@ class FakeSlackServer:
             )
             if error is None:
                 self._acknowledge(event)
-                self._notify()
+                self._changes.notify()
                 return
-            self._notify()
+            self._changes.notify()
             if no_retry or attempt >= self.max_retries:
                 event.expired = True
                 self.expired.append(event.event_id)
-                self._notify()
+                self._changes.notify()
                 return
             reason = error
             with contextlib.suppress(TimeoutError):
-                await self.wait_for(self._stopping.is_set, self.events_retry_delay)
-            if self._stopping.is_set():
+                await self.wait_for(self._changes.stopping.is_set, self.events_retry_delay)
+            if self._changes.stopping.is_set():
                 return
 
     async def _post_event(
@@ -1842,7 +1733,7 @@ class FakeSlackServer:
             Route("/files-pri/{key}/{rest:path}", self._download, methods=["GET"]),
         ]
         routes += [
-            Route(f"/control/{name}", self._control(h), methods=[m]) for name, h, m in control
+            Route(f"/control/{name}", control_endpoint(h), methods=[m]) for name, h, m in control
         ]
         return Starlette(routes=routes)
 
@@ -1882,7 +1773,7 @@ class FakeSlackServer:
         if not token and isinstance(form_token, str) and form_token:
             token = form_token
         self.calls.append(Call(method, params.logged(), token, time.monotonic()))
-        self._notify()
+        self._changes.notify()
         entry = self._methods.get(method)
         if entry is None:
             return self._refuse(method, params, _ApiError("unknown_method", 404))
@@ -1895,14 +1786,14 @@ class FakeSlackServer:
         if kind != needs:
             return self._refuse(method, params, _ApiError("not_allowed_token_type"))
         if self._countdown(self._faults.drops, method):
-            return await _hang_up(request)
+            return await hang_up(request)
         status = self._take(self._faults.failures, (method, "*"))
         if status is not None:
             phrase = HTTPStatus(status).phrase
             self.rejected.append(
                 Rejected(method, status, phrase, params.logged(), time.monotonic())
             )
-            self._notify()
+            self._changes.notify()
             return PlainTextResponse(phrase, status_code=status)
         channel = params.string("channel") or params.string("channel_id") or ""
         retry_after = self._take(self._faults.rate_limits, (method, channel, "*"))
@@ -1913,14 +1804,14 @@ class FakeSlackServer:
             result = await handler(params)
         except _ApiError as err:
             return self._refuse(method, params, err)
-        self._notify()
+        self._changes.notify()
         return JSONResponse({"ok": True, **result})
 
     def _refuse(self, method: str, params: _Params, err: _ApiError) -> Response:
         self.rejected.append(
             Rejected(method, err.status, err.error, params.logged(), time.monotonic())
         )
-        self._notify()
+        self._changes.notify()
         body: JSON = {"ok": False, "error": err.error}
         if err.error == "unknown_method":
             body["req_method"] = method
@@ -2094,7 +1985,7 @@ class FakeSlackServer:
         part = next(iter(params.files.values()), None)
         content = part.content if part is not None else await request.body()
         slot["content"] = content
-        self._notify()
+        self._changes.notify()
         return PlainTextResponse(f"OK - {len(content)}")
 
     async def _files_complete_upload(self, params: _Params) -> JSON:
@@ -2162,7 +2053,7 @@ class FakeSlackServer:
         authorized = self._token_kind(token) == "bot"
         status = 404 if stored is None else 200 if authorized else 403
         self.downloads.append(Download(file_id, authorized, status, time.monotonic()))
-        self._notify()
+        self._changes.notify()
         if stored is None:
             return PlainTextResponse("Not Found", status_code=404)
         if not authorized:
@@ -2176,40 +2067,29 @@ class FakeSlackServer:
 
     # -- control routes ---------------------------------------------------------------------------
 
-    def _control(
-        self, handler: Callable[[Request], Awaitable[Response]]
-    ) -> Callable[[Request], Awaitable[Response]]:
-        async def endpoint(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except _ControlError as err:
-                return JSONResponse({"ok": False, "error": str(err)}, status_code=400)
-
-        return endpoint
-
     async def _control_inject(self, request: Request) -> Response:
-        body = await _control_json(request)
+        body = await control_json(request)
         specs = [body] if isinstance(body, dict) else body
         if not isinstance(specs, list) or not specs:
-            raise _ControlError("expected an injection spec or a non-empty list of them")
+            raise ControlError("expected an injection spec or a non-empty list of them")
         calls = [_inject_call(spec) for spec in specs]  # all valid, or none injected
         injected: list[JSON] = []
         for kind, args in calls:
             try:
                 made = getattr(self, _INJECT_KINDS[kind][0])(**args)
             except (KeyError, ValueError, TypeError) as err:
-                raise _ControlError(f"cannot inject {kind} {args}: {err!r}") from err
-            injected.append(_jsonable(made))
+                raise ControlError(f"cannot inject {kind} {args}: {err!r}") from err
+            injected.append(jsonable(made))
         return JSONResponse({"ok": True, "injected": injected})
 
     async def _control_file(self, request: Request) -> Response:
-        spec = await _control_json(request)
+        spec = await control_json(request)
         if not isinstance(spec, dict) or not isinstance(spec.get("content_b64"), str):
-            raise _ControlError("expected {content_b64, name?, mimetype?, title?, user?}")
+            raise ControlError("expected {content_b64, name?, mimetype?, title?, user?}")
         try:
             content = base64.b64decode(spec["content_b64"], validate=True)
         except ValueError as err:
-            raise _ControlError("content_b64 is not base64") from err
+            raise ControlError("content_b64 is not base64") from err
         names = ("name", "mimetype", "title", "user")
         options = {k: spec[k] for k in names if isinstance(spec.get(k), str)}
         return JSONResponse({"ok": True, "file": self.add_file(content, **options)})
@@ -2218,22 +2098,20 @@ class FakeSlackServer:
         return JSONResponse(self.state())
 
     async def _control_mode(self, request: Request) -> Response:
-        spec = await _control_json(request)
+        spec = await control_json(request)
         if not isinstance(spec, dict) or not isinstance(spec.get("events_url"), str | None):
-            raise _ControlError('expected {"events_url": url or null}')
+            raise ControlError('expected {"events_url": url or null}')
         self.use_events_api(spec.get("events_url"))
         return JSONResponse({"ok": True})
 
     async def _control_fault(self, request: Request) -> Response:
-        spec = await _control_json(request)
-        if not isinstance(spec, dict):
-            raise _ControlError("expected a JSON object")
+        spec = await control_object(request)
         kind = spec.get("fault")
 
         def integer(name: str, default: int | None = None) -> int:
             value = spec.get(name, default)
             if not isinstance(value, int) or isinstance(value, bool):
-                raise _ControlError(f"{kind} needs an integer {name}")
+                raise ControlError(f"{kind} needs an integer {name}")
             return value
 
         def optional_integer(name: str) -> int | None:
@@ -2242,7 +2120,7 @@ class FakeSlackServer:
         def text(name: str, default: str | None = None) -> str:
             value = spec.get(name, default)
             if not isinstance(value, str) or not value:
-                raise _ControlError(f"{kind} needs a string {name}")
+                raise ControlError(f"{kind} needs a string {name}")
             return value
 
         done: int | None = None
@@ -2257,7 +2135,7 @@ class FakeSlackServer:
         elif kind == "send_disconnect":
             close_after = spec.get("close_after")
             if close_after is not None and not isinstance(close_after, int | float):
-                raise _ControlError("close_after must be a number")
+                raise ControlError("close_after must be a number")
             done = self.send_disconnect(
                 text("reason", "refresh_requested"),
                 optional_integer("socket_id"),
@@ -2270,20 +2148,18 @@ class FakeSlackServer:
         elif kind == "refuse_connections":
             stage = text("stage", "handshake")
             if stage not in ("open", "handshake"):
-                raise _ControlError("stage must be open or handshake")
+                raise ControlError("stage must be open or handshake")
             self.refuse_connections(
                 integer("count", 1), stage="open" if stage == "open" else "handshake"
             )
         elif kind == "clear":
             self.clear_faults()
         else:
-            raise _ControlError(f"unknown fault {kind!r}")
+            raise ControlError(f"unknown fault {kind!r}")
         return JSONResponse({"ok": True, "affected": done})
 
     async def _control_wait(self, request: Request) -> Response:
-        spec = await _control_json(request)
-        if not isinstance(spec, dict):
-            raise _ControlError("expected a JSON object")
+        spec = await control_object(request)
         names = (
             "min_posted",
             "min_updates",
@@ -2292,22 +2168,14 @@ class FakeSlackServer:
             "min_sockets_opened",
             "max_pending",
         )
-        limits: dict[str, int] = {}
-        for name in names:
-            value = spec.get(name)
-            if value is not None:
-                if not isinstance(value, int) or isinstance(value, bool):
-                    raise _ControlError(f"{name} must be an integer")
-                limits[name] = value
+        limits = integer_limits(spec, names)
         acked = spec.get("acked", [])
         if not isinstance(acked, list) or not all(isinstance(e, str) for e in acked):
-            raise _ControlError("acked must be a list of event ids")
+            raise ControlError("acked must be a list of event ids")
         connected = spec.get("connected")
         if connected is not None and not isinstance(connected, bool):
-            raise _ControlError("connected must be a boolean")
-        timeout = spec.get("timeout", 10.0)
-        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout < 0:
-            raise _ControlError("timeout must be a number >= 0")
+            raise ControlError("connected must be a boolean")
+        timeout = wait_timeout(spec)
 
         def met() -> bool:
             pending = len(self.pending)
@@ -2322,21 +2190,7 @@ class FakeSlackServer:
                 and (connected is None or self.connected == connected)
             )
 
-        with contextlib.suppress(TimeoutError):
-            await self.wait_for(
-                lambda: met() or self._stopping.is_set(), min(float(timeout), MAX_WAIT)
-            )
-        if met():
-            return JSONResponse(self.state())
-        error = "server stopping" if self._stopping.is_set() else "timeout"
-        return JSONResponse({**self.state(), "ok": False, "error": error}, status_code=504)
-
-
-async def _control_json(request: Request) -> Any:
-    try:
-        return json.loads(await request.body())
-    except ValueError as err:
-        raise _ControlError("the body is not JSON") from err
+        return await wait_answer(self._changes, met, min(timeout, MAX_WAIT), self.state)
 
 
 _INJECT_KINDS: dict[str, tuple[str, dict[str, tuple[type, ...]]]] = {
@@ -2389,27 +2243,27 @@ _INJECT_KINDS: dict[str, tuple[str, dict[str, tuple[type, ...]]]] = {
 def _inject_call(spec: Any) -> tuple[str, JSON]:
     """The injection kind and the method's keyword arguments a control spec stands for."""
     if not isinstance(spec, dict):
-        raise _ControlError("an injection spec must be a JSON object")
+        raise ControlError("an injection spec must be a JSON object")
     kind = spec.get("kind", "message")
     if kind not in _INJECT_KINDS:
-        raise _ControlError(f"unknown kind {kind!r}; one of {sorted(_INJECT_KINDS)}")
+        raise ControlError(f"unknown kind {kind!r}; one of {sorted(_INJECT_KINDS)}")
     fields = _INJECT_KINDS[kind][1]
     args = {k: v for k, v in spec.items() if k != "kind" and v is not None}
     unknown = set(args) - set(fields)
     if unknown:
-        raise _ControlError(f"unknown {kind} fields {sorted(unknown)}")
+        raise ControlError(f"unknown {kind} fields {sorted(unknown)}")
     for name, value in args.items():
         kinds = fields[name]
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            raise _ControlError(f"{name} must be {' or '.join(k.__name__ for k in kinds)}")
+            raise ControlError(f"{name} must be {' or '.join(k.__name__ for k in kinds)}")
     required = {"event"} if kind == "event" else {"channel"}
     missing = required - set(args)
     if missing:
-        raise _ControlError(f"{kind} needs {sorted(missing)}")
+        raise ControlError(f"{kind} needs {sorted(missing)}")
     return kind, args
 
 
-class SlackServerClient:
+class SlackServerClient(ControlClient):
     """Drives a `FakeSlackServer` in another process through its `/control/*` routes.
 
     `async with SlackServerClient("http://127.0.0.1:8102") as slack:`; every method raises
@@ -2417,32 +2271,12 @@ class SlackServerClient:
     """
 
     def __init__(self, url: str, *, timeout: float = 10.0) -> None:
-        self.url = url.rstrip("/")
-        self._client = httpx.AsyncClient(
-            base_url=self.url, timeout=timeout + MAX_WAIT, trust_env=False
-        )
+        super().__init__(url, timeout=timeout, max_wait=MAX_WAIT)
 
     @property
     def base_url(self) -> str:
         """`AsyncWebClient(base_url=...)` for this server."""
         return f"{self.url}/api/"
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._client.aclose()
-
-    async def wait_up(self, timeout: float = 10.0) -> None:
-        """Wait until the server answers; TimeoutError after `timeout` seconds."""
-        async with asyncio.timeout(timeout):
-            for attempt in itertools.count():
-                try:
-                    await self.state()
-                except httpx.TransportError:
-                    await asyncio.sleep(min(0.5, 0.01 * 2**attempt))
-                else:
-                    return
 
     async def inject(self, kind: str = "message", **fields: Any) -> Injected:
         """Like the server's `inject_<kind>` methods: `inject("message", channel="D1", ...)`.
@@ -2472,10 +2306,6 @@ class SlackServerClient:
         spec["mimetype"] = mimetype
         file: JSON = (await self._call("POST", "/control/file", spec))["file"]
         return file
-
-    async def state(self) -> JSON:
-        """What `FakeSlackServer.state()` returns."""
-        return await self._call("GET", "/control/state")
 
     async def fault(self, fault: str, **params: Any) -> int | None:
         """Switch a fault on: `fault("rate_limit", target="chat.postMessage", retry_after=1)`.
@@ -2521,18 +2351,7 @@ class SlackServerClient:
             "acked": list(acked),
             "connected": connected,
         }
-        response = await self._client.post("/control/wait", json=spec)
-        if response.status_code == 504:
-            raise TimeoutError(f"slack server: {response.json().get('error')} for {spec}")
-        response.raise_for_status()
-        state: JSON = response.json()
-        return state
-
-    async def _call(self, method: str, path: str, body: Any = None) -> JSON:
-        response = await self._client.request(method, path, json=body)
-        response.raise_for_status()
-        answer: JSON = response.json()
-        return answer
+        return await self._wait(spec, lambda error: f"slack server: {error} for {spec}")
 
 
 async def _main(args: argparse.Namespace) -> None:
@@ -2547,18 +2366,14 @@ async def _main(args: argparse.Namespace) -> None:
     )
     async with server:
         print(f"slack server serving {server.url}", flush=True)
-        loop = asyncio.get_running_loop()
-        done = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, done.set)
-        await done.wait()
+        await until_signalled()
 
 
 def main(argv: list[str] | None = None) -> None:
     """Serve on `--port` (0: any free port, printed) until SIGINT or SIGTERM."""
-    parser = argparse.ArgumentParser(
-        prog="python -m tests.fakes.slack_server",
-        description=__doc__,
+    parser = standalone.parser(
+        "tests.fakes.slack_server",
+        __doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--port", type=int, default=8102)
@@ -2568,8 +2383,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--signing-secret", default=DEFAULT_SIGNING_SECRET)
     parser.add_argument("--ack-timeout", type=float, default=DEFAULT_ACK_TIMEOUT)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-    asyncio.run(_main(args))
+    standalone.run(_main(args))
 
 
 if __name__ == "__main__":

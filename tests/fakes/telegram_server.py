@@ -47,31 +47,39 @@ import asyncio
 import base64
 import contextlib
 import copy
-import dataclasses
 import itertools
 import json
-import logging
 import math
 import re
 import secrets
-import signal
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from types import TracebackType
-from typing import Any, Literal, Self
-from urllib.parse import parse_qsl
+from typing import Any, Literal
 
 import httpx
 from starlette.applications import Starlette
-from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tests.fakes.serving import LocalServer
+from tests.fakes import standalone
+from tests.fakes.control import (
+    ControlClient,
+    ControlError,
+    control_endpoint,
+    control_json,
+    control_object,
+    integer_limits,
+    wait_answer,
+    wait_timeout,
+)
+from tests.fakes.params import Params, hang_up, jsonable, read_params
+from tests.fakes.serving import LocalServer, Served
+from tests.fakes.standalone import until_signalled
+from tests.fakes.waiting import Changes, Waitable
 
 JSON = dict[str, Any]
 
@@ -934,10 +942,6 @@ class _ApiError(Exception):
         self.parameters = parameters
 
 
-class _ControlError(Exception):
-    """A bad `/control/*` request (400 with `error` = the message)."""
-
-
 def _api_error(
     status: int, description: str, parameters: Mapping[str, Any] | None = None
 ) -> Response:
@@ -945,19 +949,6 @@ def _api_error(
     if parameters:
         body["parameters"] = dict(parameters)
     return JSONResponse(body, status_code=status)
-
-
-def _jsonable(value: Any) -> Any:
-    """`value` as JSON: dataclasses as objects, bytes as base64."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [_jsonable(v) for v in value]
-    return value
 
 
 def _number(value: float) -> int | float:
@@ -986,35 +977,14 @@ _STRING_PARAMS = frozenset(
 """Parameters whose values are strings even when they look like JSON numbers."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Part:
-    filename: str | None
-    content_type: str | None
-    content: bytes
-
-
-class _Params:
+class _Params(Params):
     """A request's parameters (body over query string), read the way the Bot API reads them."""
-
-    def __init__(self, values: Mapping[str, Any], files: Mapping[str, _Part]) -> None:
-        self.values = dict(values)
-        self.files = dict(files)
 
     def __contains__(self, key: str) -> bool:
         return key in self.values or key in self.files
 
     def raw(self, key: str) -> Any:
         return self.values.get(key)
-
-    def string(self, key: str) -> str | None:
-        value = self.values.get(key)
-        if value is None or isinstance(value, str):
-            return value
-        if isinstance(value, bool):
-            return "true" if value else "false"
-        if isinstance(value, int | float):
-            return str(value)
-        return json.dumps(value)
 
     def integer(self, key: str) -> int | None:
         """The value as an integer; garbage reads as 0, as on Telegram."""
@@ -1046,12 +1016,6 @@ class _Params:
                 return number if math.isfinite(number) else 0.0
         return 0.0
 
-    def boolean(self, key: str) -> bool:
-        value = self.values.get(key)
-        if isinstance(value, str):
-            return value.strip().lower() in ("true", "1")
-        return bool(value)
-
     def json(self, key: str, what: str = "JSON object") -> Any:
         """The value decoded from JSON (already decoded in a JSON body)."""
         value = self.values.get(key)
@@ -1070,56 +1034,19 @@ class _Params:
             if isinstance(value, str) and key not in _STRING_PARAMS:
                 with contextlib.suppress(ValueError):
                     decoded[key] = json.loads(value)
-        for key, part in self.files.items():
-            decoded[key] = {
-                "filename": part.filename,
-                "content_type": part.content_type,
-                "size": len(part.content),
-            }
-        return decoded
+        return {**decoded, **self.described_files()}
 
 
 async def _read_params(request: Request) -> _Params:
-    values: JSON = dict(request.query_params)
-    files: dict[str, _Part] = {}
-    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if content_type == "multipart/form-data":
-        async with request.form(max_part_size=16 * 1024 * 1024) as form:
-            for key, value in form.multi_items():
-                if isinstance(value, UploadFile):
-                    files[key] = _Part(value.filename, value.content_type, await value.read())
-                else:
-                    values[key] = value
-        return _Params(values, files)
-    body = await request.body()
-    if not body:
-        return _Params(values, files)
-    if content_type == "application/json":
-        try:
-            decoded = json.loads(body)
-        except ValueError as err:
-            raise _ApiError(400, "Bad Request: can't parse JSON encoded request body") from err
-        if not isinstance(decoded, dict):
-            raise _ApiError(400, "Bad Request: JSON encoded request body must be an object")
-        values.update(decoded)
-    else:
-        values.update(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
+    values, files = await read_params(
+        request,
+        max_part_size=16 * 1024 * 1024,
+        invalid_json=lambda: _ApiError(400, "Bad Request: can't parse JSON encoded request body"),
+        not_object=lambda: _ApiError(
+            400, "Bad Request: JSON encoded request body must be an object"
+        ),
+    )
     return _Params(values, files)
-
-
-async def _drop(request: Request) -> Response:
-    """Close the connection without an answer (the client sees it dropped)."""
-    # uvicorn's h11 `receive` is a bound method of the request cycle, which holds the
-    # connection's transport; the ASGI interface itself has no way to hang up.
-    transport = getattr(getattr(request.receive, "__self__", None), "transport", None)
-    if not isinstance(transport, asyncio.Transport):
-        raise RuntimeError("cannot drop the connection: no transport")  # pragma: no cover
-    transport.abort()
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(5):
-            while (await request.receive())["type"] != "http.disconnect":
-                pass
-    return Response(status_code=500)  # never reaches the client
 
 
 _Handler = Callable[[Request, _Params], Awaitable[Any]]
@@ -1128,7 +1055,7 @@ _Handler = Callable[[Request, _Params], Awaitable[Any]]
 # -- the server -----------------------------------------------------------------------------------
 
 
-class FakeTelegramServer:
+class FakeTelegramServer(Served, Waitable):
     """A fake Bot API for one test (or one standalone process).
 
     Single event loop only: the server runs as tasks of the loop that enters it, and the
@@ -1213,8 +1140,7 @@ class FakeTelegramServer:
                 ("deleteMyCommands", self._delete_my_commands),
             ]
         }
-        self._change = asyncio.Event()
-        self._stopping = asyncio.Event()
+        self._changes = Changes()
         self._local: LocalServer | None = None
         self._pusher: asyncio.Task[None] | None = None
         self._http: httpx.AsyncClient | None = None
@@ -1364,7 +1290,7 @@ class FakeTelegramServer:
         update. KeyError for an update never created.
         """
         self._queue.append(_Queued(self._updates[update_id], redelivery=True))
-        self._notify()
+        self._changes.notify()
 
     def add_file(
         self,
@@ -1432,22 +1358,7 @@ class FakeTelegramServer:
 
         Raises TimeoutError after `timeout` seconds.
         """
-        if isinstance(expected, int):
-            count = expected
-            await self.wait_for(lambda: len(self.sent) >= count, timeout)
-            return list(self.sent)
-        predicate = expected
-        await self.wait_for(lambda: any(predicate(s) for s in self.sent), timeout)
-        return [s for s in self.sent if predicate(s)]
-
-    async def wait_for(self, condition: Callable[[], bool], timeout: float | None = 10.0) -> None:
-        """Wait until `condition()` holds; re-checked after every change of the server's state.
-
-        Raises TimeoutError after `timeout` seconds (None: no limit).
-        """
-        async with asyncio.timeout(timeout):
-            while not condition():
-                await self._change.wait()
+        return await self._changes.wait_for_items(self.sent, expected, timeout)
 
     # -- faults -----------------------------------------------------------------------------------
 
@@ -1527,11 +1438,11 @@ class FakeTelegramServer:
         texts = {str(chat_id): self.texts_in(chat_id) for chat_id in {s.chat_id for s in self.sent}}
         return {
             "ok": True,
-            "sent": _jsonable(self.sent),
-            "edits": _jsonable(self.edits),
-            "actions": _jsonable(self.actions),
-            "deleted": _jsonable(self.deleted),
-            "rejected": _jsonable(self.rejected),
+            "sent": jsonable(self.sent),
+            "edits": jsonable(self.edits),
+            "actions": jsonable(self.actions),
+            "deleted": jsonable(self.deleted),
+            "rejected": jsonable(self.rejected),
             "texts": texts,
             "pending": [queued.update.update_id for queued in self._queue],
             "pending_updates": [queued.update.payload for queued in self._queue],
@@ -1540,34 +1451,20 @@ class FakeTelegramServer:
             "polls": self.polls,
             "polls_waiting": self.polls_waiting,
             "webhook": self.webhook_info(),
-            "webhook_deliveries": _jsonable(self.webhook_deliveries),
+            "webhook_deliveries": jsonable(self.webhook_deliveries),
             "calls": [call.method for call in self.calls],
         }
 
     # -- lifecycle --------------------------------------------------------------------------------
 
-    async def __aenter__(self) -> Self:
+    async def _start(self) -> None:
         self._local = LocalServer(self._app(), port=self._port, log_level=self._log_level)
         self._http = httpx.AsyncClient(timeout=WEBHOOK_TIMEOUT, trust_env=False)
-        try:
-            await self._local.start()
-            self._pusher = asyncio.create_task(self._push_to_webhook())
-        except BaseException:
-            await self._stop()
-            raise
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self._stop()
+        await self._local.start()
+        self._pusher = asyncio.create_task(self._push_to_webhook())
 
     async def _stop(self) -> None:
-        self._stopping.set()  # ends long polls, stalled polls and control waits
-        self._notify()
+        self._changes.stop()  # ends long polls, stalled polls and control waits
         try:
             if self._pusher is not None:
                 self._pusher.cancel()
@@ -1580,11 +1477,6 @@ class FakeTelegramServer:
 
     # -- internals --------------------------------------------------------------------------------
 
-    def _notify(self) -> None:
-        """Wake every waiter: something changed."""
-        self._change.set()
-        self._change = asyncio.Event()
-
     def _enqueue(self, payload: JSON, *, update_id: int | None = None) -> int:
         if update_id is None:
             update_id = next(self._update_ids)
@@ -1595,7 +1487,7 @@ class FakeTelegramServer:
             self._queue.append(_Queued(update))
         else:
             self.discarded.append(update_id)
-        self._notify()
+        self._changes.notify()
         return update_id
 
     def _confirm(self, offset: int) -> None:
@@ -1618,7 +1510,7 @@ class FakeTelegramServer:
             if len(kept) == len(self._queue):
                 return
             self._queue = kept
-        self._notify()
+        self._changes.notify()
 
     def _deliverable(self, limit: int) -> list[_Queued]:
         """The updates the next getUpdates answer carries: one per update id, in order."""
@@ -1724,7 +1616,7 @@ class FakeTelegramServer:
             Route("/file/bot{token}/{file_path:path}", self._download, methods=["GET"]),
         ]
         routes += [
-            Route(f"/control/{name}", self._control(h), methods=[m]) for name, h, m in control
+            Route(f"/control/{name}", control_endpoint(h), methods=[m]) for name, h, m in control
         ]
         return Starlette(routes=routes, exception_handlers={HTTPException: self._http_error})
 
@@ -1761,11 +1653,11 @@ class FakeTelegramServer:
         self.calls.append(Call(method, params.logged(), time.monotonic()))
         if method == "getUpdates":
             self.polls += 1
-        self._notify()
+        self._changes.notify()
         if entry is None:
             return self._refuse(method, params, _ApiError(404, "Not Found"))
         if self._countdown(self._faults.drops, method):
-            return await _drop(request)
+            return await hang_up(request)
         status = self._failure(method)
         if status is not None:
             return self._refuse(method, params, _ApiError(status, HTTPStatus(status).phrase))
@@ -1781,7 +1673,7 @@ class FakeTelegramServer:
         self.rejected.append(
             Rejected(method, err.status, err.description, params.logged(), time.monotonic())
         )
-        self._notify()
+        self._changes.notify()
         return _api_error(err.status, err.description, err.parameters)
 
     async def _hold(
@@ -1792,26 +1684,13 @@ class FakeTelegramServer:
         if done() or (seconds is not None and seconds <= 0):
             return True
 
-        async def client_left() -> None:
-            while (await request.receive())["type"] != "http.disconnect":
-                pass
-
-        left = asyncio.create_task(client_left())
-        left.add_done_callback(lambda _: self._notify())
         self.polls_waiting += 1
-        self._notify()
+        self._changes.notify()
         try:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(seconds):
-                    while not (done() or left.done() or self._stopping.is_set()):
-                        await self._change.wait()
+            return await self._changes.hold(request, seconds, done)
         finally:
-            gone = left.done()
             self.polls_waiting -= 1
-            self._notify()
-            left.cancel()
-            await asyncio.gather(left, return_exceptions=True)
-        return not gone
+            self._changes.notify()
 
     # -- chat checks shared by sends, edits and actions ------------------------------------------
 
@@ -1957,7 +1836,7 @@ class FakeTelegramServer:
                 received_at=time.monotonic(),
             )
         )
-        self._notify()
+        self._changes.notify()
         return copy.deepcopy(message)
 
     # -- Bot API methods --------------------------------------------------------------------------
@@ -1989,7 +1868,7 @@ class FakeTelegramServer:
         self._confirm(offset)
         self._poll_generation += 1
         generation = self._poll_generation
-        self._notify()  # a waiting older poll ends with 409
+        self._changes.notify()  # a waiting older poll ends with 409
 
         def superseded() -> bool:
             return self._poll_generation != generation
@@ -2062,7 +1941,7 @@ class FakeTelegramServer:
                 time.monotonic(),
             )
         )
-        self._notify()
+        self._changes.notify()
         return copy.deepcopy(message)
 
     async def _delete_message(self, request: Request, params: _Params) -> Any:
@@ -2071,7 +1950,7 @@ class FakeTelegramServer:
         if chat.messages.pop(message_id, None) is None:
             raise _ApiError(400, "Bad Request: message to delete not found")
         self.deleted.append((chat.id, message_id))
-        self._notify()
+        self._changes.notify()
         return True
 
     async def _send_chat_action(self, request: Request, params: _Params) -> Any:
@@ -2081,7 +1960,7 @@ class FakeTelegramServer:
         if action not in CHAT_ACTIONS:
             raise _ApiError(400, "Bad Request: wrong parameter action in request")
         self.actions.append(Action(chat.id, action, thread_id, time.monotonic()))
-        self._notify()
+        self._changes.notify()
         return True
 
     async def _send_photo(self, request: Request, params: _Params) -> Any:
@@ -2191,7 +2070,7 @@ class FakeTelegramServer:
             max_connections=params.integer("max_connections") or 40,
             allowed_updates=kinds,
         )
-        self._notify()
+        self._changes.notify()
         return JSONResponse({"ok": True, "result": True, "description": "Webhook was set"})
 
     async def _delete_webhook(self, request: Request, params: _Params) -> Any:
@@ -2199,7 +2078,7 @@ class FakeTelegramServer:
             self._drop_pending()
         was_set = self._webhook is not None
         self._webhook = None
-        self._notify()
+        self._changes.notify()
         description = "Webhook was deleted" if was_set else "Webhook is already deleted"
         return JSONResponse({"ok": True, "result": True, "description": description})
 
@@ -2211,7 +2090,7 @@ class FakeTelegramServer:
         if not isinstance(commands, list):
             raise _ApiError(400, "Bad Request: can't parse commands JSON array")
         self.commands = [dict(c) for c in commands if isinstance(c, dict)]
-        self._notify()
+        self._changes.notify()
         return True
 
     async def _get_my_commands(self, request: Request, params: _Params) -> Any:
@@ -2219,13 +2098,13 @@ class FakeTelegramServer:
 
     async def _delete_my_commands(self, request: Request, params: _Params) -> Any:
         self.commands = []
-        self._notify()
+        self._changes.notify()
         return True
 
     def _drop_pending(self) -> None:
         self.discarded.extend(queued.update.update_id for queued in self._queue)
         self._queue = []
-        self._notify()
+        self._changes.notify()
 
     # -- webhook pusher ---------------------------------------------------------------------------
 
@@ -2246,11 +2125,11 @@ class FakeTelegramServer:
                 if queued in self._queue:
                     self._queue.remove(queued)
                     self.confirmed.append(queued.update.update_id)
-                self._notify()
+                self._changes.notify()
                 continue
             webhook.last_error_date = int(time.time())
             webhook.last_error_message = error
-            self._notify()
+            self._changes.notify()
             await self._pause_pushing(webhook)
 
     async def _pause_pushing(self, webhook: Webhook) -> None:
@@ -2282,22 +2161,11 @@ class FakeTelegramServer:
 
     # -- control routes ---------------------------------------------------------------------------
 
-    def _control(
-        self, handler: Callable[[Request], Awaitable[Response]]
-    ) -> Callable[[Request], Awaitable[Response]]:
-        async def endpoint(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except _ControlError as err:
-                return JSONResponse({"ok": False, "error": str(err)}, status_code=400)
-
-        return endpoint
-
     async def _control_inject(self, request: Request) -> Response:
-        body = await _control_json(request)
+        body = await control_json(request)
         specs = [body] if isinstance(body, dict) else body
         if not isinstance(specs, list) or not specs:
-            raise _ControlError("expected a message spec or a non-empty list of them")
+            raise ControlError("expected a message spec or a non-empty list of them")
         calls = [_inject_arguments(spec) for spec in specs]  # all valid, or none injected
         injected: list[JSON] = []
         for args in calls:
@@ -2307,19 +2175,19 @@ class FakeTelegramServer:
                 else:
                     chat_id, text = args.pop("chat_id"), args.pop("text", "")
                     made = self.inject_message(chat_id, text, **args)
-                    injected.append(_jsonable(made))
+                    injected.append(jsonable(made))
             except (KeyError, ValueError) as err:
-                raise _ControlError(f"cannot inject {args}: {err!r}") from err
+                raise ControlError(f"cannot inject {args}: {err!r}") from err
         return JSONResponse({"ok": True, "injected": injected})
 
     async def _control_file(self, request: Request) -> Response:
-        spec = await _control_json(request)
+        spec = await control_json(request)
         if not isinstance(spec, dict) or not isinstance(spec.get("content_b64"), str):
-            raise _ControlError("expected {content_b64, file_path?, file_name?, mime_type?}")
+            raise ControlError("expected {content_b64, file_path?, file_name?, mime_type?}")
         try:
             content = base64.b64decode(spec["content_b64"], validate=True)
         except ValueError as err:
-            raise _ControlError("content_b64 is not base64") from err
+            raise ControlError("content_b64 is not base64") from err
         names = ("file_path", "file_name", "mime_type")
         options = {k: spec.get(k) for k in names if isinstance(spec.get(k), str)}
         return JSONResponse({"ok": True, "file_id": self.add_file(content, **options)})
@@ -2328,27 +2196,25 @@ class FakeTelegramServer:
         return JSONResponse(self.state())
 
     async def _control_fault(self, request: Request) -> Response:
-        spec = await _control_json(request)
-        if not isinstance(spec, dict):
-            raise _ControlError("expected a JSON object")
+        spec = await control_object(request)
         kind = spec.get("fault")
 
         def integer(name: str, default: int | None = None) -> int:
             value = spec.get(name, default)
             if not isinstance(value, int) or isinstance(value, bool):
-                raise _ControlError(f"{kind} needs an integer {name}")
+                raise ControlError(f"{kind} needs an integer {name}")
             return value
 
         def number(name: str, default: float) -> float:
             value = spec.get(name, default)
             if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-                raise _ControlError(f"{kind} needs a number {name} > 0")
+                raise ControlError(f"{kind} needs a number {name} > 0")
             return float(value)
 
         def method() -> str:
             value = spec.get("method")
             if not isinstance(value, str) or not value:
-                raise _ControlError(f"{kind} needs a method")
+                raise ControlError(f"{kind} needs a method")
             return value
 
         if kind == "rate_limit":
@@ -2370,31 +2236,23 @@ class FakeTelegramServer:
         elif kind == "duplicate":
             update_id = integer("update_id")
             if update_id not in self._updates:
-                raise _ControlError(f"no update {update_id}")
+                raise ControlError(f"no update {update_id}")
             self.duplicate(update_id)
         elif kind == "clear":
             self.clear_faults()
         else:
-            raise _ControlError(f"unknown fault {kind!r}")
+            raise ControlError(f"unknown fault {kind!r}")
         return JSONResponse({"ok": True})
 
     async def _control_wait(self, request: Request) -> Response:
-        spec = await _control_json(request)
-        if not isinstance(spec, dict):
-            raise _ControlError("expected a JSON object")
-        limits: dict[str, int] = {}
-        for name in ("min_sent", "min_edits", "min_actions", "min_polls", "max_pending"):
-            value = spec.get(name)
-            if value is not None:
-                if not isinstance(value, int) or isinstance(value, bool):
-                    raise _ControlError(f"{name} must be an integer")
-                limits[name] = value
+        spec = await control_object(request)
+        limits = integer_limits(
+            spec, ("min_sent", "min_edits", "min_actions", "min_polls", "max_pending")
+        )
         confirmed = spec.get("confirmed", [])
         if not isinstance(confirmed, list) or not all(isinstance(u, int) for u in confirmed):
-            raise _ControlError("confirmed must be a list of update ids")
-        timeout = spec.get("timeout", 10.0)
-        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout < 0:
-            raise _ControlError("timeout must be a number >= 0")
+            raise ControlError("confirmed must be a list of update ids")
+        timeout = wait_timeout(spec)
 
         def met() -> bool:
             pending = {queued.update.update_id for queued in self._queue}
@@ -2407,14 +2265,7 @@ class FakeTelegramServer:
                 and all(u in self.confirmed and u not in pending for u in confirmed)
             )
 
-        with contextlib.suppress(TimeoutError):
-            await self.wait_for(
-                lambda: met() or self._stopping.is_set(), min(float(timeout), MAX_POLL_TIMEOUT)
-            )
-        if met():
-            return JSONResponse(self.state())
-        error = "server stopping" if self._stopping.is_set() else "timeout"
-        return JSONResponse({**self.state(), "ok": False, "error": error}, status_code=504)
+        return await wait_answer(self._changes, met, min(timeout, MAX_POLL_TIMEOUT), self.state)
 
 
 def _without_reply(message: JSON) -> JSON:
@@ -2445,13 +2296,6 @@ def _blocked_description(chat_type: str) -> str:
     return f"Forbidden: bot was kicked from the {chat_type} chat"
 
 
-async def _control_json(request: Request) -> Any:
-    try:
-        return json.loads(await request.body())
-    except ValueError as err:
-        raise _ControlError("the body is not JSON") from err
-
-
 _INJECT_FIELDS: dict[str, tuple[type, ...]] = {
     "chat_id": (int,),
     "text": (str,),
@@ -2477,27 +2321,27 @@ _INJECT_FIELDS: dict[str, tuple[type, ...]] = {
 def _inject_arguments(spec: Any) -> JSON:
     """The `inject_message()` keyword arguments (or `{"update": raw}`) a spec stands for."""
     if not isinstance(spec, dict):
-        raise _ControlError("a message spec must be a JSON object")
+        raise ControlError("a message spec must be a JSON object")
     if "update" in spec:
         if set(spec) != {"update"} or not isinstance(spec["update"], dict):
-            raise _ControlError('a raw update spec is {"update": {...}} alone')
+            raise ControlError('a raw update spec is {"update": {...}} alone')
         return {"update": spec["update"]}
     unknown = set(spec) - set(_INJECT_FIELDS)
     if unknown:
-        raise _ControlError(f"unknown message fields {sorted(unknown)}")
+        raise ControlError(f"unknown message fields {sorted(unknown)}")
     for name in ("chat_id", "sender_id"):
         if name not in spec:
-            raise _ControlError(f"{name} is required")
+            raise ControlError(f"{name} is required")
     for name, value in spec.items():
         kinds = _INJECT_FIELDS[name]
         if value is None and name not in ("chat_id", "sender_id"):
             continue
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            raise _ControlError(f"{name} must be {' or '.join(k.__name__ for k in kinds)}")
+            raise ControlError(f"{name} must be {' or '.join(k.__name__ for k in kinds)}")
     return {k: v for k, v in spec.items() if v is not None}
 
 
-class TelegramServerClient:
+class TelegramServerClient(ControlClient):
     """Drives a `FakeTelegramServer` in another process through its `/control/*` routes.
 
     `async with TelegramServerClient("http://127.0.0.1:8101") as tg:`; every method raises
@@ -2505,10 +2349,7 @@ class TelegramServerClient:
     """
 
     def __init__(self, url: str, *, timeout: float = 10.0) -> None:
-        self.url = url.rstrip("/")
-        self._client = httpx.AsyncClient(
-            base_url=self.url, timeout=timeout + MAX_POLL_TIMEOUT, trust_env=False
-        )
+        super().__init__(url, timeout=timeout, max_wait=MAX_POLL_TIMEOUT)
 
     @property
     def base_url(self) -> str:
@@ -2519,23 +2360,6 @@ class TelegramServerClient:
     def base_file_url(self) -> str:
         """`Bot(base_file_url=...)` for this server."""
         return f"{self.url}/file/bot"
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._client.aclose()
-
-    async def wait_up(self, timeout: float = 10.0) -> None:
-        """Wait until the server answers; TimeoutError after `timeout` seconds."""
-        async with asyncio.timeout(timeout):
-            for attempt in itertools.count():
-                try:
-                    await self.state()
-                except httpx.TransportError:
-                    await asyncio.sleep(min(0.5, 0.01 * 2**attempt))
-                else:
-                    return
 
     async def inject(
         self, chat_id: int, text: str = "", *, sender_id: int, **fields: Any
@@ -2560,10 +2384,6 @@ class TelegramServerClient:
         spec = {"content_b64": base64.b64encode(content).decode(), **fields}
         file_id: str = (await self._call("POST", "/control/file", spec))["file_id"]
         return file_id
-
-    async def state(self) -> JSON:
-        """What `FakeTelegramServer.state()` returns."""
-        return await self._call("GET", "/control/state")
 
     async def fault(self, fault: str, **params: Any) -> None:
         """Switch a fault on: `fault("rate_limit", chat_id=5, count=2, retry_after=1)`.
@@ -2602,44 +2422,28 @@ class TelegramServerClient:
             "max_pending": max_pending,
             "confirmed": list(confirmed),
         }
-        response = await self._client.post("/control/wait", json=spec)
-        if response.status_code == 504:
-            raise TimeoutError(f"telegram server: {response.json().get('error')} for {spec}")
-        response.raise_for_status()
-        state: JSON = response.json()
-        return state
-
-    async def _call(self, method: str, path: str, body: Any = None) -> JSON:
-        response = await self._client.request(method, path, json=body)
-        response.raise_for_status()
-        answer: JSON = response.json()
-        return answer
+        return await self._wait(spec, lambda error: f"telegram server: {error} for {spec}")
 
 
 async def _main(port: int, token: str, bot_username: str) -> None:
     server = FakeTelegramServer(token, bot_username=bot_username, port=port, log_level="warning")
     async with server:
         print(f"telegram server serving {server.url}", flush=True)
-        loop = asyncio.get_running_loop()
-        done = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, done.set)
-        await done.wait()
+        await until_signalled()
 
 
 def main(argv: list[str] | None = None) -> None:
     """Serve on `--port` (0: any free port, printed) until SIGINT or SIGTERM."""
-    parser = argparse.ArgumentParser(
-        prog="python -m tests.fakes.telegram_server",
-        description=__doc__,
+    parser = standalone.parser(
+        "tests.fakes.telegram_server",
+        __doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--port", type=int, default=8101)
     parser.add_argument("--token", default="123:abc")
     parser.add_argument("--bot-username", default="herald_bot")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-    asyncio.run(_main(args.port, args.token, args.bot_username))
+    standalone.run(_main(args.port, args.token, args.bot_username))
 
 
 if __name__ == "__main__":

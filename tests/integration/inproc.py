@@ -51,6 +51,17 @@ class Herald:
             )
             return list(result.mappings().all())
 
+    async def answered(self, count: int) -> list[RowMapping]:
+        """Wait until `count` messages of the platform are stored with an outcome; return all
+        its rows."""
+
+        async def done() -> bool:
+            rows = await self.rows()
+            return len(rows) >= count and all(r["outcome"] for r in rows)
+
+        await self.until(done)
+        return await self.rows()
+
     def adapter_state(self) -> AdapterState:
         """The platform adapter's liveness."""
         return self.supervisor.adapter_states()[self.platform]

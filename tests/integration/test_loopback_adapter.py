@@ -8,7 +8,7 @@ import logging
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,51 +27,14 @@ from gateway.contracts.errors import (
     RateLimited,
 )
 from gateway.contracts.ids import AccountId, ChatId, Platform, PlatformMessageId, ThreadId
-from gateway.contracts.messages import InboundMessage, OutboundMessage, SendLimits, TextFormat
+from gateway.contracts.messages import OutboundMessage, SendLimits, TextFormat
 from tests.fakes.chat_server import DEFAULT_MARKUP_MARKER, ChatServerClient, FakeChatServer
+from tests.fakes.sink import ListSink, receiving, run_until_error
 
 TOKEN = "4242:loopback-secret"
 WAIT = 10.0
 """Upper bound of every wait for a condition."""
 REPO = Path(__file__).resolve().parents[2]
-
-
-class ListSink:
-    """An inbox stand-in: records accepted messages; can hold `accept` or make it fail."""
-
-    def __init__(self, *, fail_on: Callable[[InboundMessage], bool] | None = None) -> None:
-        self.messages: list[InboundMessage] = []
-        self.accepting: list[InboundMessage] = []
-        """Every message `accept` was called with, in call order (failed ones included)."""
-        self.gate = asyncio.Event()
-        """`accept` waits for this before storing; set by default."""
-        self.gate.set()
-        self.fail_on = fail_on
-        self._changed = asyncio.Condition()
-
-    async def accept(self, message: InboundMessage) -> None:
-        async with self._changed:
-            self.accepting.append(message)
-            self._changed.notify_all()
-        await self.gate.wait()
-        if self.fail_on is not None and self.fail_on(message):
-            raise RuntimeError(f"inbox unavailable for {message.platform_message_id}")
-        async with self._changed:
-            self.messages.append(message)
-            self._changed.notify_all()
-
-    async def until(self, predicate: Callable[[], bool]) -> None:
-        """Return once `predicate()` holds; TimeoutError after `WAIT` seconds."""
-        async with asyncio.timeout(WAIT), self._changed:
-            await self._changed.wait_for(predicate)
-
-    async def until_stored(self, count: int) -> None:
-        """Return once `count` messages are stored; TimeoutError after `WAIT` seconds."""
-        await self.until(lambda: len(self.messages) >= count)
-
-    @property
-    def texts(self) -> list[str]:
-        return [m.text for m in self.messages]
 
 
 def loopback_config(url: str, *, token: str = TOKEN, **changes: Any) -> LoopbackConfig:
@@ -111,24 +74,6 @@ async def chat() -> AsyncIterator[FakeChatServer]:
 async def adapter(chat: FakeChatServer) -> AsyncIterator[LoopbackAdapter]:
     async with LoopbackAdapter(loopback_config(chat.base_url)) as connected:
         yield connected
-
-
-@contextlib.asynccontextmanager
-async def receiving(adapter: LoopbackAdapter, sink: ListSink) -> AsyncIterator[asyncio.Task[None]]:
-    """Run the receive loop for the block; cancel it after (its own error propagates)."""
-    task = asyncio.create_task(adapter.run(sink))
-    try:
-        yield task
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-async def run_until_error(adapter: LoopbackAdapter, sink: ListSink) -> None:
-    """Run the receive loop until it raises (TimeoutError after `WAIT` seconds)."""
-    async with asyncio.timeout(WAIT):
-        await adapter.run(sink)
 
 
 # -- connecting -------------------------------------------------------------------------------

@@ -62,15 +62,6 @@ async def running_herald(
         yield herald
 
 
-async def answered(herald: Herald, count: int) -> list[Any]:
-    async def done() -> bool:
-        rows = await herald.rows()
-        return len(rows) >= count and all(r["outcome"] for r in rows)
-
-    await herald.until(done)
-    return await herald.rows()
-
-
 async def test_direct_message_round_trip(
     tmp_path: Path, slack: FakeSlackServer, llm: FakeLLM
 ) -> None:
@@ -80,7 +71,7 @@ async def test_direct_message_round_trip(
         assert reply.text == "You said: hello *there* &amp; you"
         assert reply.thread_ts is None
         await slack.wait_until_acked(asked.event_id)
-        rows = await answered(herald, 1)
+        rows = await herald.answered(1)
         assert [(r["platform_message_id"], r["outcome"]) for r in rows] == [
             (f"{DM}:{asked.ts}", "answered")
         ]
@@ -102,7 +93,7 @@ async def test_a_mention_in_a_channel_is_answered_in_a_thread(
         assert reply.thread_ts == mention.ts
         assert reply.text.endswith("what's the plan?")
         await slack.wait_until_acked(plain.event_id, *mention.event_ids)
-        rows = await answered(herald, 1)
+        rows = await herald.answered(1)
         assert [r["platform_message_id"] for r in rows] == [f"{GENERAL}:{mention.ts}"]
         # Follow-up in the thread: the reply stays there, same session.
         follow = slack.inject_app_mention(
@@ -111,7 +102,7 @@ async def test_a_mention_in_a_channel_is_answered_in_a_thread(
         await slack.wait_for_posted(lambda p: p.text.endswith("and the budget?"))
         in_thread = slack.texts_in(GENERAL, thread_ts=mention.ts)
         assert len(in_thread) == 2
-        rows = await answered(herald, 2)
+        rows = await herald.answered(2)
         assert {r["session_key"] for r in rows} == {f"slack:default:{GENERAL}:{mention.ts}"}
         assert follow.ts != mention.ts
 
@@ -177,7 +168,7 @@ async def test_a_dropped_socket_reconnects_without_losing_events_or_keeping_two(
         assert slack.sockets_opened >= 3
         assert slack.max_open_sockets == 1
         await herald.until(lambda: herald.adapter_state() is AdapterState.RECEIVING)
-        assert len(await answered(herald, 3)) == 3
+        assert len(await herald.answered(3)) == 3
 
 
 async def test_a_silent_socket_is_noticed_and_replaced(
@@ -204,7 +195,7 @@ async def test_an_unacknowledged_envelope_comes_again_and_is_answered_once(
         slack.inject_message(DM, "next", user=ANN)
         await slack.wait_for_posted(lambda p: p.text == "You said: next")
         assert [p.text for p in slack.posted] == ["You said: only once", "You said: next"]
-        assert len(await answered(herald, 2)) == 2
+        assert len(await herald.answered(2)) == 2
 
 
 async def test_files_are_downloaded_with_the_bot_token(
@@ -272,7 +263,7 @@ async def test_events_api_checks_signatures_and_deduplicates_retries(
             second = await client.post(url, content=retry.body, headers=retry.headers)
         assert (first.status_code, second.status_code) == (200, 200)
         await slack.wait_for_posted(lambda p: p.text == "You said: forged")
-        assert len(await answered(herald, 1)) == 1
+        assert len(await herald.answered(1)) == 1
 
         slack.use_events_api(url)
         pushed = slack.inject_message(DM, "pushed by Slack", user=ANN)

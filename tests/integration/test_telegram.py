@@ -15,7 +15,6 @@ from gateway.contracts.adapter import AdapterState
 from tests.e2e.daemon import free_port
 from tests.fakes.llm import FakeLLM, Reply, last_user_text
 from tests.fakes.telegram_server import FakeTelegramServer, utf16_len
-from tests.integration.inproc import Herald
 from tests.integration.telegram_rig import (
     ANN,
     BOB,
@@ -46,17 +45,6 @@ def to(chat: int) -> Any:
     return lambda s: s.chat_id == chat
 
 
-async def answered(herald: Herald, count: int) -> list[Any]:
-    """Wait until `count` Telegram messages are stored with an outcome; return all rows."""
-
-    async def done() -> bool:
-        rows = await herald.rows()
-        return len(rows) >= count and all(r["outcome"] for r in rows)
-
-    await herald.until(done)
-    return await herald.rows()
-
-
 async def test_direct_message_round_trip(
     tmp_path: Path, tg: FakeTelegramServer, llm: FakeLLM
 ) -> None:
@@ -69,7 +57,7 @@ async def test_direct_message_round_trip(
         assert reply.reply_to_message_id is None  # direct chats are not quoted
         assert any(a.chat_id == ANN and a.action == "typing" for a in tg.actions)
         await tg.wait_until_confirmed(asked.update_id)
-        rows = await answered(herald, 1)
+        rows = await herald.answered(1)
         assert [(r["platform_message_id"], r["outcome"]) for r in rows] == [
             (f"{ANN}:{asked.message_id}", "answered")
         ]
@@ -94,7 +82,7 @@ async def test_groups_answer_mentions_replies_and_commands_only(
         )
         await tg.wait_for_sent(lambda s: s.chat_id == GROUP and "/mode" in s.plain_text)
         await tg.wait_until_confirmed()
-        rows = await answered(herald, 3)
+        rows = await herald.answered(3)
         stored = {r["platform_message_id"] for r in rows}
         assert stored == {f"{GROUP}:{m.message_id}" for m in (mention, reply, command)}
         assert f"{GROUP}:{ignored.message_id}" not in stored
@@ -117,7 +105,7 @@ async def test_forum_topics_are_separate_sessions(
             4300: "You said: [User 111111111] budget?",
         }
         assert sent
-        rows = await answered(herald, 2)
+        rows = await herald.answered(2)
         assert sorted(r["session_key"] for r in rows) == [
             f"telegram:default:{FORUM}:4200",
             f"telegram:default:{FORUM}:4300",
@@ -202,7 +190,7 @@ async def test_an_update_delivered_twice_is_answered_once(
         tg.inject_message(ANN, "next", sender_id=ANN)
         await tg.wait_for_sent(lambda s: s.plain_text == "You said: next")
         assert [s.plain_text for s in tg.sent] == ["You said: only once", "You said: next"]
-        assert len(await answered(herald, 2)) == 2
+        assert len(await herald.answered(2)) == 2
 
 
 async def test_webhook_mode_checks_the_secret_and_answers(
@@ -242,7 +230,7 @@ async def test_webhook_mode_checks_the_secret_and_answers(
         assert reply.plain_text == "You said: via webhook"
         await tg.wait_until_confirmed(asked.update_id)
         assert not [c for c in tg.calls if c.method == "getUpdates"]
-        rows = await answered(herald, 1)
+        rows = await herald.answered(1)
         assert [r["text"] for r in rows] == ["via webhook"]
 
 
@@ -271,7 +259,7 @@ async def test_messages_sent_while_down_are_answered_unless_too_old(
         [reply] = await tg.wait_for_sent(to(BOB))
         assert reply.plain_text == "You said: from a minute ago"
         await tg.wait_until_confirmed(stale.update_id, fresh.update_id)
-        rows = await answered(herald, 1)
+        rows = await herald.answered(1)
         assert [r["text"] for r in rows] == ["from a minute ago"]
     assert not [s for s in tg.sent if s.chat_id == ANN]
 
@@ -285,7 +273,7 @@ async def test_the_backlog_can_be_skipped_on_start(
         tg.inject_message(ANN, "now", sender_id=ANN)
         [reply] = await tg.wait_for_sent(to(ANN))
         assert reply.plain_text == "You said: now"
-        assert [r["text"] for r in await answered(herald, 1)] == ["now"]
+        assert [r["text"] for r in await herald.answered(1)] == ["now"]
 
 
 async def test_photos_are_downloaded_and_shown_to_the_agent(

@@ -6,10 +6,8 @@ Adapter level: no daemon, no store. What the daemon makes of it is in `test_tele
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -40,11 +38,11 @@ from gateway.contracts.errors import (
 from gateway.contracts.ids import AccountId, ChatId, Platform, PlatformMessageId, ThreadId
 from gateway.contracts.messages import (
     Attachment,
-    InboundMessage,
     OutboundMessage,
     SendLimits,
     TextFormat,
 )
+from tests.fakes.sink import ListSink, receiving, refusing_socket, run_until_error, until_or_ended
 from tests.fakes.telegram_server import (
     CANT_PARSE,
     EDIT_NOT_FOUND,
@@ -63,40 +61,6 @@ FORUM = -1009876543210
 TOPIC = 4200
 SECRET = "webhook_secret-42"
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
-
-
-class ListSink:
-    """An inbox stand-in: records accepted messages; can hold `accept` or make it fail."""
-
-    def __init__(self, *, fail_on: Callable[[InboundMessage], bool] | None = None) -> None:
-        self.messages: list[InboundMessage] = []
-        self.accepting: list[InboundMessage] = []
-        """Every message `accept` was called with, in call order (failed ones included)."""
-        self.gate = asyncio.Event()
-        """`accept` waits for this before storing; set by default."""
-        self.gate.set()
-        self.fail_on = fail_on
-        self._changed = asyncio.Condition()
-
-    async def accept(self, message: InboundMessage) -> None:
-        async with self._changed:
-            self.accepting.append(message)
-            self._changed.notify_all()
-        await self.gate.wait()
-        if self.fail_on is not None and self.fail_on(message):
-            raise RuntimeError(f"inbox unavailable for {message.platform_message_id}")
-        async with self._changed:
-            self.messages.append(message)
-            self._changed.notify_all()
-
-    async def until(self, predicate: Callable[[], bool]) -> None:
-        """Return once `predicate()` holds; TimeoutError after `WAIT` seconds."""
-        async with asyncio.timeout(WAIT), self._changed:
-            await self._changed.wait_for(predicate)
-
-    @property
-    def texts(self) -> list[str]:
-        return [m.text for m in self.messages]
 
 
 def telegram_config(tg: FakeTelegramServer, **changes: Any) -> TelegramConfig:
@@ -137,14 +101,6 @@ def pending_ids(tg: FakeTelegramServer) -> list[int]:
     return [u.update_id for u in tg.pending]
 
 
-@contextlib.contextmanager
-def refusing_socket() -> Iterator[str]:
-    """The URL of a port that is bound but not listening: connections are refused."""
-    with socket.socket() as closed:
-        closed.bind(("127.0.0.1", 0))
-        yield f"http://127.0.0.1:{closed.getsockname()[1]}"
-
-
 @pytest.fixture
 async def tg() -> AsyncIterator[FakeTelegramServer]:
     async with FakeTelegramServer(TOKEN, bot_username=BOT_USERNAME) as server:
@@ -172,44 +128,6 @@ def webhook_config(tg: FakeTelegramServer, url: str, **changes: Any) -> Telegram
         webhook_secret=SecretStr(SECRET),
         **changes,
     )
-
-
-@contextlib.asynccontextmanager
-async def receiving(adapter: TelegramAdapter, sink: ListSink) -> AsyncIterator[asyncio.Task[None]]:
-    """Run the receive loop for the block; cancel it after (its own error propagates)."""
-    task = asyncio.create_task(adapter.run(sink))
-    try:
-        yield task
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-async def run_until_error(adapter: TelegramAdapter, sink: ListSink) -> None:
-    """Run the receive loop until it raises (TimeoutError after `WAIT` seconds)."""
-    async with asyncio.timeout(WAIT):
-        await adapter.run(sink)
-
-
-async def until_or_ended(
-    tg: FakeTelegramServer, task: asyncio.Task[None], condition: Callable[[], bool]
-) -> None:
-    """Wait until `condition()` holds; if the receive loop ends first, raise its error."""
-    waiter = asyncio.ensure_future(tg.wait_for(condition, WAIT))
-    try:
-        await asyncio.wait({waiter, task}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if not waiter.done():
-            waiter.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await waiter
-    if condition():
-        return
-    if task.done():
-        await task
-        raise AssertionError("the receive loop ended without an error")
-    waiter.result()  # TimeoutError
 
 
 async def set_webhook_elsewhere(tg: FakeTelegramServer, url: str) -> None:

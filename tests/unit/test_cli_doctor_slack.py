@@ -3,47 +3,22 @@ with the CLI run as a real subprocess."""
 
 from __future__ import annotations
 
-import asyncio
-import re
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.e2e.daemon import HERALD
 from tests.fakes.slack_server import (
     DEFAULT_APP_TOKEN,
     DEFAULT_BOT_TOKEN,
     DEFAULT_SIGNING_SECRET,
     FakeSlackServer,
 )
+from tests.unit.doctor_harness import Doctor, run_doctor
 
-RUN_TIMEOUT = 60.0
-VERDICT = re.compile(r"^(OK|WARN|FAIL)\s+([\w.]+): (.*)$")
 WRONG_BOT_TOKEN = "xoxb-1-wrong-doctor-token"
 WRONG_APP_TOKEN = "xapp-1-A1-wrong-doctor-token"
-
-
-@dataclass(frozen=True, slots=True)
-class Doctor:
-    """What one `herald doctor` run printed and returned."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-
-    @property
-    def verdicts(self) -> dict[str, tuple[str, str]]:
-        """Check name → (verdict, detail)."""
-        found: dict[str, tuple[str, str]] = {}
-        for line in self.stdout.splitlines():
-            match = VERDICT.match(line)
-            if match:
-                found[match[2]] = (match[1], match[3])
-        return found
 
 
 @pytest.fixture
@@ -54,33 +29,13 @@ async def slack() -> AsyncIterator[FakeSlackServer]:
 
 async def doctor(tmp_path: Path, slack: FakeSlackServer, **changes: Any) -> Doctor:
     """Run `herald doctor` with Slack pointed at the fake and the default (echo) LLM."""
-    config = tmp_path / "herald.yaml"
     section: dict[str, Any] = {
         "bot_token": DEFAULT_BOT_TOKEN,
         "app_token": DEFAULT_APP_TOKEN,
         "base_url": slack.base_url,
     }
     section.update(changes)
-    settings = {"state_dir": str(tmp_path / "state"), "platforms": {"slack": section}}
-    config.write_text(yaml.safe_dump(settings), encoding="utf-8")
-    process = await asyncio.create_subprocess_exec(
-        str(HERALD),
-        "doctor",
-        "--config",
-        str(config),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
-    )
-    try:
-        async with asyncio.timeout(RUN_TIMEOUT):
-            stdout, stderr = await process.communicate()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    assert process.returncode is not None
-    return Doctor(process.returncode, stdout.decode(), stderr.decode())
+    return await run_doctor(tmp_path, {"slack": section})
 
 
 async def test_doctor_names_the_bot_and_checks_the_app_token(

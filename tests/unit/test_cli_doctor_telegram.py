@@ -3,40 +3,15 @@ with the CLI run as a real subprocess."""
 
 from __future__ import annotations
 
-import asyncio
-import re
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.e2e.daemon import HERALD
 from tests.fakes.telegram_server import FakeTelegramServer
+from tests.unit.doctor_harness import Doctor, run_doctor
 
 TOKEN = "123456:doctor-test-token"
-RUN_TIMEOUT = 60.0
-VERDICT = re.compile(r"^(OK|WARN|FAIL)\s+([\w.]+): (.*)$")
-
-
-@dataclass(frozen=True, slots=True)
-class Doctor:
-    """What one `herald doctor` run printed and returned."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-
-    @property
-    def verdicts(self) -> dict[str, tuple[str, str]]:
-        """Check name → (verdict, detail)."""
-        found: dict[str, tuple[str, str]] = {}
-        for line in self.stdout.splitlines():
-            match = VERDICT.match(line)
-            if match:
-                found[match[2]] = (match[1], match[3])
-        return found
 
 
 @pytest.fixture
@@ -49,36 +24,12 @@ async def doctor(
     tmp_path: Path, tg: FakeTelegramServer, *, token: str = TOKEN, base_url: str | None = None
 ) -> Doctor:
     """Run `herald doctor` with Telegram pointed at the fake and the default (echo) LLM."""
-    config = tmp_path / "herald.yaml"
-    settings = {
-        "state_dir": str(tmp_path / "state"),
-        "platforms": {
-            "telegram": {
-                "token": token,
-                "base_url": base_url or tg.base_url,
-                "base_file_url": tg.base_file_url,
-            }
-        },
+    section = {
+        "token": token,
+        "base_url": base_url or tg.base_url,
+        "base_file_url": tg.base_file_url,
     }
-    config.write_text(yaml.safe_dump(settings), encoding="utf-8")
-    process = await asyncio.create_subprocess_exec(
-        str(HERALD),
-        "doctor",
-        "--config",
-        str(config),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
-    )
-    try:
-        async with asyncio.timeout(RUN_TIMEOUT):
-            stdout, stderr = await process.communicate()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    assert process.returncode is not None
-    return Doctor(process.returncode, stdout.decode(), stderr.decode())
+    return await run_doctor(tmp_path, {"telegram": section})
 
 
 async def test_doctor_names_the_bot(tmp_path: Path, tg: FakeTelegramServer) -> None:
