@@ -136,7 +136,8 @@ class TranscriptStore(Protocol):
     async def messages_around(
         self, message_id: MessageId, *, before: int, after: int
     ) -> list[ChatMessage]:
-        """The messages of the same session surrounding `message_id`, itself included."""
+        """The conversation (user messages, assistant messages with text) of the same session
+        surrounding `message_id`, itself included; tool calls and results are left out."""
         ...
 
     async def last_usage(self, session_id: SessionId) -> tuple[int, int] | None:

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, Self
 
-from sqlalchemy import RowMapping, and_, insert, select, text, update
+from sqlalchemy import RowMapping, and_, insert, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -391,14 +391,24 @@ class Store:
     async def messages_around(
         self, message_id: MessageId, *, before: int, after: int
     ) -> list[ChatMessage]:
-        """The messages of the same session surrounding `message_id`, itself included."""
+        """The messages of the same session surrounding `message_id`, itself included.
+
+        Only the conversation counts: user messages and assistant messages with text. Tool
+        calls and tool results are neither counted nor returned.
+        """
         async with self.read() as conn:
             session_id = await conn.scalar(
                 select(messages.c.session_id).where(messages.c.id == message_id)
             )
             if session_id is None:
                 return []
-            same = messages.c.session_id == session_id
+            same = and_(
+                messages.c.session_id == session_id,
+                or_(
+                    messages.c.role == Role.USER.value,
+                    and_(messages.c.role == Role.ASSISTANT.value, messages.c.content != ""),
+                ),
+            )
             earlier = (
                 (
                     await conn.execute(
@@ -415,15 +425,20 @@ class Store:
                 (
                     await conn.execute(
                         select(messages)
-                        .where(and_(same, messages.c.id >= message_id))
+                        .where(and_(same, messages.c.id > message_id))
                         .order_by(messages.c.id)
-                        .limit(after + 1)
+                        .limit(after)
                     )
                 )
                 .mappings()
                 .all()
             )
-        return [_message(r) for r in [*reversed(earlier), *later]]
+            itself = (
+                (await conn.execute(select(messages).where(messages.c.id == message_id)))
+                .mappings()
+                .all()
+            )
+        return [_message(r) for r in [*reversed(earlier), *itself, *later]]
 
     async def search_messages(
         self, query: str, *, user_id: UserId | None, limit: int = 10

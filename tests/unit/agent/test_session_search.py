@@ -78,12 +78,6 @@ async def test_surrounding_tool_messages_are_left_out(sql_store: Store) -> None:
     assert "assistant: it is noon" in result.splitlines()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the surrounding window counts tool messages and empty tool-call messages "
-    "(2 before, 2 after), so after a tool exchange the user's question is cut off and an "
-    "empty 'assistant: ' line is shown instead",
-)
 async def test_the_surrounding_turns_skip_the_tool_exchange(sql_store: Store) -> None:
     ada, _ = await users(sql_store)
     session = await open_session(sql_store, "telegram:bot:1", user_id=ada)
