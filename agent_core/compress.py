@@ -14,6 +14,11 @@ logger = logging.getLogger(__name__)
 
 MARKER = "[herald:compress]"
 KEEP_RECENT = 6
+PAGE = 200
+MAX_UNLOADED = 2_000
+"""Most messages outside the window read for one compression (a bound on its cost)."""
+MAX_MESSAGE_CHARS = 4_000
+"""Longer messages are cut for the summarizer."""
 """Messages kept verbatim after a compression (at least; the cut lands on a user message)."""
 
 PROMPT = f"""{MARKER} You compress conversations. Write a summary of the conversation below that \
@@ -72,12 +77,14 @@ async def compress(
     cut = split_point(history.messages)
     if cut <= 0:
         return False
-    older = history.messages[:cut]
+    older = [*await _unloaded(store, session, history), *history.messages[:cut]]
     upto = older[-1].id
     if upto is None:
         return False
     transcript = "\n".join(
-        f"{m.role}: {m.content}" for m in older if m.role in (Role.USER, Role.ASSISTANT)
+        f"{m.role}: {_excerpt(m.content)}"
+        for m in older
+        if m.role is Role.USER or (m.role is Role.ASSISTANT and m.content)
     )
     earlier = f"Earlier summary:\n{history.summary}\n\n" if history.summary else ""
     request = [
@@ -95,3 +102,30 @@ async def compress(
     await store.save_summary(session.id, upto, summary)
     logger.info("compressed %d messages of session %s", len(older), session.key)
     return True
+
+
+async def _unloaded(
+    store: TranscriptStore, session: SessionInfo, history: History
+) -> list[ChatMessage]:
+    """The messages after the latest summary that the window did not load, oldest first.
+
+    The new summary covers everything up to its `upto`, so the model must see these too.
+    """
+    first = history.messages[0].id if history.messages else None
+    out: list[ChatMessage] = []
+    while first is not None and len(out) < MAX_UNLOADED:
+        page = await store.transcript(session.id, limit=PAGE, before=first)
+        fresh = [
+            m
+            for m in page
+            if history.summary_upto is None or (m.id is not None and m.id > history.summary_upto)
+        ]
+        out[:0] = fresh
+        if len(fresh) < PAGE:
+            break
+        first = page[0].id
+    return out
+
+
+def _excerpt(text: str) -> str:
+    return text if len(text) <= MAX_MESSAGE_CHARS else text[:MAX_MESSAGE_CHARS] + "…"

@@ -127,6 +127,12 @@ class TranscriptStore(Protocol):
         """Record a summary covering every message up to `upto_message_id`."""
         ...
 
+    async def transcript(
+        self, session_id: SessionId, *, limit: int = 200, before: MessageId | None = None
+    ) -> list[ChatMessage]:
+        """Up to `limit` messages of a session (those before `before`), oldest first."""
+        ...
+
     async def search_messages(
         self, query: str, *, user_id: UserId | None, limit: int = 10
     ) -> list[SearchHit]:

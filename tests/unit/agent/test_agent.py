@@ -309,12 +309,6 @@ async def test_a_failed_compression_still_answers_with_the_full_window(
     assert (await sql_store.load_history(session.id, 40)).summary is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: compress() summarizes only the loaded window; messages after the previous "
-    "summary that no longer fit the window (a tool-heavy turn adds many at once) are "
-    "covered by the new summary's upto without the model ever seeing them",
-)
 async def test_compression_never_skips_messages_outside_the_window(
     sql_store: Store, files: MemoryFiles
 ) -> None:
