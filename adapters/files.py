@@ -3,7 +3,46 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import Protocol, TypeVar
+
+from gateway.contracts.errors import PermanentSendError
+from gateway.contracts.messages import Attachment, InboundMessage
+
+
+class Named(Protocol):
+    """A file reference that has a name to tell the agent."""
+
+    @property
+    def filename(self) -> str: ...
+
+
+RefT = TypeVar("RefT", bound=Named)
+
+
+async def with_files(
+    message: InboundMessage,
+    files: Sequence[RefT],
+    download: Callable[[int, RefT], Awaitable[Attachment]],
+) -> InboundMessage:
+    """`message` with its files downloaded as attachments, in order.
+
+    A file `download` refuses for good (PermanentSendError) becomes a note in the text;
+    NotReady propagates, so the message is delivered again later.
+    """
+    if not files:
+        return message
+    attachments: list[Attachment] = []
+    notes: list[str] = []
+    for index, ref in enumerate(files):
+        try:
+            attachments.append(await download(index, ref))
+        except PermanentSendError as err:
+            notes.append(f"[file {ref.filename} could not be downloaded: {err}]")
+    text = "\n".join([message.text, *notes]) if notes else message.text
+    return replace(message, attachments=tuple(attachments), text=text)
 
 
 def safe_name(name: str) -> str:

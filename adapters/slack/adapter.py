@@ -6,7 +6,6 @@ import asyncio
 import logging
 import re
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Self
 
@@ -18,7 +17,7 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.files import attachment_path, save_file
+from adapters.files import attachment_path, save_file, with_files
 from adapters.slack.config import SlackConfig, SlackMode
 from adapters.slack.convert import (
     NOT_ADDRESSED,
@@ -251,31 +250,16 @@ class SlackAdapter:
             level = logging.DEBUG if incoming.reason == NOT_ADDRESSED else logging.INFO
             logger.log(level, "slack: event %s skipped: %s", body.get("event_id"), incoming.reason)
             return
-        message = incoming.message
-        if incoming.files:
-            attachments, notes = await self._download_all(
-                message.platform_message_id, incoming.files
-            )
-            text = "\n".join([message.text, *notes]) if notes else message.text
-            message = replace(message, attachments=attachments, text=text)
+        key = incoming.message.platform_message_id
+        message = await with_files(
+            incoming.message, incoming.files, lambda i, ref: self._download(key, i, ref)
+        )
         await sink.accept(message)
 
     async def _on_other_event(self, body: dict[str, Any]) -> None:
         event = body.get("event")
         kind = event.get("type") if isinstance(event, dict) else None
         logger.debug("slack: event %s of type %s ignored", body.get("event_id"), kind)
-
-    async def _download_all(
-        self, key: PlatformMessageId, files: tuple[FileRef, ...]
-    ) -> tuple[tuple[Attachment, ...], list[str]]:
-        out: list[Attachment] = []
-        notes: list[str] = []
-        for index, ref in enumerate(files):
-            try:
-                out.append(await self._download(key, index, ref))
-            except PermanentSendError as err:
-                notes.append(f"[file {ref.filename} could not be downloaded: {err}]")
-        return tuple(out), notes
 
     async def _download(self, key: PlatformMessageId, index: int, ref: FileRef) -> Attachment:
         """Fetch one file with the bot token. Raises NotReady or PermanentSendError."""

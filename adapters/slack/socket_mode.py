@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -47,20 +46,15 @@ class SocketModeReceiver:
         http: aiohttp.ClientSession,
         config: SlackConfig,
         dispatch: Dispatch,
-        *,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         assert config.app_token is not None
         self.web = web
         self.http = http
         self.config = config
         self.dispatch = dispatch
-        self.clock = clock
         self._app_token = config.app_token.get_secret_value()
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._hello = False
-        self.connections = 0
-        """Sockets opened so far."""
 
     def liveness(self) -> AdapterState:
         """RECEIVING while a socket is open and Slack said hello on it."""
@@ -107,7 +101,6 @@ class SocketModeReceiver:
         except (aiohttp.ClientError, TimeoutError) as err:
             raise NotReady(f"slack: connecting the socket: {type(err).__name__}: {err}") from err
         self._ws, self._hello = ws, False
-        self.connections += 1
         try:
             async for frame in ws:
                 if frame.type is not aiohttp.WSMsgType.TEXT:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
@@ -15,7 +15,7 @@ from telegram.constants import ParseMode as TelegramParseMode
 from telegram.error import BadRequest, ChatMigrated, TelegramError
 from telegram.request import HTTPXRequest
 
-from adapters.files import attachment_path, save_file
+from adapters.files import attachment_path, save_file, with_files
 from adapters.telegram.config import ParseMode, TelegramConfig, TelegramMode
 from adapters.telegram.convert import (
     NOT_ADDRESSED,
@@ -210,26 +210,11 @@ class TelegramAdapter:
             level = logging.DEBUG if incoming.reason == NOT_ADDRESSED else logging.INFO
             logger.log(level, "telegram: update %d skipped: %s", update.update_id, incoming.reason)
             return
-        message = incoming.message
-        if incoming.files:
-            attachments, notes = await self._download_all(
-                message.platform_message_id, incoming.files
-            )
-            text = "\n".join([message.text, *notes]) if notes else message.text
-            message = replace(message, attachments=attachments, text=text)
+        key = incoming.message.platform_message_id
+        message = await with_files(
+            incoming.message, incoming.files, lambda i, ref: self._download(key, i, ref)
+        )
         await sink.accept(message)
-
-    async def _download_all(
-        self, key: PlatformMessageId, files: tuple[FileRef, ...]
-    ) -> tuple[tuple[Attachment, ...], list[str]]:
-        out: list[Attachment] = []
-        notes: list[str] = []
-        for index, ref in enumerate(files):
-            try:
-                out.append(await self._download(key, index, ref))
-            except PermanentSendError as err:
-                notes.append(f"[file {ref.filename} could not be downloaded: {err}]")
-        return tuple(out), notes
 
     async def _download(self, key: PlatformMessageId, index: int, ref: FileRef) -> Attachment:
         """Fetch one file into `files_dir/<chat>/`. Raises NotReady or PermanentSendError."""

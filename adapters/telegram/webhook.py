@@ -6,7 +6,6 @@ import asyncio
 import hmac
 import json
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping
 
 from telegram import Bot, Update
@@ -37,15 +36,12 @@ class WebhookReceiver:
         bot: Bot,
         config: TelegramConfig,
         receive: Receive,
-        *,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         assert config.webhook_url is not None
         assert config.webhook_secret is not None
         self.bot = bot
         self.config = config
         self.receive = receive
-        self.clock = clock
         self.url = config.webhook_url
         self._secret = config.webhook_secret.get_secret_value().encode()
         self._healthy = False
