@@ -33,8 +33,16 @@ from agent_core.tools import (
 from gateway.access import Access
 from gateway.backoff import Backoff
 from gateway.channels import Channels
+from gateway.checkpoints import StoreCheckpoints
 from gateway.config import HeraldConfig
-from gateway.contracts.adapter import Adapter, AdapterState, InboundSink, WebhookAdapter
+from gateway.contracts.adapter import (
+    Adapter,
+    AdapterContext,
+    AdapterState,
+    Checkpoints,
+    InboundSink,
+    WebhookAdapter,
+)
 from gateway.contracts.config import PlatformSection
 from gateway.contracts.errors import AuthError, ConfigError, NotReady, ShuttingDown
 from gateway.contracts.messages import InboundMessage, SendLimits
@@ -146,12 +154,19 @@ class _NoSink:
         raise ShuttingDown("Herald is starting; the platform will redeliver")
 
 
-def adapter_factory(name: str, section: PlatformSection, state_dir: Path) -> Callable[[], Adapter]:
-    """How to build the adapter of a configured platform section (one per (re)connection).
+def adapter_context(
+    name: str, section: PlatformSection, state_dir: Path, checkpoints: Checkpoints
+) -> AdapterContext:
+    """What an adapter gets besides its section: received files go under
+    `state_dir/files/<platform>/<account>/`."""
+    return AdapterContext(state_dir / "files" / name / section.account, checkpoints)
 
-    Received files go under `state_dir/files/<platform>/<account>/`.
-    """
-    files = state_dir / "files" / name / section.account
+
+def adapter_factory(
+    name: str, section: PlatformSection, context: AdapterContext
+) -> Callable[[], Adapter]:
+    """How to build the adapter of a configured platform section (one per (re)connection)."""
+    files = context.files
     # Imported only when configured: each platform's SDK costs start-up time and memory.
     if name == "test":
         from adapters.loopback.adapter import LoopbackAdapter  # noqa: PLC0415
@@ -248,7 +263,9 @@ class Supervisor:
                 sections = cfg.platforms.sections()
                 channels = Channels()
                 for name, section in sections.items():
-                    runner = self._runner(name, section)
+                    runner = self._runner(
+                        name, section, StoreCheckpoints(store, name, section.account)
+                    )
                     channels.register(name, section.account, runner.limits, runner.live)
                 delivery = DeliveryWorker(Outbox(store), channels, cfg.delivery, self.metrics)
                 manager = await stack.enter_async_context(
@@ -291,8 +308,11 @@ class Supervisor:
         logger.info("%s received: draining", sig.name)
         self._stop.set()
 
-    def _runner(self, name: str, section: PlatformSection) -> AdapterRunner:
-        factory = adapter_factory(name, section, self.config.state_dir)
+    def _runner(
+        self, name: str, section: PlatformSection, checkpoints: Checkpoints
+    ) -> AdapterRunner:
+        context = adapter_context(name, section, self.config.state_dir, checkpoints)
+        factory = adapter_factory(name, section, context)
         runner = AdapterRunner(name, factory, _NoSink(), self.metrics, limits=factory().limits)
         self.runners[name] = runner
         return runner

@@ -22,6 +22,7 @@ from rich.table import Table
 from agent_core.llm import make_provider
 from agent_core.memory import MemoryFiles
 from gateway.access import Pairings
+from gateway.checkpoints import MemoryCheckpoints
 from gateway.config import HeraldConfig, load_config, masked
 from gateway.contracts.adapter import SelfCheck
 from gateway.contracts.errors import AuthError, ConfigError, HeraldError, LLMError
@@ -29,7 +30,7 @@ from gateway.contracts.ids import AccountId, ChatId
 from gateway.inbox import Inbox
 from gateway.outbox import Chunk, Outbox, OutboxStatus, Target
 from gateway.store import Store, engine
-from gateway.supervisor import Supervisor, adapter_factory
+from gateway.supervisor import Supervisor, adapter_context, adapter_factory
 
 app = typer.Typer(
     name="herald",
@@ -534,7 +535,8 @@ async def _platform_checks(cfg: HeraldConfig) -> list[tuple[str, str, str]]:
     out: list[tuple[str, str, str]] = []
     for name, section in cfg.platforms.sections().items():
         try:
-            adapter = adapter_factory(name, section, cfg.state_dir)()
+            context = adapter_context(name, section, cfg.state_dir, MemoryCheckpoints())
+            adapter = adapter_factory(name, section, context)()
         except HeraldError as err:
             out.append((f"platforms.{name}", "fail", str(err)))
             continue

@@ -5,7 +5,9 @@ This package imports nothing else of Herald's; everything else may import it.
 
 from gateway.contracts.adapter import (
     Adapter,
+    AdapterContext,
     AdapterState,
+    Checkpoints,
     InboundSink,
     MessageEditor,
     SelfCheck,
@@ -58,10 +60,12 @@ from gateway.contracts.messages import (
 __all__ = [
     "AccountId",
     "Adapter",
+    "AdapterContext",
     "AdapterState",
     "Attachment",
     "AuthError",
     "ChatId",
+    "Checkpoints",
     "ConfigError",
     "DeliveryReceipt",
     "ExternalUserId",

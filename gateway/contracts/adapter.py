@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Protocol, Self, runtime_checkable
 
 from gateway.contracts.ids import AccountId, ChatId, Platform, PlatformMessageId, ThreadId
@@ -19,6 +20,31 @@ class AdapterState(StrEnum):
     RECONNECTING = "reconnecting"
     STOPPED = "stopped"
     FAILED = "failed"
+
+
+class Checkpoints(Protocol):
+    """Small durable values one adapter account keeps across restarts (watermarks, last ids).
+
+    Names are the adapter's own (e.g. `uidvalidity`, `last:<channel>`); values are text.
+    A value set is durable when `set` returns. Shared by every instance on one database.
+    """
+
+    async def get(self, name: str) -> str | None:
+        """The value last set under `name`, or None."""
+        ...
+
+    async def set(self, name: str, value: str) -> None:
+        """Store `value` under `name` (last write wins)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterContext:
+    """What the supervisor hands an adapter besides its config section."""
+
+    files: Path
+    """Where files received from the platform are kept (`state_dir/files/<platform>/<account>`)."""
+    checkpoints: Checkpoints
 
 
 class InboundSink(Protocol):
