@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -33,6 +34,8 @@ class TurnProgress:
     usage: Usage | None = None
     steered: int = 0
     """How many steer messages were injected."""
+    llm_seconds: float = 0.0
+    """Time spent waiting on the model, summed over the turn's calls."""
 
     def add_usage(self, usage: Usage | None) -> None:
         """Prompt tokens of the latest call (the context size); completion tokens summed."""
@@ -94,7 +97,13 @@ async def run_tool_loop(
         if last and specs:
             messages.append(ChatMessage(Role.SYSTEM, ITERATION_CAP_NOTE))
         progress.partial.clear()
-        completion = await provider.complete(messages, tools=() if last else specs, on_token=stream)
+        asked = time.perf_counter()
+        try:
+            completion = await provider.complete(
+                messages, tools=() if last else specs, on_token=stream
+            )
+        finally:
+            progress.llm_seconds += time.perf_counter() - asked
         progress.partial.clear()
         progress.add_usage(completion.usage)
         if not completion.tool_calls or last:

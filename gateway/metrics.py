@@ -22,6 +22,12 @@ class Metrics:
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
             registry=self.registry,
         )
+        self.turn_overhead_seconds = Histogram(
+            "herald_turn_overhead_seconds",
+            "Herald's own time in an API answer: arrival to response, less the model calls",
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1),
+            registry=self.registry,
+        )
         self.running_turns = Gauge(
             "herald_running_turns", "Turns running now", registry=self.registry
         )

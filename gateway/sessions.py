@@ -97,6 +97,8 @@ class Finished:
     error: str | None = None
     retryable: bool = True
     """For a failed turn: whether the same request may succeed later."""
+    llm_seconds: float = 0.0
+    """Time the turn spent waiting on the model (the rest is Herald's own)."""
 
 
 TurnEvent = Token | Finished
@@ -963,6 +965,7 @@ class SessionManager:
                 usage=progress.usage,
                 error=error,
                 retryable=retryable,
+                llm_seconds=progress.llm_seconds,
             )
         )
         if status != "completed":
@@ -984,7 +987,14 @@ class SessionManager:
                 self._count("interrupted", started)
                 raise
         self._count("completed", started)
-        stream.finish(Finished("completed", text=progress.final_text, usage=progress.usage))
+        stream.finish(
+            Finished(
+                "completed",
+                text=progress.final_text,
+                usage=progress.usage,
+                llm_seconds=progress.llm_seconds,
+            )
+        )
 
     def _count(self, status: str, started: float) -> None:
         self.metrics.running_turns.dec()

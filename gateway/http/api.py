@@ -19,6 +19,7 @@ from gateway.contracts.history import ChatMessage, Role, ToolCall
 from gateway.contracts.ids import Platform, SessionKey, UserId, session_key
 from gateway.http.deps import AppDeps
 from gateway.http.errors import error_body, error_response
+from gateway.http.middleware import RECEIVED_AT
 from gateway.sessions import Finished, Token, TurnRequest, TurnStream
 
 SESSION_HEADERS = ("x-herald-session-id", "x-hermes-session-id")
@@ -196,6 +197,7 @@ async def chat_completions(
             headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
     done = await stream.result()
+    headers["Server-Timing"] = _server_timing(request, done, deps)
     if done.status != "completed":
         return _failure(done, headers)
     return JSONResponse(
@@ -215,6 +217,18 @@ async def chat_completions(
         },
         headers=headers,
     )
+
+
+def _server_timing(request: Request, done: Finished, deps: AppDeps) -> str:
+    """`Server-Timing` of a whole answer: Herald's own time and the model's, in ms.
+
+    Herald's time runs from the request's arrival to this response, less the model calls.
+    """
+    received = getattr(request.state, RECEIVED_AT, None)
+    total = time.perf_counter() - received if received is not None else done.llm_seconds
+    own = max(total - done.llm_seconds, 0.0)
+    deps.metrics.turn_overhead_seconds.observe(own)
+    return f"herald;dur={own * 1000:.3f}, llm;dur={done.llm_seconds * 1000:.3f}"
 
 
 def _new_input(messages: list[MessageIn]) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -61,8 +62,12 @@ class BodyLimit:
         await self.app(scope, limited_receive, guarded_send)
 
 
+RECEIVED_AT = "received_at"
+"""The `request.state` key: `time.perf_counter()` when the request reached Herald."""
+
+
 class RequestMetrics:
-    """Count requests by method, route template and status code."""
+    """Count requests by method, route template and status code; stamp their arrival."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
@@ -72,6 +77,7 @@ class RequestMetrics:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        scope.setdefault("state", {})[RECEIVED_AT] = time.perf_counter()
         status = 500
 
         async def recording_send(message: Message) -> None:

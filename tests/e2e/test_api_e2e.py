@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -157,8 +158,6 @@ async def test_models_health_and_openapi(tmp_path: Path) -> None:
         async with client(daemon) as sdk:
             models = await sdk.models.list()
             assert [m.id for m in models.data] == ["herald"]
-        import httpx
-
         async with httpx.AsyncClient(base_url=daemon.url) as http:
             health = (await http.get("/health")).json()
             assert health["status"] == "ok"
@@ -193,3 +192,24 @@ async def test_echo_provider_without_llm_says_so(tmp_path: Path) -> None:
         assert session is not None
         roles = [m.role for m in await store.transcript(session.id)]
         assert roles == [Role.USER, Role.ASSISTANT]
+
+
+async def test_server_timing_splits_herald_time_from_the_model_time(tmp_path: Path) -> None:
+    async with FakeLLM() as llm:
+        llm.responder = lambda body: Reply(text="slow answer", delay=0.2)
+        config = settings(llm)
+        config["llm"]["memory_pass"] = False
+        async with running(tmp_path / "state", **config) as daemon, client(daemon) as sdk:
+            raw = await sdk.chat.completions.with_raw_response.create(
+                model="herald", messages=[{"role": "user", "content": "hi"}]
+            )
+            assert raw.parse().choices[0].message.content == "slow answer"
+            timing = raw.headers["server-timing"]
+            parts = dict(part.strip().split(";dur=") for part in timing.split(","))
+            assert set(parts) == {"herald", "llm"}
+            assert float(parts["llm"]) >= 200.0
+            assert float(parts["herald"]) >= 0.0
+            async with httpx.AsyncClient(base_url=daemon.url) as http:
+                auth = {"Authorization": f"Bearer {KEY}"}
+                metrics = (await http.get("/metrics", headers=auth)).text
+            assert "herald_turn_overhead_seconds_count 1.0" in metrics
