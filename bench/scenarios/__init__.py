@@ -1,0 +1,1 @@
+"""One module per benchmark scenario; each has `NAME`, `TITLE` and `async def run(ctx)`."""
