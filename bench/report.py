@@ -16,12 +16,21 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; Python {m['python']}, "
         f"Linux {m['kernel']}, PostgreSQL {m['postgresql']}. "
-        f"Each figure is the median of {results['runs']} run(s), with (min–max) when several.",
+        "Each figure is the median of the runs, with (min–max) when there were several.",
         "",
     ]
     for name, scenario in results["scenarios"].items():
         module = importlib.import_module(f"bench.scenarios.{name}")
-        lines += [f"## {scenario['title']}", "", module.table(scenario["data"]), ""]
+        runs = scenario.get("runs", results["runs"])
+        when = scenario.get("date", results["date"])
+        lines += [
+            f"## {scenario['title']}",
+            "",
+            f"{runs} run(s), {when}, {scenario['seconds']:.0f} s.",
+            "",
+            module.table(scenario["data"]),
+            "",
+        ]
     return "\n".join(lines)
 
 

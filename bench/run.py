@@ -84,12 +84,18 @@ async def main_async(args: argparse.Namespace) -> Path:
             results["scenarios"][name] = {
                 "title": module.TITLE,
                 "seconds": round(time.monotonic() - started, 1),
+                "runs": args.runs,
+                "date": datetime.now(UTC).isoformat(timespec="seconds"),
                 "data": data,
             }
             print(json.dumps(data, indent=1, default=str)[:4000], flush=True)
     RESULTS.mkdir(exist_ok=True)
     stem = datetime.now(UTC).strftime("%Y-%m-%d") + ("-quick" if args.quick else "")
     path = RESULTS / f"{stem}.json"
+    if path.exists():
+        # Scenarios run separately on one day add up in one file (a rerun replaces its own).
+        earlier = json.loads(path.read_text(encoding="utf-8"))
+        results["scenarios"] = {**earlier.get("scenarios", {}), **results["scenarios"]}
     path.write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
     (RESULTS / f"{stem}.md").write_text(markdown(results), encoding="utf-8")
     plots(results, RESULTS, stem)
