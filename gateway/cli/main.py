@@ -280,6 +280,7 @@ def deliveries_list(
         table = Table("id", "created (UTC)", "to", "status", "tries", "text", "error")
         for r in rows:
             mark = " (recovered)" if r.recovered else ""
+            mark += f", {r.receipt}" if r.receipt else ""
             table.add_row(
                 str(r.id),
                 f"{r.created_at:%Y-%m-%d %H:%M:%S}",
