@@ -76,8 +76,9 @@ def _logging(level: str) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    # httpx logs every request URL at INFO, and some platforms put the bot token in the path.
-    for name in ("httpx", "httpcore"):
+    # httpx logs every request URL at INFO, and some platforms put the bot token in the path;
+    # the twilio SDK logs every request with its headers at INFO.
+    for name in ("httpx", "httpcore", "twilio"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
