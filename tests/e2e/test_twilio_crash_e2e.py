@@ -53,8 +53,9 @@ MESSAGES = 90
 NUMBERS = 15
 KILLS = 3
 SETTLE_TIMEOUT = 150.0
-RETRY_PAUSE = 0.2
-"""Seconds before a webhook Herald did not answer 200 is posted again."""
+RETRY_PAUSE = (0.1, 2.0)
+"""Seconds before a webhook Herald did not answer 200 is posted again: doubling from the first
+to the second, jittered (a down daemon is not hammered by every waiting message at once)."""
 
 
 def number(n: int) -> str:
@@ -79,6 +80,7 @@ class Deliveries:
         self.tasks.append(asyncio.create_task(self._deliver(sid, form)))
 
     async def _deliver(self, sid: str, form: list[tuple[str, str]]) -> None:
+        pause, longest = RETRY_PAUSE
         while True:
             with contextlib.suppress(httpx.HTTPError):
                 answer = await self.twilio.post_form(self.url, form)
@@ -86,7 +88,8 @@ class Deliveries:
                     self.answered.add(sid)
                     return
                 assert answer.status_code == 503, answer.text  # draining or starting: again
-            await asyncio.sleep(RETRY_PAUSE)
+            await asyncio.sleep(random.uniform(pause / 2, pause))
+            pause = min(longest, pause * 2)
 
     @property
     def pending(self) -> bool:

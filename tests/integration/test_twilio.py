@@ -13,6 +13,7 @@ import pytest
 
 from gateway.contracts.ids import AccountId, ChatId
 from gateway.outbox import Chunk, Outbox, OutboxKind, OutboxStatus, Target
+from tests.e2e.daemon import free_port
 from tests.fakes.llm import FakeLLM, Reply
 from tests.fakes.twilio_server import (
     DEFAULT_ACCOUNT_SID,
@@ -46,8 +47,6 @@ async def llm() -> AsyncIterator[FakeLLM]:
 async def running_herald(
     tmp_path: Path, twilio: FakeTwilioServer, llm: FakeLLM, **changes: Any
 ) -> AsyncIterator[Herald]:
-    from tests.e2e.daemon import free_port
-
     port = free_port()
     section: dict[str, Any] = {
         "account": "main",
