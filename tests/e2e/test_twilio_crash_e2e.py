@@ -49,9 +49,9 @@ from tests.fakes.twilio_server import (
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-MESSAGES = 90
+MESSAGES = 80
 NUMBERS = 15
-KILLS = 3
+KILLS = 2
 SETTLE_TIMEOUT = 150.0
 RETRY_PAUSE = (0.1, 2.0)
 """Seconds before a webhook Herald did not answer 200 is posted again: doubling from the first
