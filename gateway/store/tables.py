@@ -190,6 +190,7 @@ outbox = Table(
     # The platform's later report on a sent chunk (delivered, failed, undelivered, read…).
     Index(None, "status", "next_attempt_at"),
     Index(None, "platform", "account", "chat_id", "id"),
+    Index(None, "platform", "platform_message_id"),
 )
 
 jobs = Table(
