@@ -33,6 +33,7 @@ from pydantic_settings import (
 from adapters.loopback.config import LoopbackConfig
 from adapters.slack.config import SlackConfig
 from adapters.telegram.config import TelegramConfig
+from adapters.twilio.config import TwilioConfig
 from gateway.contracts.config import BusyMode, PlatformSection, Section
 from gateway.contracts.config import read_secret_files as _read_secret_files
 from gateway.contracts.errors import ConfigError
@@ -168,6 +169,7 @@ class PlatformsConfig(Section):
     """The test-only loopback platform (see `tests/fakes/chat_server.py`)."""
     telegram: TelegramConfig | None = None
     slack: SlackConfig | None = None
+    twilio: TwilioConfig | None = None
 
     def sections(self) -> dict[str, PlatformSection]:
         """The configured and enabled platform sections by platform name."""

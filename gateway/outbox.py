@@ -53,6 +53,10 @@ class OutboxKind(StrEnum):
     REPORT = "report"
 
 
+FINAL_RECEIPTS = frozenset({"delivered", "read", "failed", "undelivered"})
+"""Delivery reports that end a sent chunk's story (`Outbox.delivery_report`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     """A chat to deliver to."""
@@ -92,6 +96,8 @@ class OutboxRow:
     last_error: str | None = None
     sent_at: datetime | None = None
     platform_message_id: PlatformMessageId | None = None
+    receipt: str | None = None
+    """The platform's latest report on the sent chunk (`delivered`, `failed`, …), if any."""
 
     def message(self) -> OutboundMessage:
         """The chunk as the adapter receives it."""
@@ -350,6 +356,43 @@ class Outbox:
             attempts=outbox.c.attempts - 1,
         )
 
+    async def delivery_report(
+        self,
+        platform: str,
+        account: str,
+        platform_message_id: str,
+        status: str,
+        error: str | None = None,
+    ) -> bool:
+        """Record a platform's report on the sent chunk with that platform message id; a
+        failure's `error` becomes its last error. A final report (`FINAL_RECEIPTS`) is not
+        replaced by a later non-final one (reports may arrive out of order). False when no
+        chunk has that id."""
+        values: dict[str, Any] = {"receipt": status[:16]}
+        if error:
+            values["last_error"] = error
+        async with self.store.write() as conn:
+            matched = await conn.scalar(
+                select(func.count())
+                .select_from(outbox)
+                .where(
+                    outbox.c.platform == platform,
+                    outbox.c.account == account,
+                    outbox.c.platform_message_id == platform_message_id,
+                )
+            )
+            query = update(outbox).where(
+                outbox.c.platform == platform,
+                outbox.c.account == account,
+                outbox.c.platform_message_id == platform_message_id,
+            )
+            if status not in FINAL_RECEIPTS:
+                query = query.where(
+                    outbox.c.receipt.is_(None) | outbox.c.receipt.not_in(list(FINAL_RECEIPTS))
+                )
+            await conn.execute(query.values(**values))
+        return bool(matched)
+
     async def dead(self, row_id: int, reason: str) -> None:
         """A dead letter: never sent automatically again (`herald deliveries retry`)."""
         await self._set(row_id, status=str(OutboxStatus.DEAD), last_error=reason)
@@ -471,4 +514,5 @@ def _row(r: RowMapping) -> OutboxRow:
             if r["platform_message_id"] is None
             else PlatformMessageId(r["platform_message_id"])
         ),
+        receipt=r["receipt"],
     )

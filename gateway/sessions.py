@@ -35,6 +35,7 @@ from gateway.contracts.config import BusyMode, GroupSessions, PlatformSection
 from gateway.contracts.errors import LLMError, LLMRejected, ShuttingDown
 from gateway.contracts.history import ChatMessage, Role, SessionInfo
 from gateway.contracts.ids import (
+    AccountId,
     InboxId,
     Platform,
     PlatformMessageId,
@@ -454,6 +455,34 @@ class SessionManager:
             if interrupt:
                 running.cancel("interrupted by a newer message")
         self._wake(key)
+
+    async def settle(self, message: InboundMessage, detail: str) -> None:
+        """Store a message its adapter handled by itself (an opt-out keyword): outcome
+        `dropped` with `detail`, no turn. A message already stored is ignored. Raises
+        ShuttingDown while draining."""
+        if not self._accepting:
+            raise ShuttingDown("Herald is shutting down; the platform will redeliver")
+        platform = str(message.platform)
+        section = self.platforms.get(platform)
+        key = derive_session_key(message, section.group_sessions if section else GroupSessions.CHAT)
+        async with self.store.write() as conn:
+            row_id = await inbox_sql.insert(
+                conn, message, key=key, user_id=None, outcome=Outcome.DROPPED, detail=detail
+            )
+        if row_id is not None:
+            self.metrics.inbound.labels(platform=platform).inc()
+            self.metrics.outcomes.labels(outcome=str(Outcome.DROPPED)).inc()
+
+    async def delivery_report(
+        self,
+        platform: Platform,
+        account: AccountId,
+        message: PlatformMessageId,
+        status: str,
+        error: str | None = None,
+    ) -> bool:
+        """Record a platform's later report on a sent chunk (see `Outbox.delivery_report`)."""
+        return await self.outbox.delivery_report(platform, account, message, status, error)
 
     def _may_ack(self, key: SessionKey) -> bool:
         now = time.monotonic()

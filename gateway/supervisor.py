@@ -187,6 +187,12 @@ def adapter_factory(
 
         assert isinstance(section, SlackConfig)
         return lambda: SlackAdapter(section, files)
+    if name == "twilio":
+        from adapters.twilio.adapter import TwilioAdapter  # noqa: PLC0415
+        from adapters.twilio.config import TwilioConfig  # noqa: PLC0415
+
+        assert isinstance(section, TwilioConfig)
+        return lambda: TwilioAdapter(section, context)
     raise ConfigError(f"platforms.{name}: no adapter is available for this platform yet")
 
 

@@ -76,8 +76,9 @@ def _logging(level: str) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    # httpx logs every request URL at INFO, and some platforms put the bot token in the path.
-    for name in ("httpx", "httpcore"):
+    # httpx logs every request URL at INFO, and some platforms put the bot token in the path;
+    # the twilio SDK logs every request with its headers at INFO.
+    for name in ("httpx", "httpcore", "twilio"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
@@ -280,6 +281,7 @@ def deliveries_list(
         table = Table("id", "created (UTC)", "to", "status", "tries", "text", "error")
         for r in rows:
             mark = " (recovered)" if r.recovered else ""
+            mark += f", {r.receipt}" if r.receipt else ""
             table.add_row(
                 str(r.id),
                 f"{r.created_at:%Y-%m-%d %H:%M:%S}",

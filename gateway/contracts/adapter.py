@@ -58,6 +58,35 @@ class InboundSink(Protocol):
 
 
 @runtime_checkable
+class SettlingSink(Protocol):
+    """A sink that also stores messages the adapter answers by itself (opt-out keywords)."""
+
+    async def settle(self, message: InboundMessage, detail: str) -> None:
+        """Store `message` as handled, outcome `dropped` with `detail`, starting no turn.
+
+        Returns once committed; a message already stored is ignored. Raises like `accept`.
+        """
+        ...
+
+
+@runtime_checkable
+class ReceiptSink(Protocol):
+    """A sink that records what a platform reports later about a message it accepted."""
+
+    async def delivery_report(
+        self,
+        platform: Platform,
+        account: AccountId,
+        message: PlatformMessageId,
+        status: str,
+        error: str | None = None,
+    ) -> bool:
+        """Record `status` (`delivered`, `failed`, …) on the sent chunk with platform id
+        `message`; False when no sent chunk has that id (yet)."""
+        ...
+
+
+@runtime_checkable
 class Adapter(Protocol):
     """A connection to one platform account. Entered once; `run` until cancelled."""
 

@@ -186,8 +186,11 @@ outbox = Table(
     # Deliver by editing this already-sent message (the streamed preview) instead of sending.
     Column("inbox_id", BigId, nullable=True),
     # The inbound message this chunk answers, when there is one.
+    Column("receipt", String(16), nullable=True),
+    # The platform's later report on a sent chunk (delivered, failed, undelivered, read…).
     Index(None, "status", "next_attempt_at"),
     Index(None, "platform", "account", "chat_id", "id"),
+    Index(None, "platform", "platform_message_id"),
 )
 
 jobs = Table(

@@ -452,3 +452,47 @@ async def test_reply_chunks_of_an_empty_answer(store: Store) -> None:
     [only] = reply_chunks(A, "  ", SendLimits(), session_id=session_id, turn_id=turn_id)
     assert only.key == f"s{session_id}:t{turn_id}:c0"
     assert only.text.strip()
+
+
+async def test_delivery_report_marks_the_sent_chunk(store: Store) -> None:
+    box = Outbox(store)
+    [first, second] = await box.enqueue([chunk("r1"), chunk("r2", B)])
+    for row_id, sid in ((first, "SM1"), (second, "SM2")):
+        assert await box.claim(row_id)
+        await box.sent(row_id, sid, utcnow())
+    assert await box.delivery_report("test", "acct", "SM1", "sent")
+    assert (await get(box, first)).receipt == "sent"
+    assert await box.delivery_report("test", "acct", "SM1", "delivered")
+    assert await box.delivery_report(
+        "test", "acct", "SM2", "undelivered", "twilio undelivered: error 30003"
+    )
+    done, failed = await get(box, first), await get(box, second)
+    assert (done.receipt, done.status, done.last_error) == ("delivered", OutboxStatus.SENT, None)
+    assert (failed.receipt, failed.status) == ("undelivered", OutboxStatus.SENT)
+    assert failed.last_error == "twilio undelivered: error 30003"
+    listed = {r.id: r.receipt for r in await box.list()}
+    assert listed == {first: "delivered", second: "undelivered"}
+
+
+async def test_a_late_report_does_not_undo_a_final_one(store: Store) -> None:
+    box = Outbox(store)
+    [row_id] = await box.enqueue([chunk("late")])
+    await box.claim(row_id)
+    await box.sent(row_id, "SM9", utcnow())
+    assert await box.delivery_report("test", "acct", "SM9", "failed", "error 30005")
+    assert await box.delivery_report("test", "acct", "SM9", "sent")  # overtaken on the way
+    row = await get(box, row_id)
+    assert (row.receipt, row.last_error) == ("failed", "error 30005")
+    assert await box.delivery_report("test", "acct", "SM9", "read")  # final replaces final
+    assert (await get(box, row_id)).receipt == "read"
+
+
+async def test_a_report_on_an_unknown_message_changes_nothing(store: Store) -> None:
+    box = Outbox(store)
+    [row_id] = await box.enqueue([chunk("unknown")])
+    await box.claim(row_id)
+    await box.sent(row_id, "SM1", utcnow())
+    assert not await box.delivery_report("test", "acct", "SM404", "failed", "x")
+    assert not await box.delivery_report("test", "other-account", "SM1", "failed", "x")
+    row = await get(box, row_id)
+    assert (row.receipt, row.last_error) == (None, None)

@@ -130,3 +130,17 @@ async def test_retry_of_several_ids_retries_the_good_ones_and_exits_1(herald: He
     assert "there is no dead letter with id 9999" in result.stderr
     assert f"{ids['dead']}: queued again" in result.stdout
     assert (await outbox_row(herald, ids["dead"])).status is OutboxStatus.PENDING
+
+
+async def test_list_shows_a_failed_delivery_report(herald: Herald) -> None:
+    ids = await add_rows(herald)
+    async with Store.open(herald.database_url) as store:
+        assert await Outbox(store).delivery_report(
+            "test", "acct", "m-1", "undelivered", "twilio undelivered: error 30003"
+        )
+    result = await herald.invoke("deliveries", "list")
+    assert result.exit_code == 0, result.output
+    [line] = lines_with(result.output, "a reply delivered")
+    assert str(ids["sent"]) in line.split()
+    assert "sent, undelivered" in line
+    assert "error 30003" in result.output

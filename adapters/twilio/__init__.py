@@ -1,0 +1,1 @@
+"""Twilio: SMS and WhatsApp by signed webhooks in, the Messages REST API out (twilio SDK)."""
