@@ -24,8 +24,10 @@ from agent_core.llm import LLMProvider, make_provider
 from agent_core.memory import MemoryFiles, MemoryLimits
 from agent_core.tools import (
     MemoryTool,
+    ScheduleJobTool,
     SendMessageTool,
     SessionSearchTool,
+    Tool,
     ToolContext,
     ToolError,
     ToolRegistry,
@@ -46,6 +48,9 @@ from gateway.contracts.adapter import (
 from gateway.contracts.config import PlatformSection
 from gateway.contracts.errors import AuthError, ConfigError, NotReady, ShuttingDown
 from gateway.contracts.messages import InboundMessage, SendLimits
+from gateway.cron.clock import SystemClock
+from gateway.cron.scheduler import CronScheduler
+from gateway.cron.service import AgentJobs, JobService
 from gateway.delivery import DeliveryWorker
 from gateway.http.app import OFFLINE_WARNING, create_app
 from gateway.http.deps import AppDeps, ServingState
@@ -201,16 +206,20 @@ class _NoChannels:
 
 
 def build_agent(
-    config: HeraldConfig, provider: LLMProvider, store: Store
+    config: HeraldConfig, provider: LLMProvider, store: Store, jobs: JobService | None = None
 ) -> tuple[Agent, MemoryFiles]:
-    """The agent with its tools, from config."""
+    """The agent with its tools, from config (`schedule_job` when `jobs` is given)."""
     memory = MemoryFiles(
         config.state_dir,
         MemoryLimits(config.memory.user_max_chars, config.memory.memory_max_chars),
     )
-    tools = ToolRegistry(
-        [MemoryTool(memory), SessionSearchTool(store), SendMessageTool(_NoChannels())]
-    )
+    tools: list[Tool] = [
+        MemoryTool(memory),
+        SessionSearchTool(store),
+        SendMessageTool(_NoChannels()),
+    ]
+    if jobs is not None:
+        tools.append(ScheduleJobTool(AgentJobs(jobs)))
     settings = AgentSettings(
         history_window=config.llm.history_window,
         context_window=config.llm.context_window,
@@ -218,7 +227,7 @@ def build_agent(
         max_tool_iterations=config.llm.max_tool_iterations,
         memory_pass=config.llm.memory_pass,
     )
-    return Agent(provider, store, memory, tools, settings), memory
+    return Agent(provider, store, memory, ToolRegistry(tools), settings), memory
 
 
 class Supervisor:
@@ -259,8 +268,9 @@ class Supervisor:
                 stack.push_async_callback(provider.aclose)
                 if provider.name == "echo":
                     logger.warning("*** %s ***", OFFLINE_WARNING.upper())
-                agent, memory = build_agent(cfg, provider, store)
                 sections = cfg.platforms.sections()
+                jobs = JobService(store, configured=sections, default_timezone=cfg.cron.timezone)
+                agent, memory = build_agent(cfg, provider, store, jobs)
                 channels = Channels()
                 for name, section in sections.items():
                     runner = self._runner(
@@ -283,6 +293,20 @@ class Supervisor:
                 )
                 for runner in self.runners.values():
                     runner.sink = manager
+                scheduler = CronScheduler(
+                    store,
+                    agent,
+                    cfg.cron,
+                    homes=cfg.home.targets,
+                    sections=sections,
+                    state_dir=cfg.state_dir,
+                    channels=channels,
+                    snapshot=memory.snapshot,
+                    clock=SystemClock(),
+                    instance=cfg.effective_instance_id,
+                    on_outbox=delivery.wake,
+                )
+                jobs.on_change = scheduler.wake
                 deps = AppDeps(
                     config=cfg,
                     store=store,
@@ -293,8 +317,9 @@ class Supervisor:
                     adapters=self.adapter_states,
                     state=self.state,
                     webhooks=self._webhook_adapter,
+                    jobs=jobs,
                 )
-                await self._serve(deps, manager, delivery)
+                await self._serve(deps, manager, delivery, scheduler)
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
@@ -318,7 +343,11 @@ class Supervisor:
         return runner
 
     async def _serve(
-        self, deps: AppDeps, manager: SessionManager, delivery: DeliveryWorker
+        self,
+        deps: AppDeps,
+        manager: SessionManager,
+        delivery: DeliveryWorker,
+        scheduler: CronScheduler,
     ) -> None:
         cfg = self.config
         server: _Server | None = None
@@ -347,6 +376,8 @@ class Supervisor:
             for name, runner in self.runners.items():
                 background.append(tg.create_task(runner.run(), name=f"adapter {name}"))
             sender = tg.create_task(delivery.run(), name="delivery")
+            if cfg.cron.enabled:
+                background.append(tg.create_task(scheduler.run(), name="cron"))
             background.append(
                 tg.create_task(self.notifier.run_watchdog(self._healthy), name="watchdog")
             )
