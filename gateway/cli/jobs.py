@@ -75,7 +75,7 @@ def _show(console: Console, job: Job, service: JobService) -> None:
 
 
 @jobs_app.command("add")
-def jobs_add(
+def jobs_add(  # noqa: PLR0917 - one parameter per option
     schedule: Annotated[
         str, typer.Option(help="'0 9 * * 1-5', 'every 30m', 'in 45m' or an ISO time.")
     ],
