@@ -48,7 +48,7 @@ from gateway.contracts.adapter import (
 from gateway.contracts.config import PlatformSection
 from gateway.contracts.errors import AuthError, ConfigError, NotReady, ShuttingDown
 from gateway.contracts.messages import InboundMessage, SendLimits
-from gateway.cron.clock import SystemClock
+from gateway.cron.clock import Clock, SystemClock
 from gateway.cron.scheduler import CronScheduler
 from gateway.cron.service import AgentJobs, JobService
 from gateway.delivery import DeliveryWorker
@@ -233,8 +233,15 @@ def build_agent(
 class Supervisor:
     """Runs the daemon until SIGTERM / SIGINT (or `stop()`), then drains and returns."""
 
-    def __init__(self, config: HeraldConfig, *, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        config: HeraldConfig,
+        *,
+        environ: Mapping[str, str] | None = None,
+        cron_clock: Clock | None = None,
+    ) -> None:
         self.config = config
+        self.cron_clock: Clock = cron_clock or SystemClock()
         self.notifier = SystemdNotifier(os.environ if environ is None else environ)
         self.metrics = Metrics()
         self.state = ServingState()
@@ -269,7 +276,12 @@ class Supervisor:
                 if provider.name == "echo":
                     logger.warning("*** %s ***", OFFLINE_WARNING.upper())
                 sections = cfg.platforms.sections()
-                jobs = JobService(store, configured=sections, default_timezone=cfg.cron.timezone)
+                jobs = JobService(
+                    store,
+                    configured=sections,
+                    default_timezone=cfg.cron.timezone,
+                    clock=self.cron_clock,
+                )
                 agent, memory = build_agent(cfg, provider, store, jobs)
                 channels = Channels()
                 for name, section in sections.items():
@@ -302,7 +314,7 @@ class Supervisor:
                     state_dir=cfg.state_dir,
                     channels=channels,
                     snapshot=memory.snapshot,
-                    clock=SystemClock(),
+                    clock=self.cron_clock,
                     instance=cfg.effective_instance_id,
                     on_outbox=delivery.wake,
                 )

@@ -193,7 +193,8 @@ def parse_schedule(text: str, timezone: str, *, now: datetime) -> Schedule:
         if word == "every":
             if delta < MIN_INTERVAL:
                 raise ScheduleError(f"{spec!r} is too frequent; the shortest interval is 1m")
-            return Schedule(f"every {amount}{unit}", Kind.INTERVAL, tz, interval=delta)
+            short = {1: "s", 60: "m", 3600: "h", 86400: "d"}[_UNITS[unit]]
+            return Schedule(f"every {int(amount)}{short}", Kind.INTERVAL, tz, interval=delta)
         if delta <= timedelta(0):
             raise ScheduleError(f"{spec!r} is not in the future")
         at = (now + delta).astimezone(tz).replace(microsecond=0)
