@@ -14,7 +14,7 @@ from gateway.cron.scheduler import job_session_key, output_path
 from gateway.cron.store import DeliveryStatus, JobStore, RunStatus, Trigger
 from gateway.store import Store
 from tests.fakes.clock import FakeClock
-from tests.fakes.platform import Delivered
+from tests.fakes.platform import Delivered, RecordingAdapter
 from tests.integration.cron_rig import CronRig, ScriptLLM, cron_config, cron_rig
 
 pytestmark = pytest.mark.timeout(60)
@@ -310,3 +310,45 @@ async def test_fire_times_across_dst_with_the_fake_clock(
         await rig.at(clock.now() + timedelta(days=2))
         if schedule.startswith("2026"):
             assert len(await rig.runs(job.id)) == 1
+
+
+@pytest.mark.postgres
+async def test_two_schedulers_on_one_database_never_fire_a_slot_twice(
+    pg_url: str, tmp_path: Path
+) -> None:
+    clock = FakeClock(START)
+    llm = ScriptLLM()
+    adapter = RecordingAdapter()
+    async with (
+        Store.open(pg_url) as first_store,
+        Store.open(pg_url) as second_store,
+        cron_rig(first_store, tmp_path / "a", clock, llm=llm, adapter=adapter) as a,
+        cron_rig(
+            second_store, tmp_path / "b", clock, llm=llm, adapter=adapter, instance="herald-b"
+        ) as b,
+    ):
+        every = await a.add("every quarter hour", "every 15m", timezone=BERLIN)
+        daily = await b.add("daily", "0 9 * * *", timezone=BERLIN)
+        slots = [START + timedelta(minutes=15 * n) for n in range(1, 9)]
+        for when in slots:
+            clock.set(when)
+            a.scheduler.wake()
+            b.scheduler.wake()
+            await a.settled(every.id, slots.index(when) + 1)
+        await a.settled(daily.id, 1)
+        runs = await a.runs(every.id)
+        assert [r.scheduled_for for r in runs] == slots
+        assert all(r.status is RunStatus.OK for r in runs)
+        assert sorted(llm.calls) == ["daily"] + ["every quarter hour"] * len(slots)
+        owners = {r.owner for r in runs}
+        assert owners <= {"herald-a", "herald-b"}
+        await adapter.wait_for(lambda d: len(d) >= len(slots) + 1)
+        keys = [d.key for d in adapter.delivered]
+        assert len(keys) == len(set(keys)) == len(slots) + 1
+        # Downtime for both, then both start looking at once: still one catch-up run.
+        clock.set(slots[-1] + timedelta(hours=3, minutes=5))
+        a.scheduler.wake()
+        b.scheduler.wake()
+        runs = await a.settled(every.id, len(slots) + 12)
+        assert [r.status for r in runs[len(slots) :]] == [RunStatus.MISSED] * 11 + [RunStatus.OK]
+        assert llm.calls.count("every quarter hour") == len(slots) + 1
