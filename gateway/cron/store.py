@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -228,18 +228,25 @@ class JobStore:
         return count
 
     async def queue(self, job_id: str, now: datetime) -> Run:
-        """A manual run ("run now"), waiting for a scheduler to take it."""
-        async with self.store.write() as conn:
-            run_id = await insert_ignore(
-                conn,
-                job_runs,
-                {
-                    "job_id": job_id,
-                    "scheduled_for": now,
-                    "status": str(RunStatus.QUEUED),
-                    "trigger": str(Trigger.MANUAL),
-                },
-            )
+        """A manual run ("run now"), waiting for a scheduler to take it.
+
+        Its time is `now`, moved on by a microsecond or so if a run already has that time.
+        """
+        run_id = None
+        for shift in range(10):
+            async with self.store.write() as conn:
+                run_id = await insert_ignore(
+                    conn,
+                    job_runs,
+                    {
+                        "job_id": job_id,
+                        "scheduled_for": now + timedelta(microseconds=shift),
+                        "status": str(RunStatus.QUEUED),
+                        "trigger": str(Trigger.MANUAL),
+                    },
+                )
+            if run_id is not None:
+                break
         if run_id is None:
             raise LookupError(f"a run of {job_id!r} is already queued for {now.isoformat()}")
         run = await self.run(run_id)

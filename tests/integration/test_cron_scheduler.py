@@ -264,7 +264,9 @@ async def test_retention_keeps_the_newest_outputs(store: Store, tmp_path: Path) 
         for hour in range(1, 5):
             await rig.at(START + timedelta(hours=hour))
             await rig.settled(job.id, min(hour, 2))
-        await rig.wait_runs(job.id, lambda runs: len(runs) == 2 and runs[-1].scheduled_for.hour == 11)
+        await rig.wait_runs(
+            job.id, lambda runs: len(runs) == 2 and runs[-1].scheduled_for.hour == 11
+        )
         folder = output_path(rig.state_dir, job.id, START).parent
         assert sorted(p.name for p in folder.iterdir()) == [
             "20261123T100000Z.md",
