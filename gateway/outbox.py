@@ -388,6 +388,17 @@ class Outbox:
                 .where(sending)
                 .values(status=str(OutboxStatus.PENDING), recovered=True, next_attempt_at=utcnow())
             )
+            reports = await conn.scalars(
+                select(func.min(outbox.c.id))
+                .join(job_runs, job_runs.c.id == outbox.c.job_run_id)
+                .where(
+                    outbox.c.status == str(OutboxStatus.DEAD),
+                    job_runs.c.delivery_status == "pending",
+                )
+                .group_by(outbox.c.job_run_id)
+            )
+            for row_id in reports.all():
+                await _settle_report(conn, int(row_id))
         return int(resend.rowcount or 0), int(died.rowcount or 0)
 
     async def list(
