@@ -51,8 +51,8 @@ async def test_add_list_show_pause_resume_rm(herald: Herald) -> None:
 
     paused = await herald.invoke("jobs", "pause", job_id)
     assert paused.exit_code == 0
-    listed = (await herald.invoke("jobs", "list")).output.splitlines()
-    assert "paused" in next(r for r in listed if job_id in r)
+    rows = (await herald.invoke("jobs", "list")).output.splitlines()
+    assert "paused" in next(r for r in rows if job_id in r)
     resumed = await herald.invoke("jobs", "resume", job_id)
     assert resumed.exit_code == 0
     assert "next run" in resumed.output
