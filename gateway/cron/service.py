@@ -14,7 +14,7 @@ from typing import Any
 from agent_core.tools.base import ToolContext, ToolError
 from gateway.contracts.ids import UserId
 from gateway.cron.clock import Clock, SystemClock
-from gateway.cron.schedule import Kind, ScheduleError, parse_schedule, stored_schedule, zone
+from gateway.cron.schedule import ScheduleError, parse_schedule, stored_schedule, zone
 from gateway.cron.store import Job, JobStore, Run
 from gateway.cron.targets import HOME, TargetError, normalize_targets, session_chat
 from gateway.store import Store
@@ -212,11 +212,7 @@ class JobService:
             schedule = stored_schedule(job.schedule, job.timezone)
         except ScheduleError:
             return None
-        now = self.clock.now()
-        after = max(now, job.anchor_at)
-        if schedule.kind is Kind.ONCE:
-            after = job.anchor_at
-        return schedule.next_after(after, job.anchor_at)
+        return schedule.next_after(max(self.clock.now(), job.anchor_at), job.anchor_at)
 
 
 def _default_name(prompt: str) -> str:
