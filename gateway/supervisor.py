@@ -401,7 +401,10 @@ class Supervisor:
 
             self.state.draining = True
             self.notifier.stopping()
-            await manager.drain(cfg.sessions.drain_timeout)
+            await asyncio.gather(
+                manager.drain(cfg.sessions.drain_timeout),
+                scheduler.drain(cfg.sessions.drain_timeout),
+            )
             if not await delivery.flush(cfg.delivery.flush_timeout):
                 logger.warning("stopping with chunks still to deliver; they go out after a restart")
             for task in background:

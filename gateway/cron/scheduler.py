@@ -128,6 +128,9 @@ class CronScheduler:
         self._tg: asyncio.TaskGroup | None = None
         self.ticks = 0
         """Looks at the jobs completed so far (tests wait on it)."""
+        self._draining = False
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     def wake(self) -> None:
         """Jobs changed (or a run was queued): look again now."""
@@ -145,9 +148,23 @@ class CronScheduler:
             await self._recover()
             while True:
                 self._wake.clear()
-                next_fire = await self._tick() if await self.right.holds() else None
+                schedules = not self._draining and await self.right.holds()
+                next_fire = await self._tick() if schedules else None
                 self.ticks += 1
                 await self._pause(next_fire)
+
+    async def drain(self, grace: float) -> None:
+        """Start no more runs; wait up to `grace` seconds for the running ones to finish.
+
+        Runs still going afterwards are interrupted when the scheduler is cancelled.
+        """
+        self._draining = True
+        self.wake()
+        if self._active:
+            logger.info("waiting up to %.0fs for %d job run(s)", grace, len(self._active))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace):
+                    await self._idle.wait()
 
     async def _recover(self) -> None:
         now = self.clock.now()
@@ -245,6 +262,7 @@ class CronScheduler:
     def _start(self, job: Job, run: Run) -> None:
         assert self._tg is not None
         self._active.add(run.id)
+        self._idle.clear()
         self._tg.create_task(self._execute(job, run), name=f"cron {job.id}")
 
     async def _execute(self, job: Job, run: Run) -> None:
@@ -270,6 +288,8 @@ class CronScheduler:
                     )
         finally:
             self._active.discard(run.id)
+            if not self._active:
+                self._idle.set()
 
     def _prompt(self, job: Job, run: Run) -> str:
         local = run.scheduled_for.astimezone(stored_schedule(job.schedule, job.timezone).tz)

@@ -354,3 +354,24 @@ async def test_two_schedulers_on_one_database_never_fire_a_slot_twice(
         runs = await a.settled(every.id, len(slots) + 12)
         assert [r.status for r in runs[len(slots) :]] == [RunStatus.MISSED] * 11 + [RunStatus.OK]
         assert llm.calls.count("every quarter hour") == len(slots) + 1
+
+
+async def test_a_drain_lets_a_running_run_finish_and_starts_no_new_one(
+    store: Store, tmp_path: Path
+) -> None:
+    clock = FakeClock(START)
+    held = ScriptLLM(hold=asyncio.Event())
+    async with cron_rig(store, tmp_path, clock, llm=held) as rig:
+        job = await rig.add("report", "every 1h", timezone=BERLIN)
+        await rig.at(START + timedelta(hours=1))
+        async with asyncio.timeout(10):
+            await held.started.wait()
+        async with asyncio.TaskGroup() as tg:
+            draining = tg.create_task(rig.scheduler.drain(10))
+            clock.set(START + timedelta(hours=2))  # due, but draining: not started
+            assert held.hold is not None
+            held.hold.set()
+            await draining
+        [run] = await rig.settled(job.id, 1)
+        assert run.status is RunStatus.OK
+        assert held.calls == ["report"]
