@@ -145,11 +145,18 @@ class CronScheduler:
         """Schedule until cancelled; runs cut off by the cancellation become interrupted."""
         async with asyncio.TaskGroup() as tg:
             self._tg = tg
-            await self._recover()
+            recovered = False
             while True:
                 self._wake.clear()
-                schedules = not self._draining and await self.right.holds()
-                next_fire = await self._tick() if schedules else None
+                next_fire = None
+                try:
+                    if not recovered:
+                        await self._recover()
+                        recovered = True
+                    if not self._draining and await self.right.holds():
+                        next_fire = await self._tick()
+                except Exception:  # the database may be briefly away: look again later
+                    logger.exception("looking at the scheduled jobs failed; trying again")
                 self.ticks += 1
                 await self._pause(next_fire)
 
