@@ -140,8 +140,9 @@ class CronRig:
         seen = self.scheduler.ticks
         self.clock.set(when)
         self.scheduler.wake()
+        # A look already under way may have read the old time: wait for the one after it.
         async with asyncio.timeout(WAIT):
-            while self.scheduler.ticks <= seen:
+            while self.scheduler.ticks < seen + 2:
                 await asyncio.sleep(0.005)
 
 
