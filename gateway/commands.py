@@ -18,6 +18,7 @@ class Command(StrEnum):
     MODE = "mode"
     STATUS = "status"
     SETHOME = "sethome"
+    CRON = "cron"
     HELP = "help"
 
 
@@ -33,6 +34,7 @@ HELP_TEXT = """Commands:
 /mode [queue|collect|steer|interrupt] — what happens to messages sent while I'm busy
 /status — what I'm doing and what is waiting
 /sethome — send scheduled reports to this chat
+/cron — the scheduled jobs of this chat and yours
 /help — this list"""
 
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from pydantic import (
@@ -155,6 +156,36 @@ class HomeConfig(Section):
         return value
 
 
+class CronConfig(Section):
+    """Scheduled jobs: agent turns run on a schedule and delivered as reports."""
+
+    enabled: bool = True
+    """Whether this instance runs the scheduler (jobs can be managed either way)."""
+    timezone: str = "UTC"
+    """The time zone of a job created without one (an IANA name like Europe/Berlin)."""
+    catchup_grace: float = Field(default=3600.0, ge=0)
+    """After downtime, the newest missed slot still runs if it is at most this many seconds
+    old; every other missed slot is recorded as missed."""
+    run_timeout: float = Field(default=600.0, gt=0)
+    """Seconds a run may take, unless the job sets its own timeout."""
+    failure_notice_after: int = Field(default=3, ge=1)
+    """Consecutive failed runs or deliveries after which the owner is told (once)."""
+    output_retention: int = Field(default=50, ge=1)
+    """Runs (output files and rows) kept per job; older ones are deleted."""
+    poll_interval: float = Field(default=5.0, gt=0)
+    """Seconds between looks at SQL for changes made elsewhere (CLI, other instances)."""
+    max_concurrent_runs: int = Field(default=4, ge=1)
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as err:
+            raise ValueError(f"unknown time zone {value!r}") from err
+        return value
+
+
 class MemoryConfig(Section):
     """Size caps of the memory files the agent edits."""
 
@@ -223,6 +254,7 @@ class HeraldConfig(BaseSettings):
     platforms: PlatformsConfig = PlatformsConfig()
     delivery: DeliveryConfig = DeliveryConfig()
     access: AccessConfig = AccessConfig()
+    cron: CronConfig = CronConfig()
 
     @classmethod
     def settings_customise_sources(

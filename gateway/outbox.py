@@ -31,7 +31,7 @@ from gateway.contracts.ids import (
 from gateway.contracts.messages import OutboundMessage, SendLimits, TextFormat, utcnow
 from gateway.store import Store
 from gateway.store.sql import insert_ignore
-from gateway.store.tables import outbox
+from gateway.store.tables import job_runs, outbox
 from gateway.store.types import aware
 
 
@@ -131,6 +131,8 @@ class Chunk:
     edit_of: PlatformMessageId | None = None
     not_before: datetime | None = None
     """Not to be sent before this (an edit must respect the platform's edit rate)."""
+    job_run_id: int | None = None
+    """The scheduled job run whose report this chunk carries."""
 
 
 def reply_chunks(
@@ -196,6 +198,7 @@ async def enqueue(conn: AsyncConnection, chunks: Sequence[Chunk]) -> list[int]:
                 "kind": str(c.kind),
                 "edit_of": c.edit_of,
                 "inbox_id": c.inbox_id,
+                "job_run_id": c.job_run_id,
             },
         )
         if new_id is not None:
@@ -400,6 +403,8 @@ class Outbox:
     async def _set(self, row_id: int, **values: Any) -> None:
         async with self.store.write() as conn:
             await conn.execute(update(outbox).where(outbox.c.id == row_id).values(**values))
+            if values.get("status") in (OutboxStatus.SENT, OutboxStatus.DEAD):
+                await _settle_report(conn, row_id)
 
     async def recover(self, *, max_age: float, max_attempts: int) -> tuple[int, int]:
         """After a stop: each chunk whose send outcome is unknown is resent once, marked
@@ -426,6 +431,17 @@ class Outbox:
                 .where(sending)
                 .values(status=str(OutboxStatus.PENDING), recovered=True, next_attempt_at=utcnow())
             )
+            reports = await conn.scalars(
+                select(func.min(outbox.c.id))
+                .join(job_runs, job_runs.c.id == outbox.c.job_run_id)
+                .where(
+                    outbox.c.status == str(OutboxStatus.DEAD),
+                    job_runs.c.delivery_status == "pending",
+                )
+                .group_by(outbox.c.job_run_id)
+            )
+            for row_id in reports.all():
+                await _settle_report(conn, int(row_id))
         return int(resend.rowcount or 0), int(died.rowcount or 0)
 
     async def list(
@@ -477,6 +493,34 @@ class Outbox:
                 await conn.execute(select(outbox.c.status, func.count()).group_by(outbox.c.status))
             ).all()
         return {str(r[0]): int(r[1]) for r in rows}
+
+
+async def _settle_report(conn: AsyncConnection, row_id: int) -> None:
+    """A report chunk was sent or died: once every chunk of its job run is settled, the
+    run's delivery status becomes delivered, or failed (with the reason) if one died."""
+    run_id = await conn.scalar(select(outbox.c.job_run_id).where(outbox.c.id == row_id))
+    if run_id is None:
+        return
+    rows = (
+        await conn.execute(
+            select(outbox.c.status, outbox.c.last_error, outbox.c.platform, outbox.c.chat_id)
+            .where(outbox.c.job_run_id == run_id)
+            .order_by(outbox.c.id)
+        )
+    ).all()
+    dead = [r for r in rows if r[0] == str(OutboxStatus.DEAD)]
+    if dead:
+        status = "failed"
+        detail = "; ".join(f"{r[2]}:{r[3]}: {r[1]}" for r in dead)
+    elif all(r[0] == str(OutboxStatus.SENT) for r in rows):
+        status, detail = "delivered", None
+    else:
+        return
+    await conn.execute(
+        update(job_runs)
+        .where(job_runs.c.id == run_id, job_runs.c.delivery_status == "pending")
+        .values(delivery_status=status, delivery_detail=detail)
+    )
 
 
 def _opt_id(value: Any) -> PlatformMessageId | None:

@@ -45,6 +45,9 @@ from gateway.contracts.ids import (
     session_key,
 )
 from gateway.contracts.messages import InboundMessage, OutboundMessage, TextFormat, utcnow
+from gateway.cron.service import JobService, describe
+from gateway.cron.targets import HOME_SETTING as CRON_HOME_SETTING
+from gateway.cron.targets import chat_target
 from gateway.inbox import InboxRow, Outcome
 from gateway.metrics import Metrics
 from gateway.outbox import Chunk, Outbox, Target, enqueue, reply_chunks
@@ -57,7 +60,7 @@ logger = logging.getLogger(__name__)
 MAX_ATTEMPTS = 3
 """Turns started for one message before it is dropped: a message that crashes the process
 every time must not crash it forever."""
-HOME_SETTING = "home.target"
+HOME_SETTING = CRON_HOME_SETTING
 """The settings key `/sethome` writes: `platform:chat[:thread]`."""
 
 ACKS = {
@@ -874,6 +877,8 @@ class SessionManager:
                     reply = f"Busy mode set to {mode}."
         elif parsed.command is Command.STATUS:
             reply = await self._status(key, section, running)
+        elif parsed.command is Command.CRON:
+            reply = await self._jobs(row)
         else:  # SETHOME
             home = ":".join(p for p in (row.platform, row.chat_id, row.thread_id) if p)
             async with self.store.write() as conn:
@@ -891,6 +896,18 @@ class SessionManager:
         self.on_outbox()
         if cancel is not None and running is not None:
             running.cancel(cancel)
+
+    async def _jobs(self, row: InboxRow) -> str:
+        """`/cron`: the scheduled jobs of the sender and of this chat."""
+        service = JobService(self.store, configured=self.platforms)
+        user_id = await self.store.resolve_user(row.platform, row.sender_id, row.sender_name)
+        here = chat_target(row.platform, row.chat_id, row.thread_id)
+        found = await service.find(user_id=user_id, target=here)
+        if not found:
+            return "No scheduled jobs here. Ask me to schedule one, e.g. “every weekday at 9…”."
+        lines = [f"Scheduled jobs ({len(found)}):"]
+        lines.extend(f"• {describe(j, service.next_run(j))}" for j in found)
+        return "\n".join(lines)
 
     async def _owner(self, row: InboxRow) -> UserId | None:
         """The user a session of this row belongs to (None for a shared group session)."""

@@ -24,8 +24,10 @@ from agent_core.llm import LLMProvider, make_provider
 from agent_core.memory import MemoryFiles, MemoryLimits
 from agent_core.tools import (
     MemoryTool,
+    ScheduleJobTool,
     SendMessageTool,
     SessionSearchTool,
+    Tool,
     ToolContext,
     ToolError,
     ToolRegistry,
@@ -46,6 +48,9 @@ from gateway.contracts.adapter import (
 from gateway.contracts.config import PlatformSection
 from gateway.contracts.errors import AuthError, ConfigError, NotReady, ShuttingDown
 from gateway.contracts.messages import InboundMessage, SendLimits
+from gateway.cron.clock import Clock, SystemClock
+from gateway.cron.scheduler import CronScheduler
+from gateway.cron.service import AgentJobs, JobService
 from gateway.delivery import DeliveryWorker
 from gateway.http.app import OFFLINE_WARNING, create_app
 from gateway.http.deps import AppDeps, ServingState
@@ -207,16 +212,20 @@ class _NoChannels:
 
 
 def build_agent(
-    config: HeraldConfig, provider: LLMProvider, store: Store
+    config: HeraldConfig, provider: LLMProvider, store: Store, jobs: JobService | None = None
 ) -> tuple[Agent, MemoryFiles]:
-    """The agent with its tools, from config."""
+    """The agent with its tools, from config (`schedule_job` when `jobs` is given)."""
     memory = MemoryFiles(
         config.state_dir,
         MemoryLimits(config.memory.user_max_chars, config.memory.memory_max_chars),
     )
-    tools = ToolRegistry(
-        [MemoryTool(memory), SessionSearchTool(store), SendMessageTool(_NoChannels())]
-    )
+    tools: list[Tool] = [
+        MemoryTool(memory),
+        SessionSearchTool(store),
+        SendMessageTool(_NoChannels()),
+    ]
+    if jobs is not None:
+        tools.append(ScheduleJobTool(AgentJobs(jobs)))
     settings = AgentSettings(
         history_window=config.llm.history_window,
         context_window=config.llm.context_window,
@@ -224,14 +233,21 @@ def build_agent(
         max_tool_iterations=config.llm.max_tool_iterations,
         memory_pass=config.llm.memory_pass,
     )
-    return Agent(provider, store, memory, tools, settings), memory
+    return Agent(provider, store, memory, ToolRegistry(tools), settings), memory
 
 
 class Supervisor:
     """Runs the daemon until SIGTERM / SIGINT (or `stop()`), then drains and returns."""
 
-    def __init__(self, config: HeraldConfig, *, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        config: HeraldConfig,
+        *,
+        environ: Mapping[str, str] | None = None,
+        cron_clock: Clock | None = None,
+    ) -> None:
         self.config = config
+        self.cron_clock: Clock = cron_clock or SystemClock()
         self.notifier = SystemdNotifier(os.environ if environ is None else environ)
         self.metrics = Metrics()
         self.state = ServingState()
@@ -265,8 +281,14 @@ class Supervisor:
                 stack.push_async_callback(provider.aclose)
                 if provider.name == "echo":
                     logger.warning("*** %s ***", OFFLINE_WARNING.upper())
-                agent, memory = build_agent(cfg, provider, store)
                 sections = cfg.platforms.sections()
+                jobs = JobService(
+                    store,
+                    configured=sections,
+                    default_timezone=cfg.cron.timezone,
+                    clock=self.cron_clock,
+                )
+                agent, memory = build_agent(cfg, provider, store, jobs)
                 channels = Channels()
                 for name, section in sections.items():
                     runner = self._runner(
@@ -289,6 +311,20 @@ class Supervisor:
                 )
                 for runner in self.runners.values():
                     runner.sink = manager
+                scheduler = CronScheduler(
+                    store,
+                    agent,
+                    cfg.cron,
+                    homes=cfg.home.targets,
+                    sections=sections,
+                    state_dir=cfg.state_dir,
+                    channels=channels,
+                    snapshot=memory.snapshot,
+                    clock=self.cron_clock,
+                    instance=cfg.effective_instance_id,
+                    on_outbox=delivery.wake,
+                )
+                jobs.on_change = scheduler.wake
                 deps = AppDeps(
                     config=cfg,
                     store=store,
@@ -299,8 +335,9 @@ class Supervisor:
                     adapters=self.adapter_states,
                     state=self.state,
                     webhooks=self._webhook_adapter,
+                    jobs=jobs,
                 )
-                await self._serve(deps, manager, delivery)
+                await self._serve(deps, manager, delivery, scheduler)
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
@@ -324,7 +361,11 @@ class Supervisor:
         return runner
 
     async def _serve(
-        self, deps: AppDeps, manager: SessionManager, delivery: DeliveryWorker
+        self,
+        deps: AppDeps,
+        manager: SessionManager,
+        delivery: DeliveryWorker,
+        scheduler: CronScheduler,
     ) -> None:
         cfg = self.config
         server: _Server | None = None
@@ -353,6 +394,8 @@ class Supervisor:
             for name, runner in self.runners.items():
                 background.append(tg.create_task(runner.run(), name=f"adapter {name}"))
             sender = tg.create_task(delivery.run(), name="delivery")
+            if cfg.cron.enabled:
+                background.append(tg.create_task(scheduler.run(), name="cron"))
             background.append(
                 tg.create_task(self.notifier.run_watchdog(self._healthy), name="watchdog")
             )
@@ -364,7 +407,10 @@ class Supervisor:
 
             self.state.draining = True
             self.notifier.stopping()
-            await manager.drain(cfg.sessions.drain_timeout)
+            await asyncio.gather(
+                manager.drain(cfg.sessions.drain_timeout),
+                scheduler.drain(cfg.sessions.drain_timeout),
+            )
             if not await delivery.flush(cfg.delivery.flush_timeout):
                 logger.warning("stopping with chunks still to deliver; they go out after a restart")
             for task in background:

@@ -23,6 +23,7 @@ from agent_core.llm import make_provider
 from agent_core.memory import MemoryFiles
 from gateway.access import Pairings
 from gateway.checkpoints import MemoryCheckpoints
+from gateway.cli.jobs import jobs_app
 from gateway.config import HeraldConfig, load_config, masked
 from gateway.contracts.adapter import SelfCheck
 from gateway.contracts.errors import AuthError, ConfigError, HeraldError, LLMError
@@ -51,6 +52,7 @@ app.add_typer(pairing_app, name="pairing")
 app.add_typer(users_app, name="users")
 app.add_typer(config_app, name="config")
 app.add_typer(db_app, name="db")
+app.add_typer(jobs_app, name="jobs")
 
 ConfigOption = Annotated[
     Path | None,

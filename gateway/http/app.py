@@ -11,7 +11,7 @@ from starlette.exceptions import HTTPException
 
 from gateway import __version__
 from gateway.contracts.adapter import AdapterState
-from gateway.http import api, webhooks
+from gateway.http import api, jobs, webhooks
 from gateway.http.deps import AppDeps
 from gateway.http.errors import http_exception, validation_exception
 from gateway.http.middleware import BodyLimit, RequestMetrics
@@ -32,6 +32,7 @@ def create_app(deps: AppDeps) -> FastAPI:
     app.add_exception_handler(HTTPException, http_exception)
     app.add_exception_handler(RequestValidationError, validation_exception)
     app.include_router(api.router)
+    app.include_router(jobs.router)
     app.include_router(webhooks.router)
 
     @app.get("/health", tags=["operations"])

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from gateway.config import HeraldConfig
 from gateway.contracts.adapter import AdapterState, WebhookAdapter
+from gateway.cron.service import JobService
 from gateway.metrics import Metrics
 from gateway.sessions import SessionManager
 from gateway.store import Store
@@ -34,3 +35,5 @@ class AppDeps:
     state: ServingState = field(default_factory=ServingState)
     webhooks: Callable[[str], WebhookAdapter | None] = lambda _: None
     """The connected adapter that receives `/webhooks/<platform>/…`, None when there is none."""
+    jobs: JobService | None = None
+    """Scheduled jobs (`/api/jobs`); None: the routes answer 503."""

@@ -6,6 +6,7 @@ from sqlalchemy import (
     JSON,
     Boolean,
     Column,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -188,6 +189,8 @@ outbox = Table(
     # The inbound message this chunk answers, when there is one.
     Column("receipt", String(16), nullable=True),
     # The platform's later report on a sent chunk (delivered, failed, undelivered, read…).
+    Column("job_run_id", BigId, nullable=True),
+    # The scheduled job run this report chunk delivers, when there is one.
     Index(None, "status", "next_attempt_at"),
     Index(None, "platform", "account", "chat_id", "id"),
     Index(None, "platform", "platform_message_id"),
@@ -206,6 +209,15 @@ jobs = Table(
     Column("created_by", SafeText, nullable=False, default=""),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    Column("user_id", String(64), nullable=True),
+    # The Herald user the job's session belongs to (memory scope, /cron listing).
+    Column("timeout", Float, nullable=True),
+    # Seconds a run may take; None: `cron.run_timeout`.
+    Column("anchor_at", UTCDateTime, nullable=True),
+    # Slots before this are never run nor recorded (set on creation, resume, new schedule).
+    Column("consecutive_failures", Integer, nullable=False, default=0, server_default="0"),
+    Column("failure_notified", Boolean, nullable=False, default=False, server_default=sa_false()),
+    # The owner was told about the current streak of failures (reset by a success).
 )
 
 job_runs = Table(
@@ -215,14 +227,23 @@ job_runs = Table(
     Column("job_id", String(64), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
     Column("scheduled_for", UTCDateTime, nullable=False),
     Column("status", String(16), nullable=False),
-    # running, ok, failed, timed_out, missed.
+    # queued (run now, waiting for a scheduler), running, ok, failed, timed_out,
+    # interrupted (the process stopped during the run; never re-run), missed.
     Column("delivery_status", String(16), nullable=True),
-    # delivered, failed, suppressed.
+    # pending, delivered, failed, suppressed.
     Column("output", SafeText, nullable=True),
     Column("error", SafeText, nullable=True),
     Column("started_at", UTCDateTime, nullable=True),
     Column("finished_at", UTCDateTime, nullable=True),
+    Column("trigger", String(16), nullable=False, default="schedule", server_default="schedule"),
+    # schedule (a slot of the job's schedule) or manual (run now: API, CLI).
+    Column("owner", SafeText, nullable=True),
+    # The scheduler instance that claimed the run.
+    Column("delivery_detail", SafeText, nullable=True),
+    Column("session_id", BigId, nullable=True),
+    Column("turn_id", BigId, nullable=True),
     UniqueConstraint("job_id", "scheduled_for"),
+    Index(None, "status"),
 )
 
 pairings = Table(

@@ -14,6 +14,7 @@ from sqlalchemy import RowMapping, select
 
 from gateway.config import HeraldConfig
 from gateway.contracts.adapter import AdapterState
+from gateway.cron.clock import Clock
 from gateway.store import Store
 from gateway.store.tables import inbox
 from gateway.supervisor import Supervisor
@@ -68,9 +69,16 @@ class Herald:
 
 
 def herald_config(
-    tmp_path: Path, llm: FakeLLM, platform: str, section: dict[str, Any], *, port: int
+    tmp_path: Path,
+    llm: FakeLLM,
+    platform: str,
+    section: dict[str, Any],
+    *,
+    port: int,
+    extra: dict[str, Any] | None = None,
 ) -> HeraldConfig:
-    """A config: SQLite under tmp_path, the fake LLM, one platform section."""
+    """A config: SQLite under tmp_path, the fake LLM, one platform section (plus `extra`
+    top-level sections, replacing the defaults here)."""
     return HeraldConfig.model_validate(
         {
             "state_dir": str(tmp_path / "state"),
@@ -79,6 +87,7 @@ def herald_config(
             "sessions": {"drain_timeout": 2, "ack_interval": 0},
             "delivery": {"backoff_initial": 0.2, "backoff_max": 1, "flush_timeout": 2},
             "platforms": {platform: section},
+            **(extra or {}),
         }
     )
 
@@ -92,11 +101,13 @@ async def running_daemon(
     *,
     wait_ready: bool = True,
     port: int | None = None,
+    extra: dict[str, Any] | None = None,
+    cron_clock: Clock | None = None,
 ) -> AsyncIterator[Herald]:
     """The daemon, started; stopped (drained) on exit. Waits for `/ready` unless told not to."""
     port = free_port() if port is None else port
-    config = herald_config(tmp_path, llm, platform, section, port=port)
-    supervisor = Supervisor(config, environ={})
+    config = herald_config(tmp_path, llm, platform, section, port=port, extra=extra)
+    supervisor = Supervisor(config, environ={}, cron_clock=cron_clock)
     task = asyncio.create_task(supervisor.run(), name="herald")
     url = f"http://127.0.0.1:{config.api.port}"
     try:

@@ -1,0 +1,242 @@
+"""`herald jobs …`: scheduled jobs, from the command line (straight to the database).
+
+A running daemon notices changes within `cron.poll_interval` seconds; `jobs run` queues a
+run that the daemon's scheduler takes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from gateway.config import HeraldConfig, load_config
+from gateway.contracts.errors import ConfigError
+from gateway.contracts.ids import UserId
+from gateway.cron.service import JobError, JobService, JobSpec
+from gateway.cron.store import Job
+from gateway.store import Store
+
+jobs_app = typer.Typer(help="Manage scheduled jobs.", no_args_is_help=True)
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="YAML config file (default: $HERALD_CONFIG)."),
+]
+
+
+def _console() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    Console(stderr=True, highlight=False).print(f"[red]error:[/] {escape(message)}")
+    return typer.Exit(code)
+
+
+def _with_jobs(config: Path | None, work: Callable[[JobService, Store], Awaitable[None]]) -> None:
+    try:
+        cfg: HeraldConfig = load_config(config)
+    except ConfigError as err:
+        raise _fail(str(err), 2) from err
+
+    async def go() -> None:
+        async with Store.open(cfg.effective_database_url) as store:
+            service = JobService(
+                store,
+                configured=cfg.platforms.sections(),
+                default_timezone=cfg.cron.timezone,
+            )
+            await work(service, store)
+
+    asyncio.run(go())
+
+
+def _show(console: Console, job: Job, service: JobService) -> None:
+    nxt = service.next_run(job)
+    console.print(f"[bold]{escape(job.id)}[/] {escape(job.name)}")
+    for label, value in (
+        ("schedule", f"{job.schedule} ({job.timezone})"),
+        ("targets", ", ".join(job.targets)),
+        ("state", "active" if job.enabled else "paused"),
+        ("next run", f"{nxt:%Y-%m-%d %H:%M:%S} UTC" if nxt else "-"),
+        ("created by", job.created_by),
+        ("failures in a row", str(job.consecutive_failures)),
+        ("prompt", job.prompt),
+    ):
+        console.print(f"  {label}: ", end="")
+        console.print(value, markup=False)
+
+
+@jobs_app.command("add")
+def jobs_add(  # noqa: PLR0917 - one parameter per option
+    schedule: Annotated[
+        str, typer.Option(help="'0 9 * * 1-5', 'every 30m', 'in 45m' or an ISO time.")
+    ],
+    prompt: Annotated[str, typer.Option(help="What the agent is asked at each run.")],
+    name: Annotated[str | None, typer.Option(help="A short name.")] = None,
+    tz: Annotated[
+        str | None, typer.Option("--tz", help="IANA time zone (default: cron.timezone).")
+    ] = None,
+    target: Annotated[
+        list[str] | None,
+        typer.Option("--target", "-t", help="home, all, or platform:chat (repeatable)."),
+    ] = None,
+    timeout: Annotated[float | None, typer.Option(help="Seconds a run may take.")] = None,
+    paused: Annotated[bool, typer.Option("--paused", help="Create it paused.")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Create a job."""
+    console = _console()
+
+    async def work(service: JobService, store: Store) -> None:
+        owner = await store.resolve_user("local", "owner")
+        spec = JobSpec(
+            prompt=prompt,
+            schedule=schedule,
+            name=name,
+            timezone=tz,
+            targets=target or None,
+            enabled=not paused,
+            timeout=timeout,
+        )
+        try:
+            job = await service.create(spec, created_by="cli", user_id=UserId(owner))
+        except JobError as err:
+            raise _fail(str(err)) from err
+        console.print(f"created job {escape(job.id)}")
+        _show(console, job, service)
+
+    _with_jobs(config, work)
+
+
+@jobs_app.command("list")
+def jobs_list(config: ConfigOption = None) -> None:
+    """Every job with its schedule, targets and next run."""
+    console = _console()
+
+    async def work(service: JobService, store: Store) -> None:
+        found = await service.find()
+        if not found:
+            console.print("no jobs")
+            return
+        table = Table("id", "name", "schedule", "tz", "targets", "state", "next run (UTC)")
+        for j in found:
+            nxt = service.next_run(j)
+            table.add_row(
+                escape(j.id),
+                escape(j.name),
+                escape(j.schedule),
+                escape(j.timezone),
+                escape(", ".join(j.targets)),
+                "active" if j.enabled else "paused",
+                f"{nxt:%Y-%m-%d %H:%M}" if nxt else "-",
+            )
+        console.print(table)
+
+    _with_jobs(config, work)
+
+
+@jobs_app.command("show")
+def jobs_show(job_id: str, config: ConfigOption = None) -> None:
+    """One job in full."""
+    console = _console()
+
+    async def work(service: JobService, store: Store) -> None:
+        try:
+            job = await service.get(job_id)
+        except LookupError as err:
+            raise _fail(str(err)) from err
+        _show(console, job, service)
+
+    _with_jobs(config, work)
+
+
+def _simple(job_id: str, config: Path | None, action: str) -> None:
+    console = _console()
+
+    async def work(service: JobService, store: Store) -> None:
+        try:
+            if action == "rm":
+                await service.delete(job_id)
+                console.print(f"deleted job {escape(job_id)}")
+            elif action == "pause":
+                await service.pause(job_id)
+                console.print(f"paused job {escape(job_id)}")
+            elif action == "resume":
+                job = await service.resume(job_id)
+                nxt = service.next_run(job)
+                when = f"; next run {nxt:%Y-%m-%d %H:%M} UTC" if nxt else ""
+                console.print(f"resumed job {escape(job_id)}{when}")
+            else:
+                run = await service.run_now(job_id)
+                console.print(
+                    f"queued run {run.id} of job {escape(job_id)}; the running daemon takes it"
+                )
+        except LookupError as err:
+            raise _fail(str(err)) from err
+
+    _with_jobs(config, work)
+
+
+@jobs_app.command("rm")
+def jobs_rm(job_id: str, config: ConfigOption = None) -> None:
+    """Delete a job and its runs."""
+    _simple(job_id, config, "rm")
+
+
+@jobs_app.command("pause")
+def jobs_pause(job_id: str, config: ConfigOption = None) -> None:
+    """Stop running a job until resumed."""
+    _simple(job_id, config, "pause")
+
+
+@jobs_app.command("resume")
+def jobs_resume(job_id: str, config: ConfigOption = None) -> None:
+    """Run a job on its schedule again (times missed while paused are skipped)."""
+    _simple(job_id, config, "resume")
+
+
+@jobs_app.command("run")
+def jobs_run(job_id: str, config: ConfigOption = None) -> None:
+    """Run a job now, outside its schedule (the running daemon does it)."""
+    _simple(job_id, config, "run")
+
+
+@jobs_app.command("runs")
+def jobs_runs(
+    job_id: str,
+    config: ConfigOption = None,
+    limit: Annotated[int, typer.Option(min=1, max=500)] = 20,
+) -> None:
+    """A job's runs, newest first: execution and delivery status."""
+    console = _console()
+
+    async def work(service: JobService, store: Store) -> None:
+        try:
+            runs = await service.runs(job_id, limit=limit)
+        except LookupError as err:
+            raise _fail(str(err)) from err
+        if not runs:
+            console.print("no runs yet")
+            return
+        table = Table("id", "scheduled for (UTC)", "trigger", "status", "delivery", "detail")
+        for r in runs:
+            detail = r.error or r.delivery_detail or ""
+            table.add_row(
+                str(r.id),
+                f"{r.scheduled_for:%Y-%m-%d %H:%M:%S}",
+                str(r.trigger),
+                str(r.status),
+                "" if r.delivery_status is None else str(r.delivery_status),
+                escape(detail),
+            )
+        console.print(table)
+
+    _with_jobs(config, work)

@@ -1,0 +1,56 @@
+"""The `schedule_job` tool over the real job service and store (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from agent_core.tools import ScheduleJobTool, ToolContext, ToolError
+from gateway.contracts.ids import SessionKey, UserId
+from gateway.cron.service import AgentJobs, JobService
+from gateway.store import Store
+from tests.fakes.clock import FakeClock
+
+pytestmark = pytest.mark.timeout(60)
+
+NOW = datetime(2026, 11, 23, 7, 0, tzinfo=UTC)
+
+
+async def context(store: Store, key: str, user: str) -> ToolContext:
+    user_id = await store.resolve_user("test", user)
+
+    async def empty(_: UserId | None) -> tuple[str, str]:
+        return "", ""
+
+    session = await store.open_session(
+        SessionKey(key), platform="test", user_id=user_id, snapshot=empty
+    )
+    return ToolContext(session=session, user_id=user_id)
+
+
+async def test_create_list_remove_for_the_asking_user(store: Store) -> None:
+    service = JobService(store, configured={"test"}, clock=FakeClock(NOW))
+    tool = ScheduleJobTool(AgentJobs(service))
+    ada = await context(store, "test:acct:c1", "ada")
+    bob = await context(store, "test:acct:c2", "bob")
+
+    created = await tool({"action": "create", "prompt": "news digest", "schedule": "every 2h"}, ada)
+    assert created.startswith("Scheduled: ")
+    [job] = await service.find()
+    assert job.targets == ("test:c1",)  # the asking chat by default
+    assert job.user_id == ada.user_id
+    assert job.created_by == ada.user_id
+    assert job.id in await tool({"action": "list"}, ada)
+    assert await tool({"action": "list"}, bob) == "No scheduled jobs."
+    with pytest.raises(ToolError, match="no job"):
+        await tool({"action": "remove", "job_id": job.id}, bob)
+    with pytest.raises(ToolError, match="too frequent"):
+        await tool({"action": "create", "prompt": "x", "schedule": "every 1s"}, ada)
+    with pytest.raises(ToolError, match="not configured"):
+        await tool(
+            {"action": "create", "prompt": "x", "schedule": "in 5m", "targets": ["slack:C1"]},
+            ada,
+        )
+    assert await tool({"action": "remove", "job_id": job.id}, ada) == f"Removed job {job.id}."
+    assert await service.find() == []

@@ -1,0 +1,98 @@
+"""`herald jobs …` against a SQLite file under tmp_path (each command in a worker thread)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gateway.cron.service import JobService
+from gateway.cron.store import RunStatus, Trigger
+from gateway.store import Store
+from tests.unit.cli_harness import Herald
+
+pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("clean_environment")]
+
+
+async def add(herald: Herald, *args: str) -> str:
+    """Create a job with the CLI; its id."""
+    result = await herald.invoke("jobs", "add", *args)
+    assert result.exit_code == 0, result.output
+    found = re.search(r"created job (\w+)", result.output)
+    assert found is not None, result.output
+    return found.group(1)
+
+
+async def test_add_list_show_pause_resume_rm(herald: Herald) -> None:
+    job_id = await add(
+        herald,
+        "--schedule",
+        "0 9 * * 1-5",
+        "--prompt",
+        "summarise what changed",
+        "--name",
+        "digest",
+        "--tz",
+        "Europe/Berlin",
+    )
+    listed = await herald.invoke("jobs", "list")
+    assert listed.exit_code == 0, listed.output
+    [line] = [row for row in listed.output.splitlines() if job_id in row]
+    assert "digest" in line
+    assert "0 9 * * 1-5" in line
+    assert "Europe/Berlin" in line
+    assert "home" in line
+    assert "active" in line
+
+    shown = await herald.invoke("jobs", "show", job_id)
+    assert shown.exit_code == 0, shown.output
+    assert "prompt: summarise what changed" in shown.output
+    assert "created by: cli" in shown.output
+
+    paused = await herald.invoke("jobs", "pause", job_id)
+    assert paused.exit_code == 0
+    rows = (await herald.invoke("jobs", "list")).output.splitlines()
+    assert "paused" in next(r for r in rows if job_id in r)
+    resumed = await herald.invoke("jobs", "resume", job_id)
+    assert resumed.exit_code == 0
+    assert "next run" in resumed.output
+
+    removed = await herald.invoke("jobs", "rm", job_id)
+    assert removed.exit_code == 0
+    assert (await herald.invoke("jobs", "list")).output.strip() == "no jobs"
+
+
+async def test_run_queues_a_run_and_runs_lists_it(herald: Herald) -> None:
+    job_id = await add(herald, "--schedule", "every 2h", "--prompt", "ping")
+    queued = await herald.invoke("jobs", "run", job_id)
+    assert queued.exit_code == 0, queued.output
+    assert "queued run" in queued.output
+    async with Store.open(herald.database_url) as store:
+        [run] = await JobService(store, configured=()).runs(job_id)
+    assert run.status is RunStatus.QUEUED
+    assert run.trigger is Trigger.MANUAL
+    runs = await herald.invoke("jobs", "runs", job_id)
+    assert runs.exit_code == 0, runs.output
+    assert "manual" in runs.output
+    assert "queued" in runs.output
+
+
+async def test_bad_input_is_refused_with_the_reason(herald: Herald) -> None:
+    bad = await herald.invoke("jobs", "add", "--schedule", "every 5s", "--prompt", "x")
+    assert bad.exit_code == 1
+    assert "too frequent" in bad.output
+    zone = await herald.invoke(
+        "jobs", "add", "--schedule", "0 9 * * *", "--prompt", "x", "--tz", "Nowhere/Land"
+    )
+    assert zone.exit_code == 1
+    assert "unknown time zone" in zone.output
+    target = await herald.invoke(
+        "jobs", "add", "--schedule", "0 9 * * *", "--prompt", "x", "--target", "slack:C1"
+    )
+    assert target.exit_code == 1
+    assert "platform slack is not configured" in target.output
+    for command in ("show", "rm", "pause", "resume", "run", "runs"):
+        missing = await herald.invoke("jobs", command, "nope")
+        assert missing.exit_code == 1, command
+        assert "there is no job 'nope'" in missing.output
+    assert (await herald.invoke("jobs", "list")).output.strip() == "no jobs"
