@@ -422,8 +422,9 @@ class CronScheduler:
         path.write_text(header + output + "\n", encoding="utf-8")
 
     async def _prune(self, job_id: str) -> None:
+        # Files first: once the runs table shows the pruned state, the folder shows it too
+        # (the output is also kept in SQL, so a crash in between loses nothing).
         keep = self.config.output_retention
-        await self.jobs.prune(job_id, keep)
         folder = self.state_dir / "cron" / "output" / job_id
 
         def prune_files() -> None:
@@ -434,6 +435,7 @@ class CronScheduler:
                 old.unlink(missing_ok=True)
 
         await asyncio.to_thread(prune_files)
+        await self.jobs.prune(job_id, keep)
 
     # failures ----------------------------------------------------------------------------------
 
