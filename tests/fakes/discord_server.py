@@ -102,6 +102,7 @@ class Posted:
     """The id of the message it replies to."""
     files: tuple[tuple[str, int], ...] = ()
     """(filename, size) of each attached file."""
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +189,8 @@ class FakeDiscordServer(Served, Waitable):
         self.connections = 0
         self.heartbeats = 0
         self.history_reads: list[str] = []
-        self.rate_limited: list[str] = []
+        self.rate_limited: list[tuple[str, float]] = []
+        """(channel id, monotonic time) of each 429."""
         self.rest_calls: list[str] = []
 
     # -- addresses ------------------------------------------------------------------------------
@@ -529,7 +531,7 @@ class FakeDiscordServer(Served, Waitable):
                 del self._faults.rate_limits[channel.id]
             else:
                 self._faults.rate_limits[channel.id] = (seconds, times - 1)
-            self.rate_limited.append(channel.id)
+            self.rate_limited.append((channel.id, time.monotonic()))
             raise _Reject(
                 429, "You are being rate limited.", 0, retry_after=seconds, **{"global": False}
             )
