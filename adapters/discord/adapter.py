@@ -310,14 +310,18 @@ class DiscordAdapter:
             else:
                 await self._receive(event.data, sink, advance=not self._catching_up)
 
-    async def _receive(self, data: dict[str, Any], sink: InboundSink, *, advance: bool) -> None:
+    async def _receive(
+        self, data: dict[str, Any], sink: InboundSink, *, advance: bool, from_history: bool = False
+    ) -> None:
         """Store one message (unless it is for no one), then mark it seen (with `advance`,
         or when its channel has no last seen id yet)."""
         channel_id, message_id = data.get("channel_id"), data.get("id")
         if not isinstance(channel_id, str) or not isinstance(message_id, str):
             logger.info("discord: a message without ids was passed over")
             return
-        channel = await self._channel(channel_id) if is_guild_message(data) else None
+        # History entries carry no guild_id: their channel says whether they are DMs.
+        known = is_guild_message(data) or from_history
+        channel = await self._channel(channel_id) if known else None
         incoming = to_inbound(
             data,
             bot_id=self._bot_id,
@@ -361,7 +365,7 @@ class DiscordAdapter:
                 )
                 for item in items:
                     data: dict[str, Any] = {"channel_id": channel_id, **item}
-                    await self._receive(data, sink, advance=True)
+                    await self._receive(data, sink, advance=True, from_history=True)
                 fetched += len(items)
                 if items:
                     logger.info("discord: %d missed message(s) of %s read", len(items), channel_id)

@@ -157,8 +157,9 @@ def to_inbound(
     """The message a MESSAGE_CREATE payload (or a history entry) carries for the agent, or
     `Skipped` and why. Never raises.
 
-    `channel` is what Herald knows of the message's channel (needed for server messages: a
-    thread's messages go to the session of the thread). DMs always pass; in servers,
+    `channel` is what Herald knows of the message's channel: needed for server messages (a
+    thread's messages go to the session of the thread) and for history entries, which carry
+    no `guild_id`; without it a message without `guild_id` is a DM. DMs always pass; in servers,
     messages that mention the bot, reply to it, or are in `config.channels` (or a thread of
     one) do.
     """
@@ -185,7 +186,10 @@ def to_inbound(
     if now - sent_at > timedelta(seconds=config.backlog_max_age):
         return Skipped(f"older than backlog_max_age (sent {sent_at:%Y-%m-%d %H:%M:%S} UTC)")
 
-    is_direct = not is_guild_message(data)
+    if channel is not None:
+        is_direct = channel.kind is ChannelKind.DIRECT
+    else:
+        is_direct = not is_guild_message(data)
     chat, thread = channel_id, None
     if not is_direct:
         if channel is None:
