@@ -29,6 +29,7 @@ from adapters.discord.client import Connected, Disconnected, GatewayEvent, Heral
 from adapters.discord.config import DiscordConfig
 from adapters.discord.convert import (
     NOT_ADDRESSED,
+    OWN_MESSAGE,
     Channel,
     ChannelKind,
     FileRef,
@@ -331,7 +332,8 @@ class DiscordAdapter:
             now=utcnow(),
         )
         if isinstance(incoming, Skipped):
-            level = logging.DEBUG if incoming.reason == NOT_ADDRESSED else logging.INFO
+            quiet = (NOT_ADDRESSED, OWN_MESSAGE)
+            level = logging.DEBUG if incoming.reason in quiet else logging.INFO
             logger.log(level, "discord: message %s skipped: %s", message_id, incoming.reason)
             if advance and await self._last_seen(channel_id) is not None:
                 await self._mark_seen(channel_id, message_id)

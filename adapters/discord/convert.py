@@ -36,6 +36,7 @@ from gateway.contracts.ids import (
 from gateway.contracts.messages import InboundMessage, Sender
 
 NOT_ADDRESSED = "server message that does not address the bot"
+OWN_MESSAGE = "the bot's own message"
 DISCORD_EPOCH_MS = 1_420_070_400_000
 MESSAGE_TYPES = frozenset({0, 19})
 """DEFAULT and REPLY: what people write. Joins, pins, thread notices and the like are not."""
@@ -177,7 +178,7 @@ def to_inbound(
         return Skipped("no author")
     author_id = str(_str(author.get("id")))
     if author_id == bot_id:
-        return Skipped("the bot's own message")
+        return Skipped(OWN_MESSAGE)
     if author.get("bot") or author.get("system") or data.get("webhook_id"):
         return Skipped("a bot's message")
     sent_at = snowflake_time(message_id)
