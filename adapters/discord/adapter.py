@@ -307,7 +307,7 @@ class DiscordAdapter:
                 self._ready, self._stale, self._catching_up = True, False, False
                 logger.info("discord: gateway %s", "resumed" if event.resumed else "ready")
             elif isinstance(event, Disconnected):
-                self._catching_up = True
+                self._ready, self._catching_up = False, True
             else:
                 await self._receive(event.data, sink, advance=not self._catching_up)
 

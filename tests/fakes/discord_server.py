@@ -308,7 +308,7 @@ class FakeDiscordServer(Served, Waitable):
         return sum(1 for s in self._sockets if s.session is not None and not s.ws.closed)
 
     async def wait_for_posted(
-        self, predicate: Callable[[Posted], bool], count: int = 1, timeout: float = 10.0
+        self, predicate: Callable[[Posted], bool], count: int = 1, timeout: float = 20.0
     ) -> list[Posted]:
         """Wait until `count` posts match; return the matches."""
         await self.wait_for(lambda: sum(1 for p in self.posted if predicate(p)) >= count, timeout)
