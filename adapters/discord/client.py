@@ -2,10 +2,13 @@
 
 discord.py has no option for its REST base or its gateway address: both are class-level
 globals (`discord.http.Route.BASE`, `discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY`).
-Neither is changed here. `RoutedHTTP` rebases each request's URL from `Route.BASE` onto the
-configured base, per client; the gateway address is what `GET /gateway/bot` names (or
-`gateway_url`) and goes to `DiscordWebSocket.from_client` in `HeraldClient.connect_gateway`,
-after which discord.py resumes at the `resume_gateway_url` of READY, as Discord asks.
+Neither is changed here. `HeraldClient` replaces its own `http` (and its state's) by a
+`RoutedHTTP`, which rebases each request's URL from `Route.BASE` onto the configured base; the
+gateway address is what `GET /gateway/bot` names (or `gateway_url`), passed to
+`DiscordWebSocket.from_client` (discord.py's own connect step, which `Client.connect` uses) by
+`HeraldClient.open_socket`; discord.py then resumes at READY's `resume_gateway_url`, as Discord
+asks. Herald runs the connect loop itself (`DiscordAdapter`) so that failures reach the
+supervisor as NotReady / AuthError instead of being retried forever inside the library.
 
 Gateway events do not become discord.py model objects or event tasks: READY, RESUMED and
 MESSAGE_CREATE go, as raw payloads and in the order received, to the `on_event` callback
@@ -106,7 +109,7 @@ class Pulse:
 
 class HeraldClient(discord.Client):
     """A `discord.Client` whose REST goes to `api_base` and whose gateway events go to
-    `on_event`. Entered with `async with`; `login` before `connect_gateway`."""
+    `on_event`. Entered with `async with`; `login` before `open_socket`."""
 
     def __init__(
         self,
