@@ -31,6 +31,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from adapters.discord.config import DiscordConfig
 from adapters.loopback.config import LoopbackConfig
 from adapters.slack.config import SlackConfig
 from adapters.telegram.config import TelegramConfig
@@ -201,6 +202,7 @@ class PlatformsConfig(Section):
     telegram: TelegramConfig | None = None
     slack: SlackConfig | None = None
     twilio: TwilioConfig | None = None
+    discord: DiscordConfig | None = None
 
     def sections(self) -> dict[str, PlatformSection]:
         """The configured and enabled platform sections by platform name."""

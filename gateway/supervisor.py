@@ -198,6 +198,12 @@ def adapter_factory(
 
         assert isinstance(section, TwilioConfig)
         return lambda: TwilioAdapter(section, context)
+    if name == "discord":
+        from adapters.discord.adapter import DiscordAdapter  # noqa: PLC0415
+        from adapters.discord.config import DiscordConfig  # noqa: PLC0415
+
+        assert isinstance(section, DiscordConfig)
+        return lambda: DiscordAdapter(section, files, context.checkpoints)
     raise ConfigError(f"platforms.{name}: no adapter is available for this platform yet")
 
 

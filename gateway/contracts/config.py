@@ -9,6 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gateway.contracts.messages import InboundMessage
+
 
 class BusyMode(StrEnum):
     """What happens to a message for a session whose turn is still running."""
@@ -70,3 +72,7 @@ class PlatformSection(Section):
     busy_mode: BusyMode | None = None
     """Default busy mode of this platform's sessions; `sessions.busy_mode` when unset."""
     group_sessions: GroupSessions = GroupSessions.CHAT
+
+    def admits(self, message: InboundMessage) -> bool:
+        """Whether a platform rule beyond `allowed_users` lets this sender in (Discord roles)."""
+        return False

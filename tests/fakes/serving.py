@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from types import TracebackType
 from typing import Any, Self
 
 import uvicorn
+from aiohttp import web
 
 
 class _Server(uvicorn.Server):
@@ -134,3 +135,52 @@ class Served:
 
     async def _stop(self) -> None:
         raise NotImplementedError
+
+
+class WebSocketListener:
+    """aiohttp's web server on 127.0.0.1:`port` (0: a free port) answering GET `path` with
+    `handler`: for websockets, which `LocalServer` does not serve."""
+
+    def __init__(
+        self,
+        handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+        port: int,
+        path: str,
+    ) -> None:
+        self._handler = handler
+        self._port = port
+        self._path = path
+        self._sock: socket.socket | None = None
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def port(self) -> int:
+        if self._sock is None:
+            raise RuntimeError("the listener is not started")
+        port: int = self._sock.getsockname()[1]
+        return port
+
+    async def start(self) -> None:
+        # IPPROTO_TCP for TCP_NODELAY on accepted sockets, as in `LocalServer`.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", self._port))
+            sock.listen(128)
+        except OSError:
+            sock.close()
+            raise
+        self._sock = sock
+        app = web.Application()
+        app.router.add_get(self._path, self._handler)
+        self._runner = runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
+        await runner.setup()
+        await web.SockSite(runner, sock).start()
+
+    async def stop(self) -> None:
+        try:
+            if self._runner is not None:
+                await self._runner.cleanup()
+        finally:
+            if self._sock is not None:
+                self._sock.close()

@@ -76,7 +76,6 @@ import itertools
 import json
 import re
 import secrets
-import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -104,7 +103,7 @@ from tests.fakes.control import (
     wait_timeout,
 )
 from tests.fakes.params import Params, Part, hang_up, jsonable, read_params
-from tests.fakes.serving import LocalServer, Served
+from tests.fakes.serving import LocalServer, Served, WebSocketListener
 from tests.fakes.standalone import until_signalled
 from tests.fakes.waiting import Changes, Waitable
 
@@ -571,50 +570,6 @@ async def _read_params(request: Request) -> _Params:
 _Handler = Callable[[_Params], Awaitable[JSON]]
 
 
-class _SocketListener:
-    """aiohttp's web server on 127.0.0.1:`port` for the Socket Mode websockets."""
-
-    def __init__(
-        self, handler: Callable[[web.Request], Awaitable[web.StreamResponse]], port: int
-    ) -> None:
-        self._handler = handler
-        self._port = port
-        self._sock: socket.socket | None = None
-        self._runner: web.AppRunner | None = None
-
-    @property
-    def port(self) -> int:
-        if self._sock is None:
-            raise RuntimeError("the socket listener is not started")
-        port: int = self._sock.getsockname()[1]
-        return port
-
-    async def start(self) -> None:
-        # IPPROTO_TCP for TCP_NODELAY on accepted sockets, as in `LocalServer`.
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(("127.0.0.1", self._port))
-            sock.listen(128)
-        except OSError:
-            sock.close()
-            raise
-        self._sock = sock
-        app = web.Application()
-        app.router.add_get("/link/", self._handler)
-        self._runner = runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
-        await runner.setup()
-        await web.SockSite(runner, sock).start()
-
-    async def stop(self) -> None:
-        try:
-            if self._runner is not None:
-                await self._runner.cleanup()
-        finally:
-            if self._sock is not None:
-                self._sock.close()
-
-
 # -- the server -----------------------------------------------------------------------------------
 
 
@@ -732,7 +687,7 @@ class FakeSlackServer(Served, Waitable):
         }
         self._changes = Changes()
         self._local: LocalServer | None = None
-        self._listener: _SocketListener | None = None
+        self._listener: WebSocketListener | None = None
         self._http: httpx.AsyncClient | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timers: set[asyncio.TimerHandle] = set()
@@ -1280,7 +1235,7 @@ class FakeSlackServer(Served, Waitable):
 
     async def _start(self) -> None:
         self._local = LocalServer(self._app(), port=self._port, log_level=self._log_level)
-        self._listener = _SocketListener(self._socket_endpoint, self._ws_port)
+        self._listener = WebSocketListener(self._socket_endpoint, self._ws_port, "/link/")
         await self._local.start()
         await self._listener.start()
 

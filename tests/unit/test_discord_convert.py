@@ -1,0 +1,234 @@
+"""Discord MESSAGE_CREATE payloads → InboundMessage, against recorded payloads
+(tests/data/discord), and Discord's errors → Herald's."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from adapters.discord.config import DiscordConfig
+from adapters.discord.convert import (
+    NOT_ADDRESSED,
+    Channel,
+    ChannelKind,
+    FileRef,
+    Incoming,
+    Skipped,
+    channel_from,
+    error_from,
+    message_key,
+    newer,
+    snowflake_time,
+    split_message_key,
+    to_inbound,
+)
+from gateway.contracts.errors import AuthError, NotReady, PermanentSendError, RateLimited
+from gateway.contracts.ids import AccountId, Platform
+from gateway.contracts.messages import InboundMessage
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "discord"
+BOT = "1199857218124726272"
+GUILD_CHANNEL = "1199859387204829226"
+THREAD = "1311230000000000000"
+DM = "1311228000000000001"
+CHANNELS = {
+    GUILD_CHANNEL: Channel(GUILD_CHANNEL, ChannelKind.GUILD),
+    THREAD: Channel(THREAD, ChannelKind.THREAD, GUILD_CHANNEL),
+    DM: Channel(DM, ChannelKind.DIRECT),
+}
+
+
+def load(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((DATA / f"{name}.json").read_text(encoding="utf-8"))
+    return data
+
+
+def config(**changes: Any) -> DiscordConfig:
+    return DiscordConfig(token=SecretStr("t"), account="srv", **changes)
+
+
+def convert(
+    name: str, *, late: float = 5.0, channel: Channel | None = None, **changes: Any
+) -> Incoming | Skipped:
+    data = load(name)
+    sent = snowflake_time(data["id"])
+    assert sent is not None
+    if channel is None and data.get("guild_id"):
+        channel = CHANNELS[data["channel_id"]]
+    return to_inbound(
+        data,
+        bot_id=BOT,
+        account=AccountId("srv"),
+        config=config(**changes),
+        channel=channel,
+        now=sent + timedelta(seconds=late),
+    )
+
+
+def accepted(name: str, **changes: Any) -> InboundMessage:
+    result = convert(name, **changes)
+    assert isinstance(result, Incoming), result
+    return result.message
+
+
+def test_a_direct_message() -> None:
+    message = accepted("dm")
+    assert message.platform is Platform.DISCORD
+    assert (message.chat_id, message.thread_id, message.is_direct) == (DM, None, True)
+    assert message.text == "hello there"
+    assert message.sender.id == "80351110224678912"
+    assert message.sender.display_name == "Ann Example"
+    assert message.platform_message_id == f"{DM}:1311234567890123777"
+    assert message.received_at == snowflake_time("1311234567890123777")
+    assert message.session_key == f"discord:srv:{DM}"
+    assert message.raw["content"] == "hello there"
+
+
+def test_a_mention_in_a_server_channel() -> None:
+    message = accepted("guild_mention")
+    assert (message.is_direct, message.mentions_bot) == (False, True)
+    assert message.text == "what's the plan with @Bob?"
+    assert message.sender.display_name == "annie"  # the server nickname
+    assert message.chat_id == GUILD_CHANNEL
+
+
+def test_plain_server_chatter_is_for_no_one_unless_the_channel_is_configured() -> None:
+    assert convert("guild_plain") == Skipped(NOT_ADDRESSED)
+    message = accepted("guild_plain", channels=[GUILD_CHANNEL])
+    assert (message.text, message.mentions_bot) == ("lunch anyone?", False)
+
+
+def test_a_thread_message_goes_to_the_thread_of_its_parent_channel() -> None:
+    message = accepted("thread_message")
+    assert (message.chat_id, message.thread_id) == (GUILD_CHANNEL, THREAD)
+    assert message.platform_message_id == f"{THREAD}:1311234620000000000"
+    assert message.session_key == f"discord:srv:{GUILD_CHANNEL}:{THREAD}"
+    assert message.text == "and in the thread?"
+    # Threads of a configured channel are answered without a mention too.
+    data = load("thread_message")
+    data["content"], data["mentions"] = "no mention", []
+    result = to_inbound(
+        data,
+        bot_id=BOT,
+        account=AccountId("srv"),
+        config=config(channels=[GUILD_CHANNEL]),
+        channel=CHANNELS[THREAD],
+        now=snowflake_time(data["id"]) or datetime.now(UTC),
+    )
+    assert isinstance(result, Incoming)
+
+
+def test_a_reply_to_the_bot_addresses_it() -> None:
+    message = accepted("reply_to_bot")
+    assert message.mentions_bot
+    assert message.reply_to == f"{GUILD_CHANNEL}:1311234605000000000"
+    assert message.text == "why?"
+
+
+def test_attachments_are_listed_and_oversized_ones_noted() -> None:
+    result = convert("attachment")
+    assert isinstance(result, Incoming)
+    assert result.files == (
+        FileRef(
+            "https://cdn.discordapp.com/attachments/1311228000000000001/1311234639000000000/"
+            "notes.pdf?ex=6746&is=6745&hm=ab",
+            "application/pdf",
+            52311,
+            "notes.pdf",
+        ),
+    )
+    assert result.message.text == (
+        "summarise this\n[file huge.mov (524288000 bytes) not downloaded: larger than "
+        "26214400 bytes]"
+    )
+    only_images = convert("attachment", attachment_types=["image/*"])
+    assert isinstance(only_images, Incoming)
+    assert only_images.files == ()
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("own_message", "the bot's own message"),
+        ("bot_message", "a bot's message"),
+        ("member_join", "message type 7 ignored"),
+    ],
+)
+def test_skipped(name: str, reason: str) -> None:
+    assert convert(name) == Skipped(reason)
+
+
+def test_old_messages_are_skipped() -> None:
+    result = convert("dm", late=7200)
+    assert isinstance(result, Skipped)
+    assert result.reason.startswith("older than backlog_max_age")
+
+
+def test_a_history_entry_needs_its_channel_to_be_a_server_message() -> None:
+    # History entries have no guild_id: without the channel they would look like DMs.
+    message = accepted("history_entry", channel=CHANNELS[GUILD_CHANNEL])
+    assert (message.is_direct, message.mentions_bot, message.text) == (False, True, "missed me?")
+
+
+def test_a_server_message_in_an_unknown_channel_is_skipped() -> None:
+    data = load("guild_mention")
+    result = to_inbound(
+        data,
+        bot_id=BOT,
+        account=AccountId("srv"),
+        config=config(),
+        channel=None,
+        now=snowflake_time(data["id"]) or datetime.now(UTC),
+    )
+    assert result == Skipped("server message in a channel Herald cannot see")
+
+
+@pytest.mark.parametrize("junk", [None, [], "text", {"id": "x"}, {"id": "1", "channel_id": "2"}])
+def test_junk_is_skipped_not_raised(junk: Any) -> None:
+    result = to_inbound(
+        junk,
+        bot_id=BOT,
+        account=AccountId("srv"),
+        config=config(),
+        channel=None,
+        now=datetime.now(UTC),
+    )
+    assert isinstance(result, Skipped)
+
+
+def test_message_keys_and_snowflakes() -> None:
+    assert message_key("12", "34") == "12:34"
+    assert split_message_key("12:34") == ("12", "34")
+    assert split_message_key("nope") is None
+    assert split_message_key("12:abc") is None
+    assert newer("9", "10") == "10"
+    assert newer(None, "5") == "5"
+    assert newer("5", None) == "5"
+    when = snowflake_time("175928847299117063")
+    assert when == datetime(2016, 4, 30, 11, 18, 25, 796000, tzinfo=UTC)
+
+
+def test_channels_from_rest() -> None:
+    assert channel_from({"id": "1", "type": 1}) == Channel("1", ChannelKind.DIRECT)
+    assert channel_from({"id": "2", "type": 0, "guild_id": "9"}) == Channel("2", ChannelKind.GUILD)
+    assert channel_from({"id": "3", "type": 11, "parent_id": "2"}) == Channel(
+        "3", ChannelKind.THREAD, "2"
+    )
+    assert channel_from({"type": 0}) is None
+    assert channel_from("junk") is None
+
+
+def test_errors() -> None:
+    limited = error_from(429, None, 2.5, "send")
+    assert isinstance(limited, RateLimited)
+    assert limited.retry_after == 2.5
+    assert isinstance(error_from(401, 0, None, "login"), AuthError)
+    assert isinstance(error_from(403, 50013, None, "send"), PermanentSendError)
+    assert isinstance(error_from(404, 10003, None, "send"), PermanentSendError)
+    assert isinstance(error_from(502, None, None, "send"), NotReady)
+    assert isinstance(error_from(None, None, None, "send"), NotReady)
