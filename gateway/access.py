@@ -97,7 +97,10 @@ class Access:
         if section is None:
             return Decision(Verdict.ALLOW)
         sender = str(message.sender.id)
-        if sender in section.allowed_users:
+        refusal = section.refusal(message)
+        if refusal is not None:
+            return Decision(Verdict.IGNORE, detail=refusal)
+        if section.admits(sender):
             return Decision(Verdict.ALLOW)
         if message.sender.is_bot:  # `*` means any person: two bots must not talk forever
             return Decision(Verdict.IGNORE, detail="messages from bots are ignored")

@@ -30,6 +30,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from adapters.email.config import EmailConfig
 from adapters.loopback.config import LoopbackConfig
 from adapters.slack.config import SlackConfig
 from adapters.telegram.config import TelegramConfig
@@ -168,6 +169,7 @@ class PlatformsConfig(Section):
     """The test-only loopback platform (see `tests/fakes/chat_server.py`)."""
     telegram: TelegramConfig | None = None
     slack: SlackConfig | None = None
+    email: EmailConfig | None = None
 
     def sections(self) -> dict[str, PlatformSection]:
         """The configured and enabled platform sections by platform name."""

@@ -9,6 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gateway.contracts.messages import InboundMessage
+
 
 class BusyMode(StrEnum):
     """What happens to a message for a session whose turn is still running."""
@@ -70,3 +72,11 @@ class PlatformSection(Section):
     busy_mode: BusyMode | None = None
     """Default busy mode of this platform's sessions; `sessions.busy_mode` when unset."""
     group_sessions: GroupSessions = GroupSessions.CHAT
+
+    def admits(self, sender: str) -> bool:
+        """Whether `allowed_users` lets `sender` (a platform user id) in by name."""
+        return sender in self.allowed_users
+
+    def refusal(self, message: InboundMessage) -> str | None:
+        """Why `message` is ignored whatever the allowlists say (loop protection), or None."""
+        return None
