@@ -25,6 +25,7 @@ from adapters.email.convert import (
     MailFile,
     ThreadState,
     build_reply,
+    is_address,
     new_message_id,
     to_received,
 )
@@ -169,6 +170,8 @@ class EmailAdapter:
 
         Raises PermanentSendError (5xx, bad address), AuthError, or NotReady (4xx, network).
         """
+        if not is_address(message.chat_id):
+            raise PermanentSendError(f"email: {message.chat_id!r} is not an address")
         state = await self._thread_state(message.chat_id, message.thread_id)
         message_id = new_message_id(self.config.address)
         mail = build_reply(
@@ -216,8 +219,6 @@ class EmailAdapter:
         )
 
     async def _deliver(self, mail: EmailMessage, to: str) -> None:
-        if "@" not in to or any(c in to for c in " <>\r\n"):
-            raise PermanentSendError(f"email: {to!r} is not an address")
         smtp = self._smtp()
         try:
             async with asyncio.timeout(self.config.timeout * 3):

@@ -442,6 +442,11 @@ def to_received(
     return ReceivedMail(inbound, tuple(files), tuple(too_large), thread_references(message))
 
 
+def is_address(value: str) -> bool:
+    """Whether `value` is one plain address (`local@domain`) a mail can be sent to."""
+    return re.fullmatch(r"[^@\s<>(),;:\"\[\]]+@[A-Za-z0-9.\-]+\.[A-Za-z0-9\-]+", value) is not None
+
+
 def reply_subject(subject: str) -> str:
     """`Re: <subject>` without piling up prefixes."""
     base = _REPLY_PREFIX.sub("", subject).strip()
