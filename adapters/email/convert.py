@@ -190,7 +190,8 @@ def automated(message: EmailMessage, own_address: str) -> str | None:
         return "a bounce (empty Return-Path)"
     if message.get_content_type() == "multipart/report":
         return "a delivery or read report"
-    auto = str(message.get("Auto-Submitted", "no")).split(";")[0].strip().lower()
+    auto = (re.split(r"[;(\s]", str(message.get("Auto-Submitted", "no")).strip()) or ["no"])[0]
+    auto = auto.lower() or "no"
     if auto != "no":
         return f"Auto-Submitted: {auto}"
     precedence = str(message.get("Precedence", "")).strip().lower()
@@ -268,6 +269,8 @@ class _TextExtractor(HTMLParser):
         elif tag == "pre":
             self.pre = max(0, self.pre - 1)
             self.parts.append("\n")
+        elif tag == "li":
+            pass  # the next item (or the list's end) starts the next line
         elif tag == "a" and self.links:
             href = self.links.pop()
             if href and href.startswith(("http://", "https://", "mailto:")):
