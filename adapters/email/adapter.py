@@ -153,13 +153,13 @@ class EmailAdapter:
                 thread_key(message.chat_id, message.thread_id), json.dumps(state.to_json())
             )
         if mail.files:
-            attachments = [await self._save(key, i, f) for i, f in enumerate(mail.files)]
+            where = f"{message.chat_id}:{key}"
+            attachments = [await self._save(where, i, f) for i, f in enumerate(mail.files)]
             message = replace(message, attachments=tuple(attachments))
         await sink.accept(message)
 
-    async def _save(self, key: PlatformMessageId, index: int, file: MailFile) -> Attachment:
-        folder_key = f"{self.config.account}:{key}"
-        path = attachment_path(self.files_dir, folder_key, index, file.filename)
+    async def _save(self, where: str, index: int, file: MailFile) -> Attachment:
+        path = attachment_path(self.files_dir, where, index, file.filename)
         await asyncio.to_thread(save_file, path, file.data)
         return Attachment(path, file.mime_type, len(file.data), file.filename)
 
