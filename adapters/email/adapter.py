@@ -28,6 +28,7 @@ from adapters.email.convert import (
     is_address,
     new_message_id,
     to_received,
+    unreadable,
 )
 from adapters.email.imap import ImapSession, MailReceiver, tls_context
 from adapters.files import attachment_path, save_file
@@ -133,14 +134,21 @@ class EmailAdapter:
 
     async def _receive(self, data: bytes, uidvalidity: int, uid: int, sink: InboundSink) -> None:
         """Normalize one mail, keep its files and its conversation's reply state, store it."""
-        mail = to_received(
-            data,
-            config=self.config,
-            account=self.account,
-            uidvalidity=uidvalidity,
-            uid=uid,
-            now=utcnow(),
-        )
+        try:
+            mail = to_received(
+                data,
+                config=self.config,
+                account=self.account,
+                uidvalidity=uidvalidity,
+                uid=uid,
+                now=utcnow(),
+            )
+        except Exception as err:
+            # One unreadable mail must not hold up the folder: it is recorded as refused.
+            logger.warning("email: mail uid %d is unreadable: %r", uid, err)
+            mail = unreadable(
+                self.account, uidvalidity, uid, f"unreadable mail: {type(err).__name__}"
+            )
         message = mail.message
         key = message.platform_message_id
         if message.raw.get("refused"):

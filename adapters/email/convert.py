@@ -450,6 +450,21 @@ def is_address(value: str) -> bool:
     return re.fullmatch(r"[^@\s<>(),;:\"\[\]]+@[A-Za-z0-9.\-]+\.[A-Za-z0-9\-]+", value) is not None
 
 
+def unreadable(account: AccountId, uidvalidity: int, uid: int, reason: str) -> ReceivedMail:
+    """A stand-in for a mail that could not be read at all, refused with `reason`."""
+    key = f"{NO_MESSAGE_ID}{uidvalidity}:{uid}"
+    message = InboundMessage(
+        platform=Platform.EMAIL,
+        account=account,
+        chat_id=ChatId("unknown"),
+        sender=Sender(ExternalUserId("unknown"), is_bot=True),
+        text="",
+        platform_message_id=PlatformMessageId(key),
+        raw={"uid": uid, "uidvalidity": uidvalidity, REFUSED: reason},
+    )
+    return ReceivedMail(message)
+
+
 def reply_subject(subject: str) -> str:
     """`Re: <subject>` without piling up prefixes."""
     base = _REPLY_PREFIX.sub("", subject).strip()

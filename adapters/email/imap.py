@@ -96,6 +96,7 @@ class ImapSession:
         login = await client.login(cfg.username, cfg.password.get_secret_value())
         if login.result != "OK":
             raise AuthError(f"email: IMAP login refused: {_text(login.lines)}")
+        await client.protocol.capability()  # servers may list IDLE only after login
         selected = await client.select(_quote(cfg.folder))
         if selected.result != "OK":
             raise NotReady(f"email: cannot open folder {cfg.folder!r}: {_text(selected.lines)}")
@@ -275,12 +276,15 @@ class MailReceiver:
         self.checkpoints = checkpoints
         self.receive = receive
         self.clock = clock
+        self.idles = 0
+        self._interval = max(config.idle_renew, config.poll_interval)
+        """How often the server shows it is there: the IDLE renewal, or the poll interval."""
+        """IDLE commands issued so far (each renewal is one)."""
         self._last_alive: float | None = None
 
     @property
     def _window(self) -> float:
-        cfg = self.config
-        return max(cfg.idle_renew, cfg.poll_interval) + cfg.timeout + LIVENESS_GRACE
+        return self._interval + self.config.timeout + LIVENESS_GRACE
 
     def _alive(self) -> None:
         self._last_alive = self.clock()
@@ -295,11 +299,14 @@ class MailReceiver:
     async def run(self, session: ImapSession, sink: InboundSink) -> None:
         """Receive on `session` until cancelled. Raises NotReady (reconnect) or what `receive`
         raised."""
+        cfg = self.config
+        self._interval = cfg.idle_renew if session.has_idle else cfg.poll_interval
         self._alive()
         while True:
             await self.catch_up(session, sink)
             self._alive()
             if session.has_idle:
+                self.idles += 1
                 await session.idle(self.config.idle_renew, self._alive)
             else:
                 await asyncio.sleep(self.config.poll_interval)

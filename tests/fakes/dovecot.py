@@ -132,7 +132,9 @@ userdb {{
 class Dovecot:
     """Dovecot serving IMAP on 127.0.0.1:`port` with one user, between enter and exit."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, extra_config: str = "") -> None:
+        self.extra_config = extra_config
+        """Appended to the generated config (e.g. `imap_capability = …` to hide IDLE)."""
         self.binary = dovecot_binary()
         self.version = dovecot_version(self.binary)
         self.port = free_port()
@@ -180,7 +182,8 @@ class Dovecot:
             (self.root / name).mkdir(exist_ok=True)
         os.chown(self.root / "mail", entry.pw_uid, entry.pw_gid)
         (self.root / "passwd").write_text(f"{USER}:{{PLAIN}}{PASSWORD}\n", encoding="utf-8")
-        self.config_path.write_text(_config(self.root, self.port, self.version), "utf-8")
+        config = _config(self.root, self.port, self.version) + self.extra_config + "\n"
+        self.config_path.write_text(config, "utf-8")
         await self._spawn()
 
     async def _spawn(self) -> None:

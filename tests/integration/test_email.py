@@ -5,6 +5,7 @@ server (aiosmtpd, aiosmtplib unmodified): in the running daemon with a fake LLM,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from email.message import EmailMessage
@@ -16,8 +17,10 @@ import pytest
 
 from adapters.email.adapter import EmailAdapter
 from adapters.email.config import EmailConfig
+from adapters.email.convert import to_received
+from adapters.email.imap import LIVENESS_GRACE, ImapSession, MailReceiver
 from gateway.checkpoints import MemoryCheckpoints
-from gateway.contracts.adapter import AdapterState
+from gateway.contracts.adapter import AdapterState, InboundSink
 from gateway.contracts.errors import AuthError, NotReady, PermanentSendError
 from gateway.contracts.ids import AccountId, ChatId, Platform, ThreadId
 from gateway.contracts.messages import Attachment, OutboundMessage, utcnow
@@ -425,3 +428,60 @@ async def test_check_logs_in_to_both_servers(
     smtp.password = "changed"
     with pytest.raises(AuthError, match="SMTP login refused"):
         await adapter(tmp_path, dovecot, smtp).check()
+
+
+async def test_polling_when_the_server_has_no_idle(tmp_path: Path, smtp: SmtpServer) -> None:
+    no_idle = "imap_capability = IMAP4rev1 LITERAL+ UIDPLUS MOVE"
+    async with Dovecot(extra_config=no_idle) as dovecot:
+        sink = ListSink()
+        email = adapter(tmp_path, dovecot, smtp, poll_interval=0.2)
+        async with email, receiving(email, sink):
+            assert email.receiver.idles == 0
+            for n in range(2):
+                data, _ = mail(f"poll {n}")
+                await dovecot.append(data)
+                await sink.until_stored(n + 1)
+        assert email.receiver.idles == 0
+        assert sink.texts == ["poll 0", "poll 1"]
+
+
+async def test_idle_is_renewed_and_liveness_follows_it(
+    tmp_path: Path, dovecot: Dovecot, smtp: SmtpServer
+) -> None:
+    now = [1000.0]
+    config = EmailConfig.model_validate(section(dovecot, smtp, idle_renew=0.2))
+    receiver = MailReceiver(config, MemoryCheckpoints(), _store_text, clock=lambda: now[0])
+    sink = ListSink()
+    assert receiver.liveness() is AdapterState.STARTING
+    async with ImapSession(config) as session:
+        task = asyncio.create_task(receiver.run(session, sink))
+        try:
+            await _until(lambda: receiver.idles >= 3)  # re-issued twice already
+            assert receiver.liveness() is AdapterState.RECEIVING
+            data, _ = mail("still listening")
+            await dovecot.append(data)
+            await sink.until_stored(1)
+            now[0] += 0.2 + config.timeout + LIVENESS_GRACE + 1  # no renewal since: quiet
+            assert receiver.liveness() is AdapterState.RECONNECTING
+            await _until(lambda: receiver.liveness() is AdapterState.RECEIVING)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    assert sink.texts == ["still listening"]
+
+
+async def _store_text(data: bytes, uidvalidity: int, uid: int, sink: InboundSink) -> None:
+    config = EmailConfig.model_validate(
+        {"imap_host": "x", "smtp_host": "x", "username": "u", "password": "p", "address": USER}
+    )
+    received = to_received(
+        data, config=config, account=AccountId("t"), uidvalidity=uidvalidity, uid=uid, now=utcnow()
+    )
+    await sink.accept(received.message)
+
+
+async def _until(check: Callable[[], bool]) -> None:
+    async with asyncio.timeout(10):
+        while not check():
+            await asyncio.sleep(0.02)
