@@ -66,7 +66,46 @@ def _users() -> tuple[str, str, str]:
     return "dovenull", "dovecot", "dovecot"
 
 
-def _config(root: Path, port: int, version: tuple[int, int]) -> str:
+def make_certificate(directory: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (cert.pem, key.pem) in `directory`."""
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    key.chmod(0o644)  # read by Dovecot's own users too
+    return cert, key
+
+
+def _ssl(root: Path, tls: bool, version: tuple[int, int]) -> str:
+    if not tls:
+        return "ssl = no"
+    if version >= (2, 4):
+        files = f"ssl_server_cert_file = {root}/cert.pem\nssl_server_key_file = {root}/key.pem"
+        return f"ssl = yes\n{files}"
+    return f"ssl = yes\nssl_cert = <{root}/cert.pem\nssl_key = <{root}/key.pem"
+
+
+def _config(root: Path, port: int, tls_port: int, version: tuple[int, int], *, tls: bool) -> str:
     login, internal, mail = _users()
     common = f"""
 base_dir = {root}/run
@@ -75,7 +114,7 @@ log_path = {root}/dovecot.log
 instance_name = herald-test-{port}
 protocols = imap
 listen = 127.0.0.1
-ssl = no
+{_ssl(root, tls, version)}
 auth_mechanisms = plain login
 default_internal_user = {internal}
 default_internal_group = {internal}
@@ -89,7 +128,7 @@ service imap-login {{
     port = {port}
   }}
   inet_listener imaps {{
-    port = 0
+    port = {tls_port}
   }}
   chroot =
 }}
@@ -132,12 +171,15 @@ userdb {{
 class Dovecot:
     """Dovecot serving IMAP on 127.0.0.1:`port` with one user, between enter and exit."""
 
-    def __init__(self, *, extra_config: str = "") -> None:
+    def __init__(self, *, extra_config: str = "", tls: bool = False) -> None:
+        self.tls = tls
+        """Also serve IMAPS on `tls_port` and offer STARTTLS (a self-signed certificate)."""
         self.extra_config = extra_config
         """Appended to the generated config (e.g. `imap_capability = …` to hide IDLE)."""
         self.binary = dovecot_binary()
         self.version = dovecot_version(self.binary)
         self.port = free_port()
+        self.tls_port = free_port() if tls else 0
         self.root = Path(tempfile.mkdtemp(prefix="herald-dovecot-"))
         self.process: asyncio.subprocess.Process | None = None
 
@@ -182,7 +224,10 @@ class Dovecot:
             (self.root / name).mkdir(exist_ok=True)
         os.chown(self.root / "mail", entry.pw_uid, entry.pw_gid)
         (self.root / "passwd").write_text(f"{USER}:{{PLAIN}}{PASSWORD}\n", encoding="utf-8")
-        config = _config(self.root, self.port, self.version) + self.extra_config + "\n"
+        if self.tls:
+            make_certificate(self.root)
+        config = _config(self.root, self.port, self.tls_port, self.version, tls=self.tls)
+        config += self.extra_config + "\n"
         self.config_path.write_text(config, "utf-8")
         await self._spawn()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from email.message import EmailMessage
@@ -98,7 +99,17 @@ class _Handler:
 class SmtpServer(Waitable):
     """aiosmtpd on 127.0.0.1:`port` (a free one) between enter and exit."""
 
-    def __init__(self, *, username: str = USER, password: str = PASSWORD) -> None:
+    def __init__(
+        self,
+        *,
+        username: str = USER,
+        password: str = PASSWORD,
+        tls: ssl.SSLContext | None = None,
+        implicit_tls: bool = False,
+    ) -> None:
+        self.tls = tls
+        """Offer STARTTLS with this context, or speak TLS from the start (`implicit_tls`)."""
+        self.implicit_tls = implicit_tls
         self.username = username
         self.password = password
         self.received: list[Received] = []
@@ -121,7 +132,8 @@ class SmtpServer(Waitable):
 
     def section(self) -> dict[str, Any]:
         """The SMTP keys of a `platforms.email` section sending through this server."""
-        return {"smtp_host": "127.0.0.1", "smtp_port": self.port, "smtp_security": "none"}
+        security = "none" if self.tls is None else "tls" if self.implicit_tls else "starttls"
+        return {"smtp_host": "127.0.0.1", "smtp_port": self.port, "smtp_security": security}
 
     async def __aenter__(self) -> Self:
         logging.getLogger("mail.log").addFilter(_QUIET)
@@ -133,11 +145,13 @@ class SmtpServer(Waitable):
                 hostname="smtp.example.test",
                 # Required by `handle_DATA` (aiosmtpd warns about AUTH required without TLS).
                 auth_require_tls=False,
+                tls_context=None if self.implicit_tls else self.tls,
                 authenticator=self._authenticate,
                 loop=loop,
             ),
             "127.0.0.1",
             0,
+            ssl=self.tls if self.implicit_tls else None,
         )
         self.port = int(self._server.sockets[0].getsockname()[1])
         return self

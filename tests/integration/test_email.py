@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from email.message import EmailMessage
@@ -485,3 +486,29 @@ async def _until(check: Callable[[], bool]) -> None:
     async with asyncio.timeout(10):
         while not check():
             await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("security", ["tls", "starttls"])
+async def test_tls_and_starttls_to_both_servers(tmp_path: Path, security: str) -> None:
+    async with Dovecot(tls=True) as dovecot:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(dovecot.root / "cert.pem", dovecot.root / "key.pem")
+        async with SmtpServer(tls=context, implicit_tls=security == "tls") as smtp:
+            port = dovecot.tls_port if security == "tls" else dovecot.port
+            email = adapter(
+                tmp_path, dovecot, smtp, imap_port=port, imap_security=security, tls_verify=False
+            )
+            assert "login ok" in await email.check()
+            data, _ = mail("over TLS")
+            await dovecot.append(data)
+            sink = ListSink()
+            async with email, receiving(email, sink):
+                await sink.until_stored(1)
+                await email.send(outbound("secret reply"))
+            [sent] = smtp.received
+            assert sent.text == "secret reply"
+            assert sink.texts == ["over TLS"]
+            # Checking certificates is the default: a self-signed one is refused.
+            strict = adapter(tmp_path, dovecot, smtp, imap_port=port, imap_security=security)
+            with pytest.raises(NotReady, match="CERTIFICATE_VERIFY_FAILED"):
+                await strict.check()
