@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from adapters.email.adapter import EmailAdapter
 from adapters.email.config import EmailConfig
@@ -25,6 +26,7 @@ from gateway.contracts.adapter import AdapterState, InboundSink
 from gateway.contracts.errors import AuthError, NotReady, PermanentSendError
 from gateway.contracts.ids import AccountId, ChatId, Platform, ThreadId
 from gateway.contracts.messages import Attachment, OutboundMessage, utcnow
+from gateway.store.tables import outbox
 from tests.fakes.dovecot import USER, Dovecot
 from tests.fakes.llm import FakeLLM
 from tests.fakes.sink import ListSink, receiving
@@ -512,3 +514,28 @@ async def test_tls_and_starttls_to_both_servers(tmp_path: Path, security: str) -
             strict = adapter(tmp_path, dovecot, smtp, imap_port=port, imap_security=security)
             with pytest.raises(NotReady, match="CERTIFICATE_VERIFY_FAILED"):
                 await strict.check()
+
+
+async def test_a_transient_smtp_refusal_is_retried_and_a_permanent_one_dead_letters(
+    tmp_path: Path, dovecot: Dovecot, smtp: SmtpServer, llm: FakeLLM
+) -> None:
+    async with running_daemon(tmp_path, llm, "email", section(dovecot, smtp)) as herald:
+        smtp.refusals = ["451 4.3.0 greylisted, try again later"]
+        data, _ = mail("first try fails")
+        await dovecot.append(data)
+        [reply] = await smtp.wait_for_mail(1)
+        assert reply.text == "You said: first try fails"
+        assert smtp.attempts == 2
+
+        smtp.refusals = ["550 5.1.1 mailbox unavailable"]
+        data, _ = mail("never deliverable")
+        await dovecot.append(data)
+        await herald.until(lambda: smtp.attempts == 3)
+
+        async def dead() -> bool:
+            async with herald.store.read() as conn:
+                rows = (await conn.execute(select(outbox))).mappings().all()
+            return [r["status"] for r in rows] == ["sent", "dead"]
+
+        await herald.until(dead)
+        assert len(smtp.received) == 1
