@@ -19,7 +19,7 @@ from typing import Self
 
 import aiosmtplib
 
-from adapters.email.config import EmailConfig, Security
+from adapters.email.config import REFUSED, EmailConfig, Security
 from adapters.email.convert import (
     NO_MESSAGE_ID,
     MailFile,
@@ -92,7 +92,7 @@ class EmailAdapter:
     async def __aexit__(self, *exc: object) -> None:
         session, self._session = self._session, None
         if session is not None:
-            await asyncio.shield(session.__aexit__())
+            await session.__aexit__()
 
     def liveness(self) -> AdapterState:
         """RECEIVING while IDLE is renewed or polls complete in time."""
@@ -151,8 +151,9 @@ class EmailAdapter:
             )
         message = mail.message
         key = message.platform_message_id
-        if message.raw.get("refused"):
-            logger.info("email: mail %s from %s refused: %s", key, message.chat_id, message.raw)
+        refused = message.raw.get(REFUSED)
+        if refused:
+            logger.info("email: mail %s from %s refused: %s", key, message.chat_id, refused)
         else:
             subject = str(message.raw.get("subject", ""))
             own = "" if key.startswith(NO_MESSAGE_ID) else str(key)

@@ -237,3 +237,12 @@ def test_allowed_senders_match_addresses_and_domains() -> None:
     assert not cfg.admits("eve@sub.example.org")
     assert not cfg.admits("eve@example.net")
     assert not config().pairing  # unknown senders are ignored unless pairing is turned on
+
+
+def test_config_validation() -> None:
+    assert config(allowed_senders="@example.org").allowed_senders == ("@example.org",)
+    assert config(address="Herald@Example.TEST").address == "herald@example.test"
+    with pytest.raises(ValueError, match="move_to must differ from folder"):
+        config(after_receipt="move", move_to="INBOX")
+    with pytest.raises(ValueError, match="address"):
+        config(address="not an address")
