@@ -207,7 +207,17 @@ class ImapSession:
         """Flag the mail `\\Seen`, or move it, per config (after it is in the inbox)."""
         if self.config.after_receipt is AfterReceipt.MOVE:
             target = _quote(self.config.move_to)
-            await self.command("MOVE", lambda c: c.uid("move", str(uid), target))
+            if self._client().has_capability("MOVE"):
+                await self.command("MOVE", lambda c: c.uid("move", str(uid), target))
+                return
+            # RFC 6851's fallback: copy, flag deleted, expunge (this UID only with UIDPLUS).
+            await self.command("COPY", lambda c: c.uid("copy", str(uid), target))
+            deleted = "+FLAGS.SILENT (\\Deleted \\Seen)"
+            await self.command("STORE", lambda c: c.uid("store", str(uid), deleted))
+            if self._client().has_capability("UIDPLUS"):
+                await self.command("EXPUNGE", lambda c: c.uid("expunge", str(uid)))
+            else:
+                await self.command("EXPUNGE", lambda c: c.expunge())
         else:
             await self.command(
                 "STORE", lambda c: c.uid("store", str(uid), "+FLAGS.SILENT (\\Seen)")

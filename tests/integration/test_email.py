@@ -406,9 +406,16 @@ async def until_set(
             await asyncio.sleep(0.02)
 
 
+@pytest.mark.parametrize("server_moves", [True, False])
 async def test_mail_is_moved_when_configured(
-    tmp_path: Path, dovecot: Dovecot, smtp: SmtpServer
+    tmp_path: Path, smtp: SmtpServer, server_moves: bool
 ) -> None:
+    capabilities = "" if server_moves else "imap_capability = IMAP4rev1 IDLE UIDPLUS"
+    async with Dovecot(extra_config=capabilities) as dovecot:
+        await _moved(tmp_path, dovecot, smtp)
+
+
+async def _moved(tmp_path: Path, dovecot: Dovecot, smtp: SmtpServer) -> None:
     await dovecot.create_folder("Done")
     data, _ = mail("move me")
     await dovecot.append(data)
