@@ -69,9 +69,12 @@ def _users() -> tuple[str, str, str]:
 def make_certificate(directory: Path) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 (cert.pem, key.pem) in `directory`."""
     cert, key = directory / "cert.pem", directory / "key.pem"
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        require_service("openssl", "not installed (apt-get install openssl)")
     subprocess.run(
         [
-            "openssl",
+            openssl,
             "req",
             "-x509",
             "-newkey",
