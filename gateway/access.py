@@ -97,11 +97,14 @@ class Access:
         if section is None:
             return Decision(Verdict.ALLOW)
         sender = str(message.sender.id)
-        if sender in section.allowed_users:
+        refusal = section.refusal(message)
+        if refusal is not None:
+            return Decision(Verdict.IGNORE, detail=refusal)
+        if section.admits(message):
             return Decision(Verdict.ALLOW)
         if message.sender.is_bot:  # `*` means any person: two bots must not talk forever
             return Decision(Verdict.IGNORE, detail="messages from bots are ignored")
-        if "*" in section.allowed_users or section.admits(message):
+        if "*" in section.allowed_users:
             return Decision(Verdict.ALLOW)
         granted = await conn.scalar(
             select(grants.c.id).where(grants.c.platform == platform, grants.c.external_id == sender)

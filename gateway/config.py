@@ -32,6 +32,7 @@ from pydantic_settings import (
 )
 
 from adapters.discord.config import DiscordConfig
+from adapters.email.config import EmailConfig
 from adapters.loopback.config import LoopbackConfig
 from adapters.slack.config import SlackConfig
 from adapters.telegram.config import TelegramConfig
@@ -203,6 +204,7 @@ class PlatformsConfig(Section):
     slack: SlackConfig | None = None
     twilio: TwilioConfig | None = None
     discord: DiscordConfig | None = None
+    email: EmailConfig | None = None
 
     def sections(self) -> dict[str, PlatformSection]:
         """The configured and enabled platform sections by platform name."""

@@ -204,6 +204,12 @@ def adapter_factory(
 
         assert isinstance(section, DiscordConfig)
         return lambda: DiscordAdapter(section, files, context.checkpoints)
+    if name == "email":
+        from adapters.email.adapter import EmailAdapter  # noqa: PLC0415
+        from adapters.email.config import EmailConfig  # noqa: PLC0415
+
+        assert isinstance(section, EmailConfig)
+        return lambda: EmailAdapter(section, files, context.checkpoints)
     raise ConfigError(f"platforms.{name}: no adapter is available for this platform yet")
 
 

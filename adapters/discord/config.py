@@ -46,7 +46,9 @@ class DiscordConfig(PlatformSection):
     """MIME type patterns (`image/*`, `application/pdf`) of files that are downloaded."""
 
     def admits(self, message: InboundMessage) -> bool:
-        """A server member with one of `allowed_roles` may talk to the agent."""
+        """Listed in `allowed_users`, or a server member with one of `allowed_roles`."""
+        if super().admits(message):
+            return True
         if not self.allowed_roles:
             return False
         member = message.raw.get("member")

@@ -74,5 +74,10 @@ class PlatformSection(Section):
     group_sessions: GroupSessions = GroupSessions.CHAT
 
     def admits(self, message: InboundMessage) -> bool:
-        """Whether a platform rule beyond `allowed_users` lets this sender in (Discord roles)."""
-        return False
+        """Whether the section's own rules let this sender in: listed in `allowed_users` by
+        id, or a platform's rule on top (email domains, Discord roles)."""
+        return str(message.sender.id) in self.allowed_users
+
+    def refusal(self, message: InboundMessage) -> str | None:
+        """Why `message` is ignored whatever the allowlists say (loop protection), or None."""
+        return None

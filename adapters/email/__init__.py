@@ -1,0 +1,1 @@
+"""Email: IMAP IDLE in, SMTP out."""

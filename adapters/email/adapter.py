@@ -1,0 +1,264 @@
+"""The email connection: IMAP in (see `imap.py`), SMTP out, one mailbox.
+
+Replies are threaded from a small per-conversation state kept in the checkpoints,
+`thread:<chat>[:<thread>]` → the subject, the last mail received and its References: the outbox
+only says whom to answer (and, for direct chats, not which mail), so each inbound mail updates
+its conversation's state before it is stored, and a reply answers the latest mail of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import mimetypes
+from dataclasses import replace
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Self
+
+import aiosmtplib
+
+from adapters.email.config import REFUSED, EmailConfig, Security
+from adapters.email.convert import (
+    NO_MESSAGE_ID,
+    MailFile,
+    ThreadState,
+    build_reply,
+    is_address,
+    new_message_id,
+    to_received,
+    unreadable,
+)
+from adapters.email.imap import ImapSession, MailReceiver, tls_context
+from adapters.files import attachment_path, save_file
+from gateway.contracts.adapter import AdapterState, Checkpoints, InboundSink
+from gateway.contracts.errors import AuthError, NotReady, PermanentSendError
+from gateway.contracts.ids import AccountId, ChatId, Platform, PlatformMessageId, ThreadId
+from gateway.contracts.messages import (
+    Attachment,
+    DeliveryReceipt,
+    OutboundMessage,
+    SendLimits,
+    TextFormat,
+    utcnow,
+)
+
+logger = logging.getLogger(__name__)
+
+MAX_CHUNK = 200_000
+"""One reply is one mail."""
+
+
+def thread_key(chat_id: str, thread_id: str | None) -> str:
+    """The checkpoint name of one conversation's reply state."""
+    return f"thread:{chat_id}:{thread_id}" if thread_id else f"thread:{chat_id}"
+
+
+class EmailAdapter:
+    """One mailbox: reads a folder over IMAP (IDLE, or polling), answers over SMTP.
+
+    Entering logs in to the IMAP server and opens the folder (AuthError when the login is
+    refused, NotReady when the server cannot be reached). SMTP connects per reply.
+    """
+
+    platform: Platform = Platform.EMAIL
+
+    def __init__(self, config: EmailConfig, files_dir: Path, checkpoints: Checkpoints) -> None:
+        self.config = config
+        self.files_dir = files_dir
+        self.checkpoints = checkpoints
+        self.account = AccountId(config.account)
+        self.limits = SendLimits(max_chunk=MAX_CHUNK, min_edit_interval=60.0)
+        self.receiver = MailReceiver(config, checkpoints, self._receive)
+        self._session: ImapSession | None = None
+        self._entered = False
+
+    async def __aenter__(self) -> Self:
+        """Log in to IMAP and open the folder. Raises AuthError or NotReady."""
+        session = ImapSession(self.config)
+        await session.__aenter__()
+        self._session = session
+        self._entered = True
+        logger.info(
+            "email: reading %s on %s as %s (%s)",
+            self.config.folder,
+            self.config.imap_host,
+            self.config.username,
+            "IDLE" if session.has_idle else f"polling every {self.config.poll_interval:g}s",
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.__aexit__()
+
+    def liveness(self) -> AdapterState:
+        """RECEIVING while IDLE is renewed or polls complete in time."""
+        if self._session is None:
+            return AdapterState.STOPPED if self._entered else AdapterState.STARTING
+        return self.receiver.liveness()
+
+    async def run(self, sink: InboundSink) -> None:
+        """Receive until cancelled. Raises NotReady, AuthError, or what `sink.accept` raised."""
+        if self._session is None:
+            raise NotReady("email: the adapter is not connected")
+        await self.receiver.run(self._session, sink)
+
+    async def check(self) -> str:
+        """Log in to both servers without taking over receiving (for `herald doctor`).
+
+        Raises AuthError or NotReady.
+        """
+        async with ImapSession(self.config) as session:
+            folder = f"{self.config.folder} (UIDVALIDITY {session.uidvalidity})"
+            idle = "IDLE" if session.has_idle else "no IDLE: polling"
+        smtp = self._smtp()
+        try:
+            async with asyncio.timeout(self.config.timeout):
+                await smtp.connect()
+                await smtp.quit()
+        except aiosmtplib.SMTPAuthenticationError as err:
+            raise AuthError(f"email: SMTP login refused: {err.code} {err.message}") from err
+        except (TimeoutError, OSError, aiosmtplib.SMTPException) as err:
+            raise NotReady(f"email: SMTP {self._smtp_where}: {err}") from err
+        finally:
+            smtp.close()
+        return (
+            f"{self.config.address}: IMAP {self.config.imap_host} {folder}, {idle}; "
+            f"SMTP {self._smtp_where} login ok"
+        )
+
+    # -- receiving --------------------------------------------------------------------------
+
+    async def _receive(self, data: bytes, uidvalidity: int, uid: int, sink: InboundSink) -> None:
+        """Normalize one mail, keep its files and its conversation's reply state, store it."""
+        try:
+            mail = to_received(
+                data,
+                config=self.config,
+                account=self.account,
+                uidvalidity=uidvalidity,
+                uid=uid,
+                now=utcnow(),
+            )
+        except Exception as err:
+            # One unreadable mail must not hold up the folder: it is recorded as refused.
+            logger.warning("email: mail uid %d is unreadable: %r", uid, err)
+            mail = unreadable(
+                self.account, uidvalidity, uid, f"unreadable mail: {type(err).__name__}"
+            )
+        message = mail.message
+        key = message.platform_message_id
+        refused = message.raw.get(REFUSED)
+        if refused:
+            logger.info("email: mail %s from %s refused: %s", key, message.chat_id, refused)
+        else:
+            subject = str(message.raw.get("subject", ""))
+            own = "" if key.startswith(NO_MESSAGE_ID) else str(key)
+            state = ThreadState(subject, own, mail.references[:-1] if own else mail.references)
+            await self.checkpoints.set(
+                thread_key(message.chat_id, message.thread_id), json.dumps(state.to_json())
+            )
+        if mail.files:
+            where = f"{message.chat_id}:{key}"
+            attachments = [await self._save(where, i, f) for i, f in enumerate(mail.files)]
+            message = replace(message, attachments=tuple(attachments))
+        await sink.accept(message)
+
+    async def _save(self, where: str, index: int, file: MailFile) -> Attachment:
+        path = attachment_path(self.files_dir, where, index, file.filename)
+        await asyncio.to_thread(save_file, path, file.data)
+        return Attachment(path, file.mime_type, len(file.data), file.filename)
+
+    # -- sending ----------------------------------------------------------------------------
+
+    async def send(self, message: OutboundMessage) -> DeliveryReceipt:
+        """Send one reply (one mail) to `message.chat_id`, threaded into its conversation.
+
+        Raises PermanentSendError (5xx, bad address), AuthError, or NotReady (4xx, network).
+        """
+        if not is_address(message.chat_id):
+            raise PermanentSendError(f"email: {message.chat_id!r} is not an address")
+        state = await self._thread_state(message.chat_id, message.thread_id)
+        message_id = new_message_id(self.config.address)
+        mail = build_reply(
+            config=self.config,
+            to=str(message.chat_id),
+            text=message.text,
+            markdown=message.format is TextFormat.MARKDOWN,
+            state=state,
+            in_reply_to=None
+            if message.reply_to is None or message.reply_to.startswith(NO_MESSAGE_ID)
+            else str(message.reply_to),
+            message_id=message_id,
+            now=utcnow(),
+        )
+        for attachment in message.attachments:
+            await _attach(mail, attachment)
+        await self._deliver(mail, str(message.chat_id))
+        return DeliveryReceipt(PlatformMessageId(message_id.strip("<>")))
+
+    async def _thread_state(self, chat: ChatId, thread: ThreadId | None) -> ThreadState | None:
+        raw = await self.checkpoints.get(thread_key(chat, thread))
+        if raw is None:
+            return None
+        try:
+            return ThreadState.from_json(json.loads(raw))
+        except ValueError:
+            return None
+
+    @property
+    def _smtp_where(self) -> str:
+        return f"{self.config.smtp_host}:{self.config.smtp_port}"
+
+    def _smtp(self) -> aiosmtplib.SMTP:
+        cfg = self.config
+        return aiosmtplib.SMTP(
+            hostname=cfg.smtp_host,
+            port=cfg.smtp_port,
+            username=cfg.username,
+            password=cfg.password.get_secret_value(),
+            local_hostname=cfg.address.rpartition("@")[2],
+            timeout=cfg.timeout,
+            use_tls=cfg.smtp_security is Security.TLS,
+            start_tls=cfg.smtp_security is Security.STARTTLS,
+            tls_context=tls_context(cfg) if cfg.smtp_security is not Security.NONE else None,
+        )
+
+    async def _deliver(self, mail: EmailMessage, to: str) -> None:
+        smtp = self._smtp()
+        try:
+            async with asyncio.timeout(self.config.timeout * 3):
+                await smtp.connect()
+                await smtp.send_message(mail, sender=self.config.address, recipients=[to])
+                await smtp.quit()
+        except aiosmtplib.SMTPAuthenticationError as err:
+            raise AuthError(f"email: SMTP login refused: {err.code} {err.message}") from err
+        except aiosmtplib.SMTPRecipientsRefused as err:
+            codes = [r.code for r in err.recipients]
+            detail = "; ".join(f"{r.code} {r.message}" for r in err.recipients)
+            if codes and all(500 <= c < 600 for c in codes):
+                raise PermanentSendError(f"email: {to} refused: {detail}") from err
+            raise NotReady(f"email: {to} refused for now: {detail}") from err
+        except aiosmtplib.SMTPResponseException as err:
+            if 500 <= err.code < 600:
+                raise PermanentSendError(f"email: SMTP {err.code} {err.message}") from err
+            raise NotReady(f"email: SMTP {err.code} {err.message}") from err
+        except (TimeoutError, OSError, aiosmtplib.SMTPException) as err:
+            raise NotReady(f"email: SMTP {self._smtp_where}: {err}") from err
+        finally:
+            smtp.close()
+
+
+async def _attach(mail: EmailMessage, attachment: Attachment) -> None:
+    data = await asyncio.to_thread(attachment.path.read_bytes)
+    mime = attachment.mime_type or mimetypes.guess_type(attachment.path.name)[0]
+    maintype, _, subtype = (mime or "application/octet-stream").partition("/")
+    mail.add_attachment(
+        data,
+        maintype=maintype,
+        subtype=subtype or "octet-stream",
+        filename=attachment.filename or attachment.path.name,
+    )

@@ -1,0 +1,538 @@
+"""Pure mail conversions: a received RFC 5322 message ⇄ Herald's normalized messages.
+
+Ids: a mail's `platform_message_id` is its Message-ID without the angle brackets (the inbox
+deduplicates on it, so the same mail fetched twice, or again after UIDVALIDITY changed, is
+stored once); a mail without a Message-ID gets `uid:<uidvalidity>:<uid>`. The chat is the
+sender's address, lowercased; the thread is the thread root's Message-ID (the first entry of
+References, else In-Reply-To, else the mail's own id) when sessions are per thread.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email import policy
+from email.headerregistry import Address
+from email.message import EmailMessage
+from email.parser import BytesParser
+from email.utils import format_datetime, getaddresses, make_msgid, parseaddr
+from html.parser import HTMLParser
+from typing import Any
+
+from markdown_it import MarkdownIt
+
+from adapters.email.config import REFUSED, EmailConfig, SessionBy
+from gateway.contracts.ids import (
+    AccountId,
+    ChatId,
+    ExternalUserId,
+    Platform,
+    PlatformMessageId,
+    ThreadId,
+)
+from gateway.contracts.messages import InboundMessage, Sender
+
+HERALD_ID_PREFIX = "herald."
+"""Message-IDs Herald writes start with this, so its own mail is recognized if it comes back."""
+NO_MESSAGE_ID = "uid:"
+"""Prefix of the id given to a mail without a Message-ID (`uid:<uidvalidity>:<uid>`)."""
+MAX_REFERENCES = 20
+"""References kept in a reply (the root and the most recent ones)."""
+SUBJECT = "subject"
+"""Key of `InboundMessage.raw` holding the mail's subject."""
+
+_BULK_PRECEDENCE = frozenset({"bulk", "list", "junk"})
+_LIST_HEADERS = ("List-Id", "List-Unsubscribe", "List-Post", "List-Help", "Mailing-List")
+_AUTO_HEADERS = ("X-Autoreply", "X-Autorespond")
+_ROBOT_LOCALPARTS = re.compile(
+    r"^(mailer-daemon|postmaster|no-?reply|do-?not-?reply|bounces?)([+\-.].*)?$", re.IGNORECASE
+)
+_REPLY_PREFIX = re.compile(r"^\s*((re|aw|sv|antw)\s*(\[\d+\])?\s*:\s*)+", re.IGNORECASE)
+_ATTRIBUTION = re.compile(
+    r"^(on\s.+\swrote:|le\s.+\sa écrit\s?:|am\s.+\sschrieb\s.*:|.+\s<[^>]+>\s+wrote:)\s*$",
+    re.IGNORECASE,
+)
+_ORIGINAL = re.compile(
+    r"^\s*(-{2,}\s*(original message|forwarded message|ursprüngliche nachricht)\s*-{2,}"
+    r"|_{10,})\s*$",
+    re.IGNORECASE,
+)
+_OUTLOOK_FROM = re.compile(r"^\s*\**from:\**\s.+$", re.IGNORECASE)
+_SENT_LINE = re.compile(r"^\s*\**(sent|date):\**\s.+$", re.IGNORECASE)
+_MOBILE_SIGNATURE = re.compile(r"^\s*sent from my \w+", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class MailFile:
+    """An attachment of a received mail, still in memory."""
+
+    filename: str
+    mime_type: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedMail:
+    """A received mail, normalized, with the files still to be written to disk."""
+
+    message: InboundMessage
+    files: tuple[MailFile, ...] = ()
+    too_large: tuple[str, ...] = ()
+    """Names of attachments over the size limit (left out)."""
+    references: tuple[str, ...] = ()
+    """The thread so far, oldest first, ending with this mail's own id (for a reply)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadState:
+    """What a reply in one conversation needs: the subject and the mail being answered."""
+
+    subject: str
+    message_id: str
+    references: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able form for the checkpoint store."""
+        return {"subject": self.subject, "id": self.message_id, "refs": list(self.references)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> ThreadState | None:
+        """The state stored by `to_json`, or None when `data` is not one."""
+        if not isinstance(data, dict):
+            return None
+        subject, message_id, refs = data.get("subject"), data.get("id"), data.get("refs")
+        if not isinstance(subject, str) or not isinstance(message_id, str):
+            return None
+        if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
+            refs = []
+        return cls(subject, message_id, tuple(refs))
+
+
+def parse(data: bytes) -> EmailMessage:
+    """The mail in `data` (RFC 5322 bytes) with the modern `email` API."""
+    message = BytesParser(policy=policy.default).parsebytes(data)
+    assert isinstance(message, EmailMessage)
+    return message
+
+
+def bare_id(value: str | None) -> str:
+    """A Message-ID without angle brackets and whitespace; '' when there is none."""
+    if not value:
+        return ""
+    match = re.search(r"<([^<>\s]+)>", value)
+    return match.group(1) if match else value.strip().strip("<>").strip()
+
+
+def id_list(value: str | None) -> list[str]:
+    """The Message-IDs of a References / In-Reply-To header, in order."""
+    if not value:
+        return []
+    found = re.findall(r"<([^<>\s]+)>", str(value))
+    return found or [v for v in str(value).split() if v]
+
+
+def sender_of(message: EmailMessage) -> tuple[str, str]:
+    """(address lowercased, display name) of the mail's author (From, else Sender)."""
+    for header in ("From", "Sender"):
+        value = message.get(header)
+        if value is None:
+            continue
+        name, address = parseaddr(str(value))
+        if address and "@" in address:
+            return address.strip().lower(), name.strip()
+    return "", ""
+
+
+def thread_root(message: EmailMessage) -> str:
+    """The id of the mail that started this thread."""
+    references = id_list(message.get("References"))
+    if references:
+        return references[0]
+    reply_to = id_list(message.get("In-Reply-To"))
+    if reply_to:
+        return reply_to[0]
+    return bare_id(message.get("Message-ID"))
+
+
+def thread_references(message: EmailMessage) -> tuple[str, ...]:
+    """References for a reply to `message`: its own, then its id; trimmed to MAX_REFERENCES."""
+    refs = id_list(message.get("References")) or id_list(message.get("In-Reply-To"))
+    own = bare_id(message.get("Message-ID"))
+    if own and own not in refs:
+        refs.append(own)
+    return trim_references(refs)
+
+
+def trim_references(refs: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """The root and the most recent ids, at most MAX_REFERENCES of them."""
+    if len(refs) <= MAX_REFERENCES:
+        return tuple(refs)
+    return (refs[0], *refs[len(refs) - MAX_REFERENCES + 1 :])
+
+
+def automated(message: EmailMessage, own_address: str) -> str | None:
+    """Why this mail must not be answered (it is Herald's own, a bounce, automatic or bulk
+    mail), or None for a mail a person wrote."""
+    sender, _ = sender_of(message)
+    if not sender:
+        return "no sender address"
+    if sender == own_address.lower():
+        return "mail from Herald's own address"
+    if bare_id(message.get("Message-ID")).startswith(HERALD_ID_PREFIX):
+        return "Herald's own mail came back"
+    local = sender.partition("@")[0]
+    if _ROBOT_LOCALPARTS.match(local):
+        return f"automatic sender {sender}"
+    return_path = message.get("Return-Path")
+    if return_path is not None and str(return_path).strip() in ("<>", ""):
+        return "a bounce (empty Return-Path)"
+    if message.get_content_type() == "multipart/report":
+        return "a delivery or read report"
+    auto = (re.split(r"[;(\s]", str(message.get("Auto-Submitted", "no")).strip()) or ["no"])[0]
+    auto = auto.lower() or "no"
+    if auto != "no":
+        return f"Auto-Submitted: {auto}"
+    precedence = str(message.get("Precedence", "")).strip().lower()
+    if precedence in _BULK_PRECEDENCE:
+        return f"Precedence: {precedence}"
+    for header in (*_LIST_HEADERS, *_AUTO_HEADERS):
+        if message.get(header) is not None:
+            return f"{header} header"
+    return None
+
+
+def authenticated(message: EmailMessage, sender: str) -> bool:
+    """Whether an Authentication-Results header says `dkim=pass` or `spf=pass` for the
+    sender's domain (or a subdomain of it)."""
+    domain = sender.rpartition("@")[2].lower()
+    if not domain:
+        return False
+    for header in message.get_all("Authentication-Results") or ():
+        for clause in str(header).split(";")[1:]:
+            method = re.match(r"\s*(dkim|spf)\s*=\s*(\w+)", clause, re.IGNORECASE)
+            if method is None or method.group(2).lower() != "pass":
+                continue
+            props = re.findall(r"(header\.d|header\.i|smtp\.mailfrom|smtp\.from)=(\S+)", clause)
+            for _, value in props:
+                value_domain = value.strip("\"';").rpartition("@")[2].lower()
+                if value_domain == domain or value_domain.endswith("." + domain):
+                    return True
+    return False
+
+
+class _TextExtractor(HTMLParser):
+    """Visible text of an HTML mail: paragraphs and line breaks kept, scripts and styles
+    dropped, links written `text (url)`, list items as bullets."""
+
+    BLOCKS = frozenset(
+        {"p", "div", "br", "tr", "li", "h1", "h2", "h3", "h4", "h5", "h6", "table", "ul", "ol"}
+        | {"blockquote", "pre", "hr", "section", "article", "header", "footer"}
+    )
+    HIDDEN = frozenset({"script", "style", "head", "title", "template"})
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.hidden = 0
+        self.quote_depth = 0
+        self.links: list[str | None] = []
+        self.pre = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in self.HIDDEN:
+            self.hidden += 1
+        elif tag == "blockquote":
+            self.quote_depth += 1
+            self.parts.append("\n")
+        elif tag == "br":
+            self.parts.append("\n")
+        elif tag == "li":
+            self.parts.append("\n• ")
+        elif tag == "pre":
+            self.pre += 1
+            self.parts.append("\n")
+        elif tag in self.BLOCKS:
+            self.parts.append("\n")
+        elif tag == "a":
+            self.links.append(dict(attrs).get("href"))
+        if tag in ("p", "div", "h1", "h2", "h3", "table"):
+            self.parts.append("\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in self.HIDDEN:
+            self.hidden = max(0, self.hidden - 1)
+        elif tag == "blockquote":
+            self.quote_depth = max(0, self.quote_depth - 1)
+            self.parts.append("\n")
+        elif tag == "pre":
+            self.pre = max(0, self.pre - 1)
+            self.parts.append("\n")
+        elif tag == "li":
+            pass  # the next item (or the list's end) starts the next line
+        elif tag == "a" and self.links:
+            href = self.links.pop()
+            if href and href.startswith(("http://", "https://", "mailto:")):
+                self.parts.append(f" ({href.removeprefix('mailto:')})")
+        elif tag in self.BLOCKS:
+            self.parts.append("\n")
+
+    def handle_data(self, data: str) -> None:
+        if self.hidden:
+            return
+        text = data if self.pre else re.sub(r"\s+", " ", data)
+        if self.quote_depth:
+            text = text.replace("\n", "\n> ")
+            if not self.parts or self.parts[-1].endswith("\n"):
+                text = "> " + text.lstrip()
+        self.parts.append(text)
+
+
+def html_to_text(source: str) -> str:
+    """Readable plain text for an HTML body."""
+    extractor = _TextExtractor()
+    extractor.feed(source)
+    extractor.close()
+    lines = [line.strip() for line in "".join(extractor.parts).splitlines()]
+    text = "\n".join(lines)
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+def body_text(message: EmailMessage) -> str:
+    """The mail's text: its text/plain part, else its text/html part converted."""
+    part = message.get_body(preferencelist=("plain", "html"))
+    if part is None:
+        return ""
+    assert isinstance(part, EmailMessage)
+    try:
+        content = part.get_content()
+    except (LookupError, UnicodeError):
+        payload = part.get_payload(decode=True)
+        content = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else ""
+    if not isinstance(content, str):
+        return ""
+    if part.get_content_type() == "text/html":
+        return html_to_text(content)
+    return content.replace("\r\n", "\n")
+
+
+def strip_quoted(text: str) -> str:
+    """The new part of a reply: quoted history (`>` lines and what follows an attribution
+    like "On … wrote:"), forwarded/original blocks and the signature (after `-- `) removed.
+
+    A text that would come out empty is returned whole (it was all quote, so keep it).
+    """
+    lines = text.replace("\r\n", "\n").split("\n")
+    kept: list[str] = []
+    for i, line in enumerate(lines):
+        stripped = line.rstrip()
+        if stripped == "--" or _ORIGINAL.match(line) or _MOBILE_SIGNATURE.match(line):
+            break
+        if _ATTRIBUTION.match(line.strip()):
+            break
+        # "On Mon, 1 Jan 2026 at 10:00, Ann <ann@example.com>" wrapped onto two lines.
+        if (
+            line.strip().lower().startswith("on ")
+            and i + 1 < len(lines)
+            and lines[i + 1].strip().lower().endswith("wrote:")
+        ):
+            break
+        if _OUTLOOK_FROM.match(line) and any(
+            _SENT_LINE.match(following) for following in lines[i + 1 : i + 4]
+        ):
+            break
+        if line.lstrip().startswith(">"):
+            continue
+        kept.append(stripped)
+    result = "\n".join(kept).strip()
+    return result or text.strip()
+
+
+def attachments_of(message: EmailMessage) -> list[tuple[str, str, bytes]]:
+    """(filename, MIME type, bytes) of each attachment, in order."""
+    out: list[tuple[str, str, bytes]] = []
+    for index, part in enumerate(message.iter_attachments()):
+        if not isinstance(part, EmailMessage) or part.is_multipart():
+            continue
+        data = part.get_payload(decode=True)
+        if not isinstance(data, bytes):
+            continue
+        filename = part.get_filename() or f"attachment-{index + 1}"
+        out.append((filename, part.get_content_type(), data))
+    return out
+
+
+def received_at(message: EmailMessage, fallback: datetime) -> datetime:
+    """When the mail was written (its Date header, UTC), or `fallback`."""
+    value = message.get("Date")
+    try:
+        when = getattr(value, "datetime", None)
+    except (AttributeError, ValueError, TypeError):
+        when = None
+    if not isinstance(when, datetime):
+        return fallback
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.astimezone(UTC)
+
+
+def to_received(
+    data: bytes,
+    *,
+    config: EmailConfig,
+    account: AccountId,
+    uidvalidity: int,
+    uid: int,
+    now: datetime,
+) -> ReceivedMail:
+    """Normalize one fetched mail. Never raises on odd mail: what cannot be read is left out.
+
+    Automatic mail (see `automated`) and, with `require_authentication_results`, mail
+    without a passing DKIM/SPF result is still returned, with the reason under
+    `raw["refused"]`, so the inbox records it as rejected and no one answers it.
+    """
+    message = parse(data)
+    sender, name = sender_of(message)
+    own_id = bare_id(message.get("Message-ID"))
+    key = own_id or f"{NO_MESSAGE_ID}{uidvalidity}:{uid}"
+    subject = str(message.get("Subject", "")).strip()
+    refused = automated(message, config.address)
+    if (
+        refused is None
+        and config.require_authentication_results
+        and not authenticated(message, sender)
+    ):
+        refused = "no passing DKIM or SPF result for the sender's domain"
+    text = strip_quoted(body_text(message))
+    files: list[MailFile] = []
+    too_large: list[str] = []
+    if refused is None:
+        for filename, mime, payload in attachments_of(message):
+            if len(payload) > config.attachment_max_bytes:
+                too_large.append(filename)
+            else:
+                files.append(MailFile(filename, mime, payload))
+    if too_large:
+        limit = config.attachment_max_bytes
+        notes = [f"[attachment {n} left out: larger than {limit} bytes]" for n in too_large]
+        text = "\n".join([text, *notes]) if text else "\n".join(notes)
+    if subject and text and config.session_by is SessionBy.SENDER:
+        text = f"Subject: {subject}\n\n{text}"
+    elif subject and not text:
+        text = subject
+    thread = (thread_root(message) or key) if config.session_by is SessionBy.THREAD else None
+    raw: dict[str, Any] = {"uid": uid, "uidvalidity": uidvalidity}
+    if subject:
+        raw[SUBJECT] = subject
+    if refused is not None:
+        raw[REFUSED] = refused
+    reply_to = id_list(message.get("In-Reply-To"))
+    inbound = InboundMessage(
+        platform=Platform.EMAIL,
+        account=account,
+        chat_id=ChatId(sender or "unknown"),
+        sender=Sender(ExternalUserId(sender or "unknown"), name, is_bot=refused is not None),
+        text=text,
+        platform_message_id=PlatformMessageId(key),
+        is_direct=True,
+        mentions_bot=True,
+        thread_id=ThreadId(thread) if thread else None,
+        reply_to=PlatformMessageId(reply_to[0]) if reply_to else None,
+        received_at=received_at(message, now),
+        raw=raw,
+    )
+    return ReceivedMail(inbound, tuple(files), tuple(too_large), thread_references(message))
+
+
+def is_address(value: str) -> bool:
+    """Whether `value` is one plain address (`local@domain`) a mail can be sent to."""
+    return re.fullmatch(r"[^@\s<>(),;:\"\[\]]+@[A-Za-z0-9.\-]+\.[A-Za-z0-9\-]+", value) is not None
+
+
+def unreadable(account: AccountId, uidvalidity: int, uid: int, reason: str) -> ReceivedMail:
+    """A stand-in for a mail that could not be read at all, refused with `reason`."""
+    key = f"{NO_MESSAGE_ID}{uidvalidity}:{uid}"
+    message = InboundMessage(
+        platform=Platform.EMAIL,
+        account=account,
+        chat_id=ChatId("unknown"),
+        sender=Sender(ExternalUserId("unknown"), is_bot=True),
+        text="",
+        platform_message_id=PlatformMessageId(key),
+        raw={"uid": uid, "uidvalidity": uidvalidity, REFUSED: reason},
+    )
+    return ReceivedMail(message)
+
+
+def reply_subject(subject: str) -> str:
+    """`Re: <subject>` without piling up prefixes."""
+    base = _REPLY_PREFIX.sub("", subject).strip()
+    return f"Re: {base}" if base else "Re: your message"
+
+
+@functools.cache
+def _markdown() -> MarkdownIt:
+    # Raw HTML in the agent's Markdown is shown as text, never passed into the mail.
+    return MarkdownIt("commonmark", {"html": False}).enable(["strikethrough", "table"])
+
+
+def markdown_to_html(markdown: str) -> str:
+    """A small HTML document for the text/html part of a reply."""
+    body = _markdown().render(markdown)
+    return (
+        '<!DOCTYPE html>\n<html><head><meta charset="utf-8"></head>'
+        f'<body style="font-family: sans-serif;">\n{body}</body></html>\n'
+    )
+
+
+def new_message_id(address: str) -> str:
+    """A fresh Message-ID (with brackets) in Herald's form, on the domain of `address`."""
+    domain = address.rpartition("@")[2] or "herald.invalid"
+    return make_msgid(idstring=None, domain=domain).replace("<", "<" + HERALD_ID_PREFIX, 1)
+
+
+def build_reply(
+    *,
+    config: EmailConfig,
+    to: str,
+    text: str,
+    markdown: bool,
+    state: ThreadState | None,
+    in_reply_to: str | None,
+    message_id: str,
+    now: datetime,
+) -> EmailMessage:
+    """A mail from Herald to `to`: text/plain and (for Markdown) text/html alternatives,
+    threaded under `in_reply_to` (else the state's last mail) with References, marked
+    `Auto-Submitted: auto-replied`. Attachments are added by the caller."""
+    mail = EmailMessage(policy=policy.SMTP)
+    mail["From"] = Address(config.display_name, addr_spec=config.address)
+    to_name, to_addr = parseaddr(to)
+    mail["To"] = Address(to_name, addr_spec=to_addr or to)
+    parent = in_reply_to or (state.message_id if state else None)
+    if state is not None:
+        mail["Subject"] = reply_subject(state.subject)
+        refs = list(state.references)
+    else:
+        mail["Subject"] = f"Message from {config.display_name}"
+        refs = []
+    if parent:
+        if parent not in refs:
+            refs.append(parent)
+        mail["In-Reply-To"] = f"<{parent}>"
+    if refs:
+        mail["References"] = " ".join(f"<{r}>" for r in trim_references(refs))
+    mail["Message-ID"] = message_id
+    mail["Date"] = format_datetime(now.astimezone(UTC))
+    mail["Auto-Submitted"] = "auto-replied"
+    mail["X-Auto-Response-Suppress"] = "All"
+    mail.set_content(text if text.endswith("\n") else text + "\n")
+    if markdown:
+        mail.add_alternative(markdown_to_html(text), subtype="html")
+    return mail
+
+
+def recipients(mail: EmailMessage) -> list[str]:
+    """The addresses a built mail goes to."""
+    return [addr for _, addr in getaddresses([str(v) for v in mail.get_all("To") or ()]) if addr]
