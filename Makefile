@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # Independent tests run in parallel; most of them wait on sockets and subprocesses.
-PYTEST_WORKERS ?= 4
+PYTEST_WORKERS ?= 6
 
 .PHONY: run test lint fmt bench clean
 

@@ -6,14 +6,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from gateway.contracts.ids import AccountId, ChatId
 from gateway.outbox import Chunk, Outbox, OutboxKind, OutboxStatus, Target
 from tests.e2e.daemon import free_port
+from tests.fakes.clock import FakeClock
 from tests.fakes.llm import FakeLLM, Reply
 from tests.fakes.twilio_server import (
     DEFAULT_ACCOUNT_SID,
@@ -315,3 +318,60 @@ async def test_permanent_errors_are_dead_lettered(
         [row] = await outbox.list()
         assert row.attempts == 1
         assert "21211" in (row.last_error or "")
+
+
+async def test_stop_then_a_real_scheduled_job_skips_that_number_only(
+    tmp_path: Path, twilio: FakeTwilioServer, llm: FakeLLM
+) -> None:
+    start = datetime(2026, 11, 23, 7, 0, tzinfo=UTC)
+    nine = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
+    clock = FakeClock(start)
+    port = free_port()
+    section: dict[str, Any] = {
+        "account_sid": DEFAULT_ACCOUNT_SID,
+        "auth_token": DEFAULT_AUTH_TOKEN,
+        "from_number": HERALD_NUMBER,
+        "public_url": f"http://127.0.0.1:{port}",
+        "base_url": twilio.base_url,
+        "allowed_numbers": [ANN, BOB],
+        "min_send_interval": 0,
+    }
+    extra = {
+        "api": {"host": "127.0.0.1", "port": port, "key": "k"},
+        "cron": {"poll_interval": 0.1},
+    }
+    async with (
+        running_daemon(
+            tmp_path, llm, "twilio", section, port=port, extra=extra, cron_clock=clock
+        ) as herald,
+        httpx.AsyncClient(
+            base_url=herald.url, headers={"Authorization": "Bearer k"}, trust_env=False
+        ) as api,
+    ):
+        await twilio.post_form(webhook(herald), twilio.message_form(ANN, "STOP"))
+        await herald.answered(1)
+        created = await api.post(
+            "/api/jobs",
+            json={
+                "name": "daily",
+                "prompt": "the daily report",
+                "schedule": "0 9 * * *",
+                "targets": [f"sms:{ANN}", f"sms:{BOB}"],
+            },
+        )
+        assert created.status_code == 201, created.text
+        job_id = created.json()["id"]
+        clock.set(nine)
+        [sent] = await twilio.wait_for_sent(1)
+        assert sent.to == BOB
+        assert "the daily report" in sent.body
+
+        async def delivery_decided() -> bool:
+            runs = (await api.get(f"/api/jobs/{job_id}")).json()["runs"]
+            return bool(runs) and runs[0]["delivery_status"] not in (None, "pending")
+
+        await herald.until(delivery_decided)
+        [run] = (await api.get(f"/api/jobs/{job_id}")).json()["runs"]
+        assert run["status"] == "ok"
+        assert run["delivery_status"] == "failed"
+        assert twilio.bodies(ANN) == []
