@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from gateway.contracts.errors import PermanentSendError
+import aiohttp
+
+from gateway.contracts.errors import NotReady, PermanentSendError
 from gateway.contracts.messages import Attachment, InboundMessage
 
 
@@ -63,3 +66,46 @@ def save_file(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".part")
     tmp.write_bytes(data)
     tmp.replace(path)
+
+
+async def download(
+    http: aiohttp.ClientSession,
+    url: str,
+    *,
+    what: str,
+    limit: int,
+    headers: Mapping[str, str] | None = None,
+    client_timeout: aiohttp.ClientTimeout | None = None,
+) -> bytes:
+    """The body at `url`, read up to `limit` bytes.
+
+    Raises NotReady (try again later: 429, 5xx, a connection that fails; `what` names the
+    file in the message) or PermanentSendError (leave the file out: any other status, or
+    larger than `limit`).
+    """
+    timeout = client_timeout or http.timeout  # None would switch the session's timeout off
+    try:
+        async with http.get(url, headers=headers, timeout=timeout) as response:
+            if response.status >= 500 or response.status == 429:
+                raise NotReady(f"{what}: HTTP {response.status}")
+            if response.status != 200:
+                raise PermanentSendError(f"HTTP {response.status}")
+            if (response.content_length or 0) > limit:
+                raise PermanentSendError(f"larger than {limit} bytes")
+            data = bytearray()
+            async for block in response.content.iter_chunked(65536):
+                data.extend(block)
+                if len(data) > limit:
+                    raise PermanentSendError(f"larger than {limit} bytes")
+    except (aiohttp.ClientError, TimeoutError) as err:
+        raise NotReady(f"{what}: {type(err).__name__}") from err
+    return bytes(data)
+
+
+async def keep(
+    files_dir: Path, key: str, index: int, data: bytes, *, mime_type: str, filename: str
+) -> Attachment:
+    """Save file `index` of message `key` under `files_dir`; the attachment that names it."""
+    path = attachment_path(files_dir, key, index, filename)
+    await asyncio.to_thread(save_file, path, data)
+    return Attachment(path, mime_type, len(data), filename)

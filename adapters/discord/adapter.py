@@ -42,7 +42,7 @@ from adapters.discord.convert import (
     split_message_key,
     to_inbound,
 )
-from adapters.files import attachment_path, save_file, with_files
+from adapters.files import download, keep, with_files
 from gateway.contracts.adapter import AdapterState, Checkpoints, InboundSink
 from gateway.contracts.errors import AuthError, HeraldError, NotReady, PermanentSendError
 from gateway.contracts.ids import AccountId, ChatId, Platform, PlatformMessageId, ThreadId
@@ -426,23 +426,15 @@ class DiscordAdapter:
     async def _download(self, key: PlatformMessageId, index: int, ref: FileRef) -> Attachment:
         """Fetch one attachment (size-limited). Raises NotReady or PermanentSendError."""
         assert self._downloads is not None
-        limit = self.config.attachment_max_bytes
-        try:
-            async with self._downloads.get(ref.url) as response:
-                if response.status >= 500 or response.status == 429:
-                    raise NotReady(f"discord: downloading {ref.filename}: HTTP {response.status}")
-                if response.status != 200:
-                    raise PermanentSendError(f"HTTP {response.status}")
-                data = bytearray()
-                async for block in response.content.iter_chunked(65536):
-                    data.extend(block)
-                    if len(data) > limit:
-                        raise PermanentSendError(f"larger than {limit} bytes")
-        except (aiohttp.ClientError, TimeoutError) as err:
-            raise NotReady(f"discord: downloading {ref.filename}: {type(err).__name__}") from err
-        path = attachment_path(self.files_dir, key, index, ref.filename)
-        await asyncio.to_thread(save_file, path, bytes(data))
-        return Attachment(path, ref.mime_type, len(data), ref.filename)
+        data = await download(
+            self._downloads,
+            ref.url,
+            what=f"discord: downloading {ref.filename}",
+            limit=self.config.attachment_max_bytes,
+        )
+        return await keep(
+            self.files_dir, key, index, data, mime_type=ref.mime_type, filename=ref.filename
+        )
 
     # -- sending ----------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.files import attachment_path, save_file, with_files
+from adapters.files import download, keep, with_files
 from adapters.slack.config import SlackConfig, SlackMode
 from adapters.slack.convert import (
     NOT_ADDRESSED,
@@ -264,24 +264,16 @@ class SlackAdapter:
     async def _download(self, key: PlatformMessageId, index: int, ref: FileRef) -> Attachment:
         """Fetch one file with the bot token. Raises NotReady or PermanentSendError."""
         assert self._http is not None
-        limit = self.config.attachment_max_bytes
-        headers = {"Authorization": f"Bearer {self.config.bot_token.get_secret_value()}"}
-        try:
-            async with self._http.get(ref.url, headers=headers) as response:
-                if response.status >= 500 or response.status == 429:
-                    raise NotReady(f"slack: downloading {ref.filename}: HTTP {response.status}")
-                if response.status != 200:
-                    raise PermanentSendError(f"HTTP {response.status}")
-                data = bytearray()
-                async for block in response.content.iter_chunked(65536):
-                    data.extend(block)
-                    if len(data) > limit:
-                        raise PermanentSendError(f"larger than {limit} bytes")
-        except (aiohttp.ClientError, TimeoutError) as err:
-            raise NotReady(f"slack: downloading {ref.filename}: {type(err).__name__}") from err
-        path = attachment_path(self.files_dir, key, index, ref.filename)
-        await asyncio.to_thread(save_file, path, bytes(data))
-        return Attachment(path, ref.mime_type, len(data), ref.filename)
+        data = await download(
+            self._http,
+            ref.url,
+            what=f"slack: downloading {ref.filename}",
+            limit=self.config.attachment_max_bytes,
+            headers={"Authorization": f"Bearer {self.config.bot_token.get_secret_value()}"},
+        )
+        return await keep(
+            self.files_dir, key, index, data, mime_type=ref.mime_type, filename=ref.filename
+        )
 
     # -- sending ----------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from twilio.base.exceptions import TwilioException, TwilioRestException
 from twilio.request_validator import RequestValidator
 from twilio.rest import Client
 
-from adapters.files import attachment_path, save_file, with_files
+from adapters.files import download, keep, with_files
 from adapters.twilio.config import WHATSAPP, TwilioConfig
 from adapters.twilio.convert import (
     MAX_PART,
@@ -245,36 +245,20 @@ class TwilioAdapter:
     async def _download(self, message: InboundMessage, index: int, ref: MediaRef) -> Attachment:
         """Fetch one medium with the account's credentials, at most `attachment_max_bytes`.
         Raises NotReady (try again later) or PermanentSendError (leave it out)."""
-        http = self._connected_http()
-        limit = self.config.attachment_max_bytes
-        url = rest_url(ref.url, self.config.base_url)
-        headers = {"Authorization": basic_auth(*self._credentials())}
-        timeout = aiohttp.ClientTimeout(total=self.config.request_timeout)
-        session = http.session
+        session = self._connected_http().session
         assert session is not None
-        try:
-            async with session.get(
-                url,
-                headers=headers,
-                timeout=timeout,
-            ) as response:
-                if response.status >= 500 or response.status == 429:
-                    raise NotReady(f"twilio: media {index}: HTTP {response.status}")
-                if response.status != 200:
-                    raise PermanentSendError(f"HTTP {response.status}")
-                if (response.content_length or 0) > limit:
-                    raise PermanentSendError(f"larger than {limit} bytes")
-                data = bytearray()
-                async for block in response.content.iter_chunked(65536):
-                    data.extend(block)
-                    if len(data) > limit:
-                        raise PermanentSendError(f"larger than {limit} bytes")
-        except (aiohttp.ClientError, TimeoutError) as err:
-            raise NotReady(f"twilio: media {index}: {type(err).__name__}") from err
+        data = await download(
+            session,
+            rest_url(ref.url, self.config.base_url),
+            what=f"twilio: media {index}",
+            limit=self.config.attachment_max_bytes,
+            headers={"Authorization": basic_auth(*self._credentials())},
+            client_timeout=aiohttp.ClientTimeout(total=self.config.request_timeout),
+        )
         key = f"{message.chat_id}:{message.platform_message_id}"
-        path = attachment_path(self.files_dir, key, index, ref.filename)
-        await asyncio.to_thread(save_file, path, bytes(data))
-        return Attachment(path, ref.mime_type, len(data), ref.filename)
+        return await keep(
+            self.files_dir, key, index, data, mime_type=ref.mime_type, filename=ref.filename
+        )
 
     # -- sending ----------------------------------------------------------------------------
 
