@@ -88,6 +88,28 @@ async def fake_llm(workdir: Path, latency: float = 0.0) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}/v1"
 
 
+CHAT_TOKEN = "bench-token"
+
+
+@contextlib.asynccontextmanager
+async def chat_server(workdir: Path) -> AsyncIterator[str]:
+    """The loopback platform's fake chat server in its own process; yields its URL."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    async with process(
+        str(PYTHON),
+        "-m",
+        "tests.fakes.chat_server",
+        "--port",
+        str(port),
+        "--token",
+        CHAT_TOKEN,
+        log=workdir / "chat_server.log",
+        ready_url=f"{url}/bot{CHAT_TOKEN}/me",
+    ):
+        yield url
+
+
 @contextlib.asynccontextmanager
 async def database(backend: str, workdir: Path) -> AsyncIterator[str]:
     """An empty database of `backend` (sqlite or postgres), dropped afterwards."""

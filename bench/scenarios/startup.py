@@ -4,11 +4,10 @@ waiting in the outbox (for the loopback test platform, served by its fake chat s
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from bench.context import Context
-from bench.procs import Herald, database, free_port, process
+from bench.procs import CHAT_TOKEN, Herald, chat_server, database
 from bench.seed import seed_sessions
 from bench.stats import fmt_spread, spread
 from gateway.contracts.ids import AccountId, ChatId
@@ -21,7 +20,6 @@ TITLE = "Startup to ready and SIGTERM to exit"
 SESSIONS = 10_000
 DELIVERIES = 1_000
 CHATS = 100
-TOKEN = "bench-token"
 
 
 async def seed(url: str, sessions: int, deliveries: int) -> None:
@@ -47,28 +45,15 @@ async def run(ctx: Context) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for backend in ctx.backends:
         work = ctx.dir(NAME, backend)
-        ready, stop_busy, delivered_all, stop_idle, codes = [], [], [], [], []
-        port = free_port()
+        ready, stop_busy, stop_idle, codes = [], [], [], []
         async with (
-            process(
-                sys.executable,
-                "-m",
-                "tests.fakes.chat_server",
-                "--port",
-                str(port),
-                "--token",
-                TOKEN,
-                log=work / "chat_server.log",
-                ready_url=f"http://127.0.0.1:{port}/bot{TOKEN}/me",
-            ),
-            ChatServerClient(f"http://127.0.0.1:{port}") as chat,
+            chat_server(work) as chat_url,
+            ChatServerClient(chat_url) as chat,
         ):
             for i in range(ctx.runs):
                 async with database(backend, work / f"db{i}") as url:
                     await seed(url, sessions, deliveries)
-                    settings = {
-                        "platforms": {"test": {"url": f"http://127.0.0.1:{port}", "token": TOKEN}}
-                    }
+                    settings = {"platforms": {"test": {"url": chat_url, "token": CHAT_TOKEN}}}
                     # First start: stopped at once, while the backlog is being delivered.
                     daemon = Herald(work / f"state{i}", url, settings)
                     ready.append(await daemon.start())
@@ -78,8 +63,7 @@ async def run(ctx: Context) -> dict[str, Any]:
                     # Second start: the rest of the backlog delivered, then an idle stop.
                     daemon = Herald(work / f"state{i}", url, settings)
                     ready.append(await daemon.start())
-                    state = await chat.wait(120, min_sent=deliveries * (i + 1))
-                    delivered_all.append(float(len(state.get("sent", []))))
+                    await chat.wait(120, min_sent=deliveries * (i + 1))
                     seconds, code = await daemon.stop()
                     stop_idle.append(seconds)
                     codes.append(code)

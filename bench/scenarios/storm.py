@@ -7,7 +7,6 @@ row has its outcome and the outbox is empty), per busy mode.
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from typing import Any
 
@@ -15,7 +14,7 @@ import httpx
 from sqlalchemy import func, select
 
 from bench.context import Context
-from bench.procs import Herald, database, fake_llm, free_port, process
+from bench.procs import CHAT_TOKEN, Herald, chat_server, database, fake_llm
 from bench.stats import fmt_spread, spread
 from gateway.store import Store
 from gateway.store.tables import inbox, outbox
@@ -26,7 +25,6 @@ TITLE = "Busy-mode storm: 100 sessions × 20 messages in 1 s while busy"
 SESSIONS = 100
 MESSAGES = 20
 MODES = ("queue", "collect", "steer", "interrupt")
-TOKEN = "bench-token"
 LATENCY = 0.5
 
 
@@ -59,22 +57,11 @@ async def run(ctx: Context) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for backend in ctx.backends:
         work = ctx.dir(NAME, backend)
-        port = free_port()
         rows: dict[str, Any] = {}
         async with (
             fake_llm(work, LATENCY) as llm_url,
-            process(
-                sys.executable,
-                "-m",
-                "tests.fakes.chat_server",
-                "--port",
-                str(port),
-                "--token",
-                TOKEN,
-                log=work / "chat_server.log",
-                ready_url=f"http://127.0.0.1:{port}/bot{TOKEN}/me",
-            ),
-            ChatServerClient(f"http://127.0.0.1:{port}") as chat,
+            chat_server(work) as chat_url,
+            ChatServerClient(chat_url) as chat,
         ):
             for mode in modes:
                 quiesce, outcomes = [], {}
@@ -88,8 +75,8 @@ async def run(ctx: Context) -> dict[str, Any]:
                                 "sessions": {"busy_mode": mode, "ack_interval": 30},
                                 "platforms": {
                                     "test": {
-                                        "url": f"http://127.0.0.1:{port}",
-                                        "token": TOKEN,
+                                        "url": chat_url,
+                                        "token": CHAT_TOKEN,
                                         "allowed_users": ["*"],
                                         "stream_edits": False,
                                     }
