@@ -43,6 +43,7 @@ from adapters.discord.convert import (
     to_inbound,
 )
 from adapters.files import download, keep, with_files
+from adapters.inflight import SEND_DRAIN_SECONDS, InFlight
 from gateway.contracts.adapter import AdapterState, Checkpoints, InboundSink
 from gateway.contracts.errors import AuthError, HeraldError, NotReady, PermanentSendError
 from gateway.contracts.ids import AccountId, ChatId, Platform, PlatformMessageId, ThreadId
@@ -81,6 +82,7 @@ class DiscordAdapter:
 
     def __init__(self, config: DiscordConfig, files_dir: Path, checkpoints: Checkpoints) -> None:
         self.config = config
+        self._inflight = InFlight()
         self.files_dir = files_dir
         self.checkpoints = checkpoints
         self.account = AccountId(config.account)
@@ -144,11 +146,16 @@ class DiscordAdapter:
     async def __aexit__(self, *exc: object) -> None:
         client, downloads = self._client, self._downloads
         self._client, self._downloads, self._closed = None, None, True
-        with contextlib.suppress(Exception):
-            if downloads is not None:
-                await downloads.close()
-        if client is not None:
-            await client.close()
+        try:
+            # New sends now fail with NotReady (nothing sent); those under way may finish.
+            if not await self._inflight.drained(SEND_DRAIN_SECONDS):
+                logger.warning("discord: closing with sends still under way")
+        finally:
+            with contextlib.suppress(Exception):
+                if downloads is not None:
+                    await downloads.close()
+            if client is not None:
+                await client.close()
 
     async def _find_gateway(self, client: HeraldClient) -> yarl.URL:
         if self.config.gateway_url is not None:
@@ -439,6 +446,11 @@ class DiscordAdapter:
     # -- sending ----------------------------------------------------------------------------
 
     async def send(self, message: OutboundMessage) -> DeliveryReceipt:
+        """Deliver one chunk (see `_send`); closing the adapter waits for it to end."""
+        async with self._inflight.track():
+            return await self._send(message)
+
+    async def _send(self, message: OutboundMessage) -> DeliveryReceipt:
         """Post one chunk (a reply to `reply_to` when given) with its files. Raises
         RateLimited, PermanentSendError, AuthError or NotReady."""
         client = self._connected()

@@ -18,6 +18,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.files import download, keep, with_files
+from adapters.inflight import SEND_DRAIN_SECONDS, InFlight
 from adapters.slack.config import SlackConfig, SlackMode
 from adapters.slack.convert import (
     NOT_ADDRESSED,
@@ -87,6 +88,7 @@ class SlackAdapter:
             min_send_interval=config.min_send_interval,
         )
         self._http: aiohttp.ClientSession | None = None
+        self._inflight = InFlight()
         self._web: AsyncWebClient | None = None
         self._bolt: AsyncApp | None = None
         self._identity: BotIdentity | None = None
@@ -126,8 +128,13 @@ class SlackAdapter:
 
     async def __aexit__(self, *exc: object) -> None:
         http, self._http, self._web, self._bolt, self._socket = self._http, None, None, None, None
-        if http is not None:
-            await http.close()
+        try:
+            # New sends now fail with NotReady (nothing sent); those under way may finish.
+            if not await self._inflight.drained(SEND_DRAIN_SECONDS):
+                logger.warning("slack: closing with sends still under way")
+        finally:
+            if http is not None:
+                await http.close()
 
     async def _auth_test(self, web: AsyncWebClient) -> BotIdentity:
         answer = await self._call("auth.test", web.auth_test())
@@ -280,6 +287,10 @@ class SlackAdapter:
     async def send(self, message: OutboundMessage) -> DeliveryReceipt:
         """Post one chunk (in its thread), then its files. Raises RateLimited,
         PermanentSendError, AuthError or NotReady."""
+        async with self._inflight.track():
+            return await self._send(message)
+
+    async def _send(self, message: OutboundMessage) -> DeliveryReceipt:
         web = self._connected()
         thread = message.thread_id or None
         receipt: DeliveryReceipt | None = None

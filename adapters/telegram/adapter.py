@@ -16,6 +16,7 @@ from telegram.error import BadRequest, ChatMigrated, TelegramError
 from telegram.request import HTTPXRequest
 
 from adapters.files import attachment_path, save_file, with_files
+from adapters.inflight import SEND_DRAIN_SECONDS, InFlight
 from adapters.telegram.config import ParseMode, TelegramConfig, TelegramMode
 from adapters.telegram.convert import (
     NOT_ADDRESSED,
@@ -74,6 +75,7 @@ class TelegramAdapter:
         self, config: TelegramConfig, files_dir: Path, first_start: FirstStart | None = None
     ) -> None:
         self.config = config
+        self._inflight = InFlight()
         self.first_start = FirstStart() if first_start is None else first_start
         self.files_dir = files_dir
         self.account = AccountId(config.account)
@@ -138,8 +140,13 @@ class TelegramAdapter:
 
     async def __aexit__(self, *exc: object) -> None:
         bot, self._bot, self._receiver = self._bot, None, None
-        if bot is not None:
-            await bot.shutdown()
+        try:
+            # New sends now fail with NotReady (nothing sent); those under way may finish.
+            if not await self._inflight.drained(SEND_DRAIN_SECONDS):
+                logger.warning("telegram: closing with sends still under way")
+        finally:
+            if bot is not None:
+                await bot.shutdown()
 
     async def check(self) -> str:
         """Check the token with `getMe` without taking over receiving (for `herald doctor`).
@@ -236,6 +243,11 @@ class TelegramAdapter:
     # -- sending ----------------------------------------------------------------------------
 
     async def send(self, message: OutboundMessage) -> DeliveryReceipt:
+        """Deliver one chunk (see `_send`); closing the adapter waits for it to end."""
+        async with self._inflight.track():
+            return await self._send(message)
+
+    async def _send(self, message: OutboundMessage) -> DeliveryReceipt:
         """Deliver one chunk (text, then its files). Follows a group's move to a supergroup.
 
         Raises RateLimited, MarkupRejected, PermanentSendError or NotReady.

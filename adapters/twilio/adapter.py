@@ -14,6 +14,7 @@ from twilio.request_validator import RequestValidator
 from twilio.rest import Client
 
 from adapters.files import download, keep, with_files
+from adapters.inflight import SEND_DRAIN_SECONDS, InFlight
 from adapters.twilio.config import WHATSAPP, TwilioConfig
 from adapters.twilio.convert import (
     MAX_PART,
@@ -94,6 +95,7 @@ class TwilioAdapter:
 
     def __init__(self, config: TwilioConfig, context: AdapterContext) -> None:
         self.config = config
+        self._inflight = InFlight()
         self.files_dir = context.files
         self.checkpoints = context.checkpoints
         self.account = AccountId(config.account)
@@ -130,8 +132,13 @@ class TwilioAdapter:
 
     async def __aexit__(self, *exc: object) -> None:
         http, self._http, self._client = self._http, None, None
-        if http is not None:
-            await http.close()
+        try:
+            # New sends now fail with NotReady (nothing sent); those under way may finish.
+            if not await self._inflight.drained(SEND_DRAIN_SECONDS):
+                logger.warning("twilio: closing with sends still under way")
+        finally:
+            if http is not None:
+                await http.close()
 
     async def _fetch_account(self, client: Client) -> Any:
         return await self._call(
@@ -267,6 +274,11 @@ class TwilioAdapter:
         return await self.checkpoints.get(optout_name(chat)) == OPTED_OUT
 
     async def send(self, message: OutboundMessage) -> DeliveryReceipt:
+        """Deliver one chunk (see `_send`); closing the adapter waits for it to end."""
+        async with self._inflight.track():
+            return await self._send(message)
+
+    async def _send(self, message: OutboundMessage) -> DeliveryReceipt:
         """Send one chunk as one or more messages of at most 1600 characters; the receipt
         names the first. Raises PermanentSendError (opted out, bad number, no sender for the
         channel), RateLimited, AuthError or NotReady."""
