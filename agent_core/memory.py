@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import os
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from enum import StrEnum
 from importlib import resources
@@ -41,7 +43,9 @@ class MemoryFiles:
     """Reads and edits the memory files under `root` (the state directory).
 
     Layout: `SOUL.md`, and `memory/<user>/USER.md` + `memory/<user>/MEMORY.md`. A file holds one
-    entry per line, written as a Markdown list item. Writes are atomic (temp file + rename).
+    entry per line, written as a Markdown list item. Writes are atomic (temp file + rename),
+    and edits are serialized across processes (a lock file), so instances sharing a state
+    directory never lose each other's edits.
     """
 
     def __init__(self, root: Path, limits: MemoryLimits = MemoryLimits()) -> None:
@@ -81,7 +85,7 @@ class MemoryFiles:
     async def add(self, scope: MemoryScope, user_id: UserId | None, entry: str) -> str:
         """Append an entry. Raises MemoryEditError when empty, duplicate or over the cap."""
         entry = _one_line(entry)
-        async with self._lock:
+        async with self._exclusive():
             entries = self._entries(scope, user_id)
             if entry in entries:
                 raise MemoryEditError("that entry is already saved")
@@ -92,7 +96,7 @@ class MemoryFiles:
     async def replace(self, scope: MemoryScope, user_id: UserId | None, old: str, new: str) -> str:
         """Replace the one entry containing `old` by `new`."""
         new = _one_line(new)
-        async with self._lock:
+        async with self._exclusive():
             entries = self._entries(scope, user_id)
             index = _find(entries, old)
             entries[index] = new
@@ -101,7 +105,7 @@ class MemoryFiles:
 
     async def remove(self, scope: MemoryScope, user_id: UserId | None, old: str) -> str:
         """Remove the one entry containing `old`."""
-        async with self._lock:
+        async with self._exclusive():
             entries = self._entries(scope, user_id)
             del entries[_find(entries, old)]
             self._write(scope, user_id, entries)
@@ -110,7 +114,7 @@ class MemoryFiles:
     async def merge(self, source: UserId, into: UserId) -> None:
         """Move `source`'s entries into `into`'s files (no duplicates; caps not enforced, so
         nothing is lost) and delete `source`'s folder. Used when two identities are linked."""
-        async with self._lock:
+        async with self._exclusive():
             for scope in MemoryScope:
                 moved = self._entries(scope, source)
                 if not moved:
@@ -123,6 +127,18 @@ class MemoryFiles:
                 self.path(scope, source).unlink(missing_ok=True)
             with contextlib.suppress(OSError):
                 folder.rmdir()
+
+    @contextlib.asynccontextmanager
+    async def _exclusive(self) -> AsyncIterator[None]:
+        """One editor at a time, across tasks and across processes sharing the state
+        directory (several instances): a read-modify-write never loses another's edit."""
+        async with self._lock:
+            lock_path = self.root / "memory" / ".lock"
+            lock_path.parent.mkdir(parents=True, exist_ok=True)
+            with lock_path.open("ab") as handle:
+                # Waiting for another process happens off the event loop.
+                await asyncio.to_thread(fcntl.flock, handle.fileno(), fcntl.LOCK_EX)
+                yield  # closing the file releases the lock
 
     def _entries(self, scope: MemoryScope, user_id: UserId | None) -> list[str]:
         lines = self.read(scope, user_id).splitlines()

@@ -42,5 +42,9 @@ class Channels:
         return SendLimits() if channel is None else channel.limits
 
     def platforms(self) -> list[str]:
-        """The platforms with at least one configured account."""
-        return sorted({platform for platform, _ in self._channels})
+        """The platforms with a connected account here: what this instance can deliver.
+
+        A platform whose adapter is reconnecting, or whose receiver runs on another instance
+        (standby here), is left to that instance or to later; its chunks wait in the outbox
+        (and are dead-lettered by age when they are finally looked at)."""
+        return sorted({platform for (platform, _), c in self._channels.items() if c.live()})

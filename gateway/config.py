@@ -188,6 +188,33 @@ class CronConfig(Section):
         return value
 
 
+class ClusterConfig(Section):
+    """Several instances on one PostgreSQL: leases, heartbeats and the look for orphaned work.
+
+    Ignored on SQLite, which serves one instance only.
+    """
+
+    lease_ttl: float = Field(default=15.0, ge=1.0, le=600.0)
+    """Seconds after an instance's last heartbeat before the others take over its leases
+    (pollers, IMAP, Discord, the scheduler), its sessions and its unfinished deliveries."""
+    heartbeat_interval: float | None = Field(default=None, gt=0)
+    """Seconds between heartbeats and lease renewals. Default: a third of `lease_ttl`."""
+    scan_interval: float = Field(default=1.0, gt=0, le=60.0)
+    """Seconds between looks for sessions with waiting messages and no live instance (the
+    fallback if a notification is lost; takeover after a failure happens at this pace)."""
+
+    @model_validator(mode="after")
+    def _heartbeat_within_ttl(self) -> ClusterConfig:
+        if self.heartbeat_interval is not None and self.heartbeat_interval * 2 > self.lease_ttl:
+            raise ValueError("heartbeat_interval must be at most half of lease_ttl")
+        return self
+
+    @property
+    def effective_heartbeat(self) -> float:
+        """The heartbeat interval in seconds."""
+        return self.heartbeat_interval or self.lease_ttl / 3
+
+
 class MemoryConfig(Section):
     """Size caps of the memory files the agent edits."""
 
@@ -248,7 +275,12 @@ class HeraldConfig(BaseSettings):
     )
     database_url: str | None = None
     """Default: `sqlite+aiosqlite:///<state_dir>/herald.db`."""
-    instance_id: str | None = None
+    instance_id: str | None = Field(
+        default=None, min_length=1, max_length=128, pattern=r"^[\w.@-]+$"
+    )
+    """This process's name among the instances sharing a database. Default:
+    `<hostname>-<pid>`. Give each instance its own; a fixed one (like `herald@a`) lets a
+    restarted instance take its own work back at once instead of after `cluster.lease_ttl`."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     llm: LLMConfig = LLMConfig()
     api: APIConfig = APIConfig()
@@ -259,6 +291,7 @@ class HeraldConfig(BaseSettings):
     delivery: DeliveryConfig = DeliveryConfig()
     access: AccessConfig = AccessConfig()
     cron: CronConfig = CronConfig()
+    cluster: ClusterConfig = ClusterConfig()
 
     @classmethod
     def settings_customise_sources(

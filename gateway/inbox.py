@@ -193,6 +193,16 @@ async def take(conn: AsyncConnection, ids: Sequence[InboxId], turn_id: TurnId) -
     )
 
 
+async def take_command(conn: AsyncConnection, inbox_id: InboxId) -> bool:
+    """pending → running for a command row; False when someone else has taken it."""
+    result = await conn.execute(
+        update(inbox)
+        .where(inbox.c.id == inbox_id, inbox.c.status == str(Status.PENDING))
+        .values(status=str(Status.RUNNING), attempts=inbox.c.attempts + 1)
+    )
+    return bool(result.rowcount)
+
+
 async def settle(
     conn: AsyncConnection,
     ids: Sequence[InboxId],

@@ -28,17 +28,20 @@ from agent_core.loop import TurnProgress
 from gateway import inbox as inbox_sql
 from gateway.access import Access, Verdict
 from gateway.channels import Channels
+from gateway.cluster.bus import LocalBus, Signal
+from gateway.cluster.lanes import Claim, Lanes, LaneState, SoloLanes
 from gateway.commands import HELP_TEXT, WITH_TEXT, Command, parse_command
 from gateway.config import SessionsConfig
 from gateway.contracts.adapter import Adapter, MessageEditor, TypingIndicator, WorkingIndicator
 from gateway.contracts.config import BusyMode, GroupSessions, PlatformSection
-from gateway.contracts.errors import LLMError, LLMRejected, ShuttingDown
-from gateway.contracts.history import ChatMessage, Role, SessionInfo
+from gateway.contracts.errors import LeaseLost, LLMError, LLMRejected, ShuttingDown
+from gateway.contracts.history import ChatMessage, Role, SessionInfo, TurnResult
 from gateway.contracts.ids import (
     AccountId,
     InboxId,
     Platform,
     PlatformMessageId,
+    SessionId,
     SessionKey,
     TurnId,
     UserId,
@@ -218,6 +221,9 @@ class _Lane:
     """HTTP API turns waiting for or holding the lock."""
     worker: asyncio.Task[None] | None = None
     running: _Running | None = None
+    claim: Claim | None = None
+    """This instance's hold on the session (several instances share the database)."""
+    claiming: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 class SessionManager:
@@ -240,6 +246,9 @@ class SessionManager:
         access: Access | None = None,
         platforms: Mapping[str, PlatformSection] | None = None,
         on_outbox: Callable[[], None] | None = None,
+        lanes: Lanes | None = None,
+        bus: LocalBus | None = None,
+        scan_interval: float = 1.0,
     ) -> None:
         self.store = store
         self.agent = agent
@@ -251,6 +260,11 @@ class SessionManager:
         self.platforms = dict(platforms or {})
         self.on_outbox = on_outbox or (lambda: None)
         self.outbox = Outbox(store)
+        self.lane_store: Lanes = lanes or SoloLanes()
+        self.bus = bus or LocalBus()
+        self.instance = self.bus.origin
+        self.scan_interval = scan_interval
+        self._scan = asyncio.Event()
         self._lanes: dict[SessionKey, _Lane] = {}
         self._slots = asyncio.Semaphore(config.max_concurrent_turns)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -273,6 +287,9 @@ class SessionManager:
         self._accepting = True
         for key in self._recovered:
             self._wake(key)
+        if self.clustered:
+            self.bus.subscribe(self._on_signal)
+            self._tg.create_task(self._scanner(), name="orphan scan")
         return self
 
     async def __aexit__(
@@ -286,7 +303,16 @@ class SessionManager:
         assert self._tg is not None
         await self._tg.__aexit__(exc_type, exc, tb)
 
+    @property
+    def clustered(self) -> bool:
+        """Whether other instances may share the database (lanes are claimed in SQL)."""
+        return not isinstance(self.lane_store, SoloLanes)
+
     async def _recover(self) -> None:
+        if self.clustered:
+            # Only what no live instance is doing; claiming each lane recovers it.
+            self._recovered = await self.lane_store.orphans(limit=100_000)
+            return
         interrupted = await self.store.interrupt_running_turns()
         if interrupted:
             logger.warning("%d turn(s) were cut off by the last stop", interrupted)
@@ -317,6 +343,11 @@ class SessionManager:
         lane = self._lanes.get(key)
         return lane is not None and lane.running is not None
 
+    def steering(self, key: SessionKey) -> int:
+        """Steer messages waiting for the next boundary of the turn running here."""
+        lane = self._lanes.get(key)
+        return 0 if lane is None or lane.running is None else len(lane.running.steer.waiting)
+
     # tasks -----------------------------------------------------------------------------------
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
@@ -339,6 +370,7 @@ class SessionManager:
         start. Cancelled turns keep their partial output and are answered after a restart.
         """
         self._accepting = False
+        self._scan.set()
         for lane in self._lanes.values():
             lane.wake.set()
         if self._tasks:
@@ -374,6 +406,7 @@ class SessionManager:
         notices: list[Chunk] = []
         steer_text: str | None = None
         interrupt = False
+        elsewhere = False
         async with self.store.write() as conn:
             decision = await self.access.decide(conn, message) if self.access else None
             if decision is not None and decision.verdict is not Verdict.ALLOW:
@@ -402,7 +435,13 @@ class SessionManager:
                 forced = None if parsed is None else BusyMode(str(parsed.command))
                 mode = forced or await self._mode(conn, key, section)
                 lane = self._lanes.get(key)
-                busy = lane is not None and lane.running is not None
+                remote = LaneState(None, False)
+                if lane is None or lane.claim is None:
+                    remote = await self.lane_store.state(conn, key)
+                elsewhere = remote.owner is not None and remote.owner != self.instance
+                busy = (lane is not None and lane.running is not None) or (
+                    elsewhere and remote.running
+                )
                 row_id = await inbox_sql.insert(
                     conn,
                     message,
@@ -435,6 +474,10 @@ class SessionManager:
                     interrupt = mode is BusyMode.INTERRUPT
                     if notices:
                         await enqueue(conn, notices)
+                if row_id is not None and outcome is None and elsewhere:
+                    # Another instance runs this session: tell it (sent when this commits).
+                    action = "interrupt" if interrupt else "steer" if steer_text else "wake"
+                    await self.bus.publish(conn, Signal(action, key))
         if row_id is None:
             logger.debug("duplicate delivery of %s ignored", message.platform_message_id)
             return
@@ -449,6 +492,8 @@ class SessionManager:
             row = await inbox_sql.Inbox(self.store).get(command_id)
             assert row is not None
             await self._run_command(row)
+            return
+        if elsewhere:
             return
         lane = self._lanes.get(key)
         running = lane.running if lane else None
@@ -529,19 +574,130 @@ class SessionManager:
     async def _lane_worker(self, key: SessionKey, lane: _Lane) -> None:
         try:
             while self._accepting:
+                if lane.claim is None and await self._claim(key, lane) is None:
+                    break  # another instance runs this session; it was told
                 lane.wake.clear()
                 batch = await self._next_batch(key, lane)
                 if batch is None:
                     if lane.wake.is_set():
                         continue
+                    if await self._unclaim(lane, worker=True) and lane.wake.is_set():
+                        continue  # something arrived while letting go
                     break
                 if batch:
                     await self._run_batch(key, lane, batch)
+        except LeaseLost as err:
+            lane.claim = None
+            logger.warning("%s; this instance stops working on it", err)
         except Exception:
             logger.exception("lane %s failed; its messages wait for the next start", key)
         finally:
             lane.worker = None
             self._release(key, lane)
+
+    async def _claim(self, key: SessionKey, lane: _Lane) -> Claim | None:
+        """Hold the session's lane (once per lane, whoever asks); None while another
+        instance holds it. A fresh claim in a cluster first runs the commands a stopped
+        instance left unanswered."""
+        async with lane.claiming:
+            if lane.claim is not None:
+                return lane.claim
+            claim = await self.lane_store.claim(key)
+            if claim is None:
+                return None
+            lane.claim = claim
+        if self.clustered:
+            async with self.store.read() as conn:
+                commands = await inbox_sql.pending(conn, key, kind="command")
+            for row in commands:
+                await self._run_command(row)
+        return claim
+
+    async def _unclaim(self, lane: _Lane, *, worker: bool = False) -> bool:
+        """Let the session's lane go when nothing here uses it any more; True if it did."""
+        async with lane.claiming:
+            if lane.claim is None or lane.users > 0 or (lane.worker is not None and not worker):
+                return False
+            claim, lane.claim = lane.claim, None
+        await self.lane_store.release(claim)
+        return True
+
+    # signals from other instances --------------------------------------------------------
+
+    def _on_signal(self, signal: Signal) -> None:
+        """A hint from another instance (see `gateway.cluster.bus`)."""
+        if signal.action == "resync":
+            self._scan.set()
+            return
+        if not signal.key or not self._accepting:
+            return
+        key = SessionKey(signal.key)
+        lane = self._lanes.get(key)
+        running = lane.running if lane is not None else None
+        if signal.action == "cancel" and running is not None:
+            running.cancel(signal.reason or "cancelled")
+        elif signal.action == "interrupt" and running is not None:
+            running.cancel("interrupted by a newer message")
+        elif signal.action == "steer" and running is not None:
+            assert self._tg is not None
+            self._tg.create_task(self._pick_up_steer(key, running), name=f"steer {key}")
+            return
+        if signal.action != "cancel":
+            self._wake(key)
+
+    async def _pick_up_steer(self, key: SessionKey, running: _Running) -> None:
+        """Steer rows another instance stored for the turn running here."""
+        try:
+            async with self.store.read() as conn:
+                rows = await inbox_sql.pending(conn, key)
+        except Exception as err:  # the row stays pending and becomes the next turn
+            logger.warning("could not read steer messages for %s: %s", key, err)
+            return
+        known = {*running.ids, *running.steer.taken, *(i for i, _ in running.steer.waiting)}
+        for row in rows:
+            if row.steer and row.id not in known:
+                running.steer.waiting.append((row.id, row.text))
+        self._wake(key)
+
+    async def _scanner(self) -> None:
+        """Take up work no live instance is doing, every `scan_interval` seconds (and at once
+        after the signal connection came back)."""
+        while self._accepting:
+            try:
+                async with asyncio.timeout(self.scan_interval):
+                    await self._scan.wait()
+            except TimeoutError:
+                pass
+            self._scan.clear()
+            if not self.accepting:  # drain began while waiting
+                return
+            try:
+                orphans = await self.lane_store.orphans()
+            except Exception as err:  # the database may be away for a moment
+                logger.warning("looking for orphaned sessions failed: %s", err)
+                continue
+            for key in orphans:
+                lane = self._lanes.get(key)
+                # A lane in use here is not an orphan, whatever SQL says about its owner.
+                if lane is None or (lane.worker is None and lane.claim is None and not lane.users):
+                    self._wake(key)
+
+    async def _elsewhere(self, key: SessionKey) -> LaneState | None:
+        """The lane of `key` when another instance holds it."""
+        if not self.clustered:
+            return None
+        async with self.store.read() as conn:
+            state = await self.lane_store.state(conn, key)
+        return state if state.owner not in (None, self.instance) else None
+
+    async def _tell_owner(self, key: SessionKey, action: str, reason: str) -> None:
+        """Signal the instance running `key`, when that is another one."""
+        if not self.clustered:
+            return
+        async with self.store.write() as conn:
+            state = await self.lane_store.state(conn, key)
+            if state.owner is not None and state.owner != self.instance:
+                await self.bus.publish(conn, Signal(action, key, reason))
 
     async def _next_batch(self, key: SessionKey, lane: _Lane) -> list[InboxRow] | None:
         """The rows of the next turn; [] to look again; None when nothing waits."""
@@ -623,6 +779,8 @@ class SessionManager:
             key, platform=head.platform, user_id=user_id, snapshot=self.snapshot
         )
         new_messages = [_user_message(r) for r in batch if r.turn_id is None]
+        claim = lane.claim
+        assert claim is not None
         # Busy from here on, so a /stop or an interrupt during the commit below is not lost.
         running = _Running(TurnId(0), [r.id for r in batch], time.monotonic())
         lane.running = running
@@ -630,6 +788,7 @@ class SessionManager:
             async with self.store.write() as conn:
                 turn_id, _ = await record_start(conn, session.id, new_messages)
                 await inbox_sql.take(conn, [r.id for r in batch], turn_id)
+                await self.lane_store.check(conn, claim, turn_id)
             running.turn_id = turn_id
             progress = TurnProgress()
             preview = await self._preview(target, turn_id)
@@ -653,11 +812,16 @@ class SessionManager:
             running.task.cancel()
             await asyncio.wait({running.task})
             lane.running = None
-            async with self.store.write() as conn:
-                await record_finish(
-                    conn, session.id, turn_id, progress.result("interrupted", "process stopping")
-                )
-                await inbox_sql.requeue(conn, [*running.ids, *running.steer.taken], turn_id=turn_id)
+            try:
+                async with self.store.write() as conn:
+                    await self.lane_store.check(conn, claim, None)
+                    cut = progress.result("interrupted", "process stopping")
+                    await record_finish(conn, session.id, turn_id, cut)
+                    await inbox_sql.requeue(
+                        conn, [*running.ids, *running.steer.taken], turn_id=turn_id
+                    )
+            except LeaseLost:
+                pass  # the instance that took the session over has recovered it already
             self._count("interrupted", started)
             raise
         finally:
@@ -721,21 +885,49 @@ class SessionManager:
                     not_before=None if preview is None else preview.next_edit_at(),
                 )
             )
-        async with self.store.write() as conn:
-            await record_finish(conn, session.id, turn_id, result)
-            for row_ids, outcome, detail in outcomes:
-                n = await inbox_sql.settle(conn, row_ids, outcome, turn_id=turn_id, detail=detail)
-                if n:
-                    self.metrics.outcomes.labels(outcome=str(outcome)).inc(n)
-            await inbox_sql.requeue(conn, leftover)
-            if notices:
-                await enqueue(conn, notices)
+        try:
+            async with self.store.write() as conn:
+                await self.lane_store.check(conn, claim, None)
+                await self._finish(
+                    conn,
+                    session_id=session.id,
+                    turn_id=turn_id,
+                    result=result,
+                    outcomes=outcomes,
+                    leftover=leftover,
+                    notices=notices,
+                )
+        except LeaseLost:
+            self._count("interrupted", started)
+            raise
         self._count(status, started)
         if notices:
             self.on_outbox()
         if status != "completed":
             return None
         return session, [*new_messages, *progress.messages]
+
+    async def _finish(
+        self,
+        conn: AsyncConnection,
+        *,
+        session_id: SessionId,
+        turn_id: TurnId,
+        result: TurnResult,
+        outcomes: list[tuple[list[InboxId], Outcome, str | None]],
+        leftover: list[InboxId],
+        notices: list[Chunk],
+    ) -> None:
+        """A turn's end in the caller's transaction: its result, each message's outcome, the
+        steer messages it did not read back to the queue, and its reply chunks."""
+        await record_finish(conn, session_id, turn_id, result)
+        for row_ids, outcome, detail in outcomes:
+            n = await inbox_sql.settle(conn, row_ids, outcome, turn_id=turn_id, detail=detail)
+            if n:
+                self.metrics.outcomes.labels(outcome=str(outcome)).inc(n)
+        await inbox_sql.requeue(conn, leftover)
+        if notices:
+            await enqueue(conn, notices)
 
     async def _agent_turn(
         self,
@@ -813,6 +1005,11 @@ class SessionManager:
 
     async def _run_command(self, row: InboxRow) -> None:
         """Act on a command row and answer it; the row's outcome and the answer in one commit."""
+        if self.clustered:
+            # Another instance may be recovering the same row: whoever takes it runs it.
+            async with self.store.write() as conn:
+                if not await inbox_sql.take_command(conn, row.id):
+                    return
         parsed = parse_command(row.text)
         key = row.session_key
         target = Target(row.platform, row.account, row.chat_id, row.thread_id)
@@ -837,7 +1034,9 @@ class SessionManager:
                 )
             if n:
                 self.metrics.outcomes.labels(outcome=str(Outcome.DROPPED)).inc(n)
-            stopped = "Stopped." if running is not None else "Nothing was running."
+            remote = None if running is not None else await self._elsewhere(key)
+            busy = running is not None or (remote is not None and remote.running)
+            stopped = "Stopped." if busy else "Nothing was running."
             reply = f"⏹ {stopped} Cleared {n} queued message{'s' if n != 1 else ''}."
         elif parsed.command in (Command.NEW, Command.RESET):
             cancel = "the session was reset with /new"
@@ -896,6 +1095,8 @@ class SessionManager:
         self.on_outbox()
         if cancel is not None and running is not None:
             running.cancel(cancel)
+        elif cancel is not None:
+            await self._tell_owner(key, "cancel", cancel)
 
     async def _jobs(self, row: InboxRow) -> str:
         """`/cron`: the scheduled jobs of the sender and of this chat."""
@@ -926,8 +1127,11 @@ class SessionManager:
         if session is not None:
             lines.append(f"Conversation #{session.epoch + 1}, {session.message_count} messages")
         lines.append(f"Busy mode: {mode}")
+        remote = None if running is not None else await self._elsewhere(key)
         if running is not None:
             lines.append(f"Answering now (for {time.monotonic() - running.started:.0f}s)")
+        elif remote is not None and remote.running:
+            lines.append(f"Answering now (on instance {remote.owner})")
         else:
             lines.append("Idle")
         lines.append(f"Waiting: {waiting}")
@@ -953,10 +1157,12 @@ class SessionManager:
         waiting = True
         try:
             # Lane first, then a global slot: a busy session never holds slots idle.
-            async with lane.lock, self._slots:
-                self.metrics.waiting_turns.dec()
-                waiting = False
-                outcome = await self._turn(request, stream)
+            async with lane.lock:
+                await self._hold(request.key, lane)
+                async with self._slots:
+                    self.metrics.waiting_turns.dec()
+                    waiting = False
+                    outcome = await self._turn(request, stream)
             if outcome is not None:
                 await self.agent.memory_pass(*outcome)
         except asyncio.CancelledError:
@@ -969,7 +1175,21 @@ class SessionManager:
             if waiting:
                 self.metrics.waiting_turns.dec()
             lane.users -= 1
+            if lane.claim is not None and lane.users == 0 and lane.worker is None:
+                try:
+                    await self._unclaim(lane)
+                except Exception as err:  # the lane of a gone claim is taken over anyway
+                    logger.warning("could not release session %s: %s", request.key, err)
             self._release(request.key, lane)
+
+    async def _hold(self, key: SessionKey, lane: _Lane) -> None:
+        """Claim the session's lane for an API turn, waiting while another instance runs
+        one of its turns (up to `sessions.turn_timeout`)."""
+        delay = 0.05
+        async with asyncio.timeout(self.config.turn_timeout):
+            while await self._claim(key, lane) is None:
+                await asyncio.sleep(delay)
+                delay = min(1.0, delay * 2)
 
     async def _turn(
         self, request: TurnRequest, stream: TurnStream

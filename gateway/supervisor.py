@@ -36,6 +36,9 @@ from gateway.access import Access
 from gateway.backoff import Backoff
 from gateway.channels import Channels
 from gateway.checkpoints import StoreCheckpoints
+from gateway.cluster.bus import Signal
+from gateway.cluster.leases import Lease
+from gateway.cluster.node import Node, run_under
 from gateway.config import HeraldConfig
 from gateway.contracts.adapter import (
     Adapter,
@@ -61,6 +64,21 @@ from gateway.sessions import SessionManager
 from gateway.store import Store
 
 logger = logging.getLogger(__name__)
+
+EXIT_GONE = 75
+"""The exit code after the other instances counted this one as gone (EX_TEMPFAIL): the
+service manager starts it again, clean."""
+
+
+class LeaseRight:
+    """The cron scheduler schedules while this instance holds the `cron` lease."""
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+
+    async def holds(self) -> bool:
+        """Whether the lease is held now."""
+        return self.lease.held()
 
 
 class AdapterRunner:
@@ -264,6 +282,9 @@ class Supervisor:
         self.metrics = Metrics()
         self.state = ServingState()
         self.runners: dict[str, AdapterRunner] = {}
+        self.receiver_leases: dict[str, Lease] = {}
+        """The leases of the platforms whose receiver runs on one instance at a time."""
+        self.exit_code = 0
         self._stop = asyncio.Event()
 
     def stop(self) -> None:
@@ -289,6 +310,14 @@ class Supervisor:
         try:
             async with AsyncExitStack() as stack:
                 store = await stack.enter_async_context(Store.open(cfg.effective_database_url))
+                node = await stack.enter_async_context(
+                    Node(
+                        store,
+                        cfg.effective_instance_id,
+                        cfg.cluster,
+                        cfg.effective_database_url,
+                    )
+                )
                 provider = make_provider(cfg.llm)
                 stack.push_async_callback(provider.aclose)
                 if provider.name == "echo":
@@ -307,7 +336,20 @@ class Supervisor:
                         name, section, StoreCheckpoints(store, name, section.account)
                     )
                     channels.register(name, section.account, runner.limits, runner.live)
+                    if section.singleton:
+                        lease = node.lease(f"adapter:{name}:{section.account}")
+                        self.receiver_leases[name] = lease
                 delivery = DeliveryWorker(Outbox(store), channels, cfg.delivery, self.metrics)
+
+                def on_outbox() -> None:
+                    delivery.wake()
+                    node.announce_outbox()
+
+                def on_signal(signal: Signal) -> None:
+                    if signal.action in ("outbox", "resync"):
+                        delivery.wake()
+
+                node.bus.subscribe(on_signal)
                 manager = await stack.enter_async_context(
                     SessionManager(
                         store,
@@ -318,7 +360,10 @@ class Supervisor:
                         channels=channels,
                         access=Access(store, sections, cfg.access),
                         platforms=sections,
-                        on_outbox=delivery.wake,
+                        on_outbox=on_outbox,
+                        lanes=node.lanes,
+                        bus=node.bus,
+                        scan_interval=cfg.cluster.scan_interval,
                     )
                 )
                 for runner in self.runners.values():
@@ -334,7 +379,9 @@ class Supervisor:
                     snapshot=memory.snapshot,
                     clock=self.cron_clock,
                     instance=cfg.effective_instance_id,
-                    on_outbox=delivery.wake,
+                    on_outbox=on_outbox,
+                    right=LeaseRight(node.lease("cron")),
+                    lease_ttl=cfg.cluster.lease_ttl,
                 )
                 jobs.on_change = scheduler.wake
                 deps = AppDeps(
@@ -348,13 +395,19 @@ class Supervisor:
                     state=self.state,
                     webhooks=self._webhook_adapter,
                     jobs=jobs,
+                    cluster=lambda: {
+                        "mode": "single" if node.solo else "cluster",
+                        "holds": node.holds(),
+                        "sessions_here": manager.lanes,
+                        "signals": "connected" if node.bus.connected else "reconnecting",
+                    },
                 )
-                await self._serve(deps, manager, delivery, scheduler)
+                await self._serve(deps, manager, delivery, scheduler, node)
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
         logger.info("stopped")
-        return 0
+        return self.exit_code
 
     def _on_signal(self, sig: signal.Signals) -> None:
         if self._stop.is_set():
@@ -378,6 +431,7 @@ class Supervisor:
         manager: SessionManager,
         delivery: DeliveryWorker,
         scheduler: CronScheduler,
+        node: Node,
     ) -> None:
         cfg = self.config
         server: _Server | None = None
@@ -403,8 +457,11 @@ class Supervisor:
                     await asyncio.sleep(0.01)
                 host, port = sock.getsockname()[:2]
                 logger.info("HTTP API listening on http://%s:%d", host, port)
+            background.append(tg.create_task(self._member(node), name="cluster"))
             for name, runner in self.runners.items():
-                background.append(tg.create_task(runner.run(), name=f"adapter {name}"))
+                lease = self.receiver_leases.get(name)
+                work = runner.run() if lease is None else self._leased(runner, lease)
+                background.append(tg.create_task(work, name=f"adapter {name}"))
             sender = tg.create_task(delivery.run(), name="delivery")
             if cfg.cron.enabled:
                 background.append(tg.create_task(scheduler.run(), name="cron"))
@@ -432,6 +489,28 @@ class Supervisor:
                 server.should_exit = True
         if sock is not None:
             sock.close()
+
+    async def _member(self, node: Node) -> None:
+        await node.run()
+        if node.gone.is_set():
+            self.exit_code = EXIT_GONE
+            self._stop.set()
+
+    @staticmethod
+    async def _leased(runner: AdapterRunner, lease: Lease) -> None:
+        """Run the receiver while this instance holds its lease; stand by otherwise."""
+
+        async def receive() -> None:
+            try:
+                await runner.run()
+            finally:
+                if runner.state is not AdapterState.FAILED:
+                    runner.state = AdapterState.STANDBY
+
+        await lease.tried.wait()  # starting, until the first try for the lease is decided
+        if not lease.held():
+            runner.state = AdapterState.STANDBY
+        await run_under(lease, receive)
 
     def _healthy(self) -> bool:
         return self.state.serving and not self._stop.is_set()

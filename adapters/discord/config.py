@@ -45,6 +45,11 @@ class DiscordConfig(PlatformSection):
     attachment_types: tuple[str, ...] = ("*",)
     """MIME type patterns (`image/*`, `application/pdf`) of files that are downloaded."""
 
+    @property
+    def singleton(self) -> bool:
+        """One gateway connection per bot across instances (Discord would deliver each event to every connection)."""
+        return True
+
     def admits(self, message: InboundMessage) -> bool:
         """Listed in `allowed_users`, or a server member with one of `allowed_roles`."""
         if super().admits(message):

@@ -106,6 +106,11 @@ class EmailConfig(PlatformSection):
             raise ValueError("move_to must differ from folder")
         return self
 
+    @property
+    def singleton(self) -> bool:
+        """One IMAP IDLE connection per mailbox across instances."""
+        return True
+
     def admits(self, message: InboundMessage) -> bool:
         """Whether the mail's sender is allowed (see `admits_address`)."""
         return self.admits_address(str(message.sender.id))

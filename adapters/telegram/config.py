@@ -79,6 +79,12 @@ class TelegramConfig(PlatformSection):
     attachment_types: tuple[str, ...] = ("*",)
     """MIME type patterns (`image/*`, `application/pdf`) of files that are downloaded."""
 
+    @property
+    def singleton(self) -> bool:
+        """Polling runs on one instance at a time (Telegram refuses two concurrent
+        `getUpdates`); webhook mode runs on every instance behind the load balancer."""
+        return self.mode is TelegramMode.POLLING
+
     @field_validator("group_trigger", mode="before")
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:

@@ -18,19 +18,24 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from sqlalchemy import func, select
 
 from agent_core.llm import make_provider
 from agent_core.memory import MemoryFiles
 from gateway.access import Pairings
 from gateway.checkpoints import MemoryCheckpoints
 from gateway.cli.jobs import jobs_app
+from gateway.cluster.leases import list_leases
+from gateway.cluster.membership import list_instances
 from gateway.config import HeraldConfig, load_config, masked
 from gateway.contracts.adapter import SelfCheck
 from gateway.contracts.errors import AuthError, ConfigError, HeraldError, LLMError
 from gateway.contracts.ids import AccountId, ChatId
+from gateway.contracts.messages import utcnow
 from gateway.inbox import Inbox
 from gateway.outbox import Chunk, Outbox, OutboxStatus, Target
 from gateway.store import Store, engine
+from gateway.store.tables import lanes as lanes_table
 from gateway.supervisor import Supervisor, adapter_context, adapter_factory
 
 app = typer.Typer(
@@ -91,6 +96,9 @@ def run(config: ConfigOption = None) -> None:
     _logging(cfg.log_level)
     try:
         code = asyncio.run(Supervisor(cfg).run())
+    except ConfigError as err:  # another instance on this id or on this SQLite database
+        logging.getLogger("herald").error("%s", err)
+        raise typer.Exit(2) from err
     except OSError as err:
         logging.getLogger("herald").error("%s", err)
         raise typer.Exit(1) from err
@@ -181,6 +189,64 @@ def _with_store(config: Path | None, work: Callable[[Any], Awaitable[None]]) -> 
             await work(store)
 
     asyncio.run(go())
+
+
+@app.command()
+def instances(config: ConfigOption = None) -> None:
+    """The instances sharing this database, what each holds, and the leases."""
+    console = _console()
+    cfg = _load(config)
+    ttl = cfg.cluster.lease_ttl
+
+    async def work(store: Any) -> None:
+        async with store.read() as conn:
+            found = await list_instances(conn)
+            leases = await list_leases(conn)
+            lanes_by_owner = dict(
+                (
+                    await conn.execute(
+                        select(lanes_table.c.owner, func.count()).group_by(lanes_table.c.owner)
+                    )
+                ).all()
+            )
+        now = utcnow()
+        table = Table(
+            "instance",
+            "state",
+            "host",
+            "pid",
+            "version",
+            "started (UTC)",
+            "heartbeat",
+            "holds",
+            "sessions",
+        )
+        for i in found:
+            table.add_row(
+                escape(i.id),
+                i.state(now, ttl),
+                escape(i.host),
+                str(i.pid),
+                i.version,
+                f"{i.started_at:%Y-%m-%d %H:%M:%S}",
+                f"{(now - i.heartbeat_at).total_seconds():.0f}s ago",
+                escape(", ".join(i.holds)),
+                str(lanes_by_owner.get(i.id, 0)) if i.alive(now, ttl) else "",
+            )
+        console.print(table)
+        if leases:
+            held = Table("lease", "owner", "token", "expires")
+            for lease in leases:
+                left = (lease.expires_at - now).total_seconds()
+                held.add_row(
+                    escape(lease.name),
+                    escape(lease.owner),
+                    str(lease.token),
+                    f"in {left:.0f}s" if left > 0 else "expired",
+                )
+            console.print(held)
+
+    _with_store(config, work)
 
 
 @sessions_app.command("list")

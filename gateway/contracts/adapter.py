@@ -20,6 +20,8 @@ class AdapterState(StrEnum):
     RECONNECTING = "reconnecting"
     STOPPED = "stopped"
     FAILED = "failed"
+    STANDBY = "standby"
+    """Another instance holds this receiver's lease; this one takes over if that one dies."""
 
 
 class Checkpoints(Protocol):

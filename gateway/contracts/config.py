@@ -73,6 +73,12 @@ class PlatformSection(Section):
     """Default busy mode of this platform's sessions; `sessions.busy_mode` when unset."""
     group_sessions: GroupSessions = GroupSessions.CHAT
 
+    @property
+    def singleton(self) -> bool:
+        """Whether only one instance at a time may receive for this account (a poller, a
+        gateway connection); it then runs under a lease. Webhook receivers run everywhere."""
+        return False
+
     def admits(self, message: InboundMessage) -> bool:
         """Whether the section's own rules let this sender in: listed in `allowed_users` by
         id, or a platform's rule on top (email domains, Discord roles)."""

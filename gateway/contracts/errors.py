@@ -57,3 +57,13 @@ class LLMRejected(LLMError):
 
 class SessionNotFound(HeraldError, LookupError):
     """No session has that key."""
+
+
+class LeaseLost(HeraldError):
+    """Another instance holds this lease or session now. Stop acting on it: whatever this
+    instance was about to write is discarded, and the new holder does the work."""
+
+
+class InstanceConflict(ConfigError):
+    """Another live instance already runs with this id, or on this SQLite database. Stop it,
+    or give this one its own `instance_id` (several instances need PostgreSQL)."""

@@ -31,7 +31,7 @@ from gateway.channels import Channels
 from gateway.chunking import split_chunks
 from gateway.config import CronConfig
 from gateway.contracts.config import PlatformSection
-from gateway.contracts.errors import LLMError
+from gateway.contracts.errors import LeaseLost, LLMError
 from gateway.contracts.history import ChatMessage, Role
 from gateway.contracts.ids import Platform, SessionId, SessionKey, TurnId, session_key
 from gateway.cron.clock import Clock
@@ -106,6 +106,7 @@ class CronScheduler:
         instance: str,
         on_outbox: Callable[[], None] = lambda: None,
         right: SchedulingRight | None = None,
+        lease_ttl: float = 15.0,
     ) -> None:
         self.store = store
         self.jobs = JobStore(store)
@@ -120,6 +121,7 @@ class CronScheduler:
         self.instance = instance
         self.on_outbox = on_outbox
         self.right: SchedulingRight = right or AlwaysSchedule()
+        self.lease_ttl = lease_ttl
         self._wake = asyncio.Event()
         self._slots = asyncio.Semaphore(config.max_concurrent_runs)
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -251,9 +253,18 @@ class CronScheduler:
         self._start(job, run)
 
     async def _reap(self, now: datetime) -> None:
-        """Runs left `running` by a process that is gone become interrupted."""
-        for run in await self.jobs.running():
+        """Runs left `running` by a process that is gone become interrupted: at once when
+        its instance is known to be gone, else once its timeout has long passed."""
+        running = await self.jobs.running()
+        gone = await self.jobs.gone_owners(now, self.lease_ttl) if running else set()
+        for run in running:
             if run.id in self._active or run.started_at is None:
+                continue
+            if run.owner in gone and run.owner != self.instance:
+                if await self.jobs.interrupt(
+                    run.id, now, f"instance {run.owner} stopped during the run; not run again"
+                ):
+                    logger.warning("job %s: run %d was cut off", run.job_id, run.id)
                 continue
             job = await self.jobs.get(run.job_id)
             timeout = timedelta(
@@ -282,6 +293,8 @@ class CronScheduler:
                     self.jobs.interrupt(run.id, self.clock.now(), "Herald stopped during the run")
                 )
             raise
+        except LeaseLost as err:
+            logger.warning("job %s: %s", job.id, err)
         except Exception:  # a run must never take the scheduler down
             logger.exception("job %s: run %d failed", job.id, run.id)
             with contextlib.suppress(Exception):

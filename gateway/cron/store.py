@@ -13,13 +13,14 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import RowMapping, delete, func, insert, select, update
+from sqlalchemy import RowMapping, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from gateway.contracts.errors import LeaseLost
 from gateway.contracts.ids import UserId
 from gateway.store import Store
 from gateway.store.sql import insert_ignore
-from gateway.store.tables import job_runs, jobs
+from gateway.store.tables import instances, job_runs, jobs
 from gateway.store.types import aware
 
 
@@ -318,6 +319,21 @@ class JobStore:
             )
         return [_run(r) for r in rows]
 
+    async def gone_owners(self, now: datetime, ttl: float) -> set[str]:
+        """Registered instances that are not alive (stopped, or no heartbeat for `ttl`)."""
+        async with self.store.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(instances.c.id).where(
+                        or_(
+                            instances.c.stopped_at.is_not(None),
+                            instances.c.heartbeat_at <= now - timedelta(seconds=ttl),
+                        )
+                    )
+                )
+            ).all()
+        return {str(r[0]) for r in rows}
+
     async def interrupt(self, run_id: int, now: datetime, reason: str) -> bool:
         """running → interrupted (never re-run); False when it was no longer running."""
         async with self.store.write() as conn:
@@ -382,8 +398,16 @@ class JobStore:
 
 
 async def finish_run(conn: AsyncConnection, run_id: int, **values: Any) -> None:
-    """In the caller's transaction: store how a run ended."""
-    await conn.execute(update(job_runs).where(job_runs.c.id == run_id).values(**values))
+    """In the caller's transaction: store how a run ended. Raises LeaseLost when the run is
+    no longer running (it was counted as cut off while this process was away): nothing of
+    it may be stored or delivered then."""
+    result = await conn.execute(
+        update(job_runs)
+        .where(job_runs.c.id == run_id, job_runs.c.status == str(RunStatus.RUNNING))
+        .values(**values)
+    )
+    if not result.rowcount:
+        raise LeaseLost(f"run {run_id} was recorded as cut off meanwhile; its result is dropped")
 
 
 async def mark_notified(conn: AsyncConnection, job_id: str, streak: int) -> bool:

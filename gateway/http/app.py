@@ -47,6 +47,7 @@ def create_app(deps: AppDeps) -> FastAPI:
             "llm": {"provider": deps.llm_provider, "model": deps.llm_model},
             "adapters": adapters,
             "turns": {"active": deps.manager.active_turns},
+            "cluster": dict(deps.cluster()),
         }
         if deps.llm_provider == "echo":
             body["llm"]["warning"] = OFFLINE_WARNING
@@ -56,7 +57,11 @@ def create_app(deps: AppDeps) -> FastAPI:
     async def ready() -> JSONResponse:
         """200 when serving and every enabled adapter is receiving; 503 otherwise."""
         adapters = deps.adapters()
-        waiting = sorted(n for n, s in adapters.items() if s is not AdapterState.RECEIVING)
+        waiting = sorted(
+            n
+            for n, s in adapters.items()
+            if s not in (AdapterState.RECEIVING, AdapterState.STANDBY)
+        )
         ok = deps.state.serving and not deps.state.draining and not waiting
         body = {
             "ready": ok,

@@ -37,3 +37,5 @@ class AppDeps:
     """The connected adapter that receives `/webhooks/<platform>/…`, None when there is none."""
     jobs: JobService | None = None
     """Scheduled jobs (`/api/jobs`); None: the routes answer 503."""
+    cluster: Callable[[], Mapping[str, object]] = dict
+    """This instance among the others: mode, leases held, sessions running here."""

@@ -31,3 +31,13 @@ async def insert_ignore_many(
 ) -> list[int | None]:
     """`insert_ignore` for each row, in order."""
     return [await insert_ignore(conn, table, r) for r in rows]
+
+
+async def insert_or_skip(conn: AsyncConnection, table: Table, values: Mapping[str, Any]) -> bool:
+    """Insert one row unless it breaks a unique constraint; True when it was inserted."""
+    if conn.dialect.name == "postgresql":
+        stmt: Any = postgresql.insert(table).values(**values).on_conflict_do_nothing()
+    else:
+        stmt = sqlite.insert(table).values(**values).on_conflict_do_nothing()
+    result = await conn.execute(stmt)
+    return bool(result.rowcount)

@@ -191,6 +191,9 @@ outbox = Table(
     # The platform's later report on a sent chunk (delivered, failed, undelivered, read…).
     Column("job_run_id", BigId, nullable=True),
     # The scheduled job run this report chunk delivers, when there is one.
+    Column("claimed_by", String(128), nullable=True),
+    # The instance that set the chunk `sending` (its unknown outcome is recovered when that
+    # instance is gone).
     Index(None, "status", "next_attempt_at"),
     Index(None, "platform", "account", "chat_id", "id"),
     Index(None, "platform", "platform_message_id"),
@@ -293,4 +296,35 @@ leases = Table(
     Column("token", BigId, nullable=False),
     # Fencing token: grows with every change of owner.
     Column("expires_at", UTCDateTime, nullable=False),
+)
+
+instances = Table(
+    "instances",
+    metadata,
+    Column("id", String(128), primary_key=True),
+    Column("host", SafeText, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("version", String(32), nullable=False),
+    Column("incarnation", BigId, nullable=False),
+    # Grows with every start under this id.
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("heartbeat_at", UTCDateTime, nullable=False),
+    # Alive while this is within `cluster.lease_ttl` and `stopped_at` is not set.
+    Column("stopped_at", UTCDateTime, nullable=True),
+    Column("holds", JSON, nullable=True),
+    # The leases it held at its last heartbeat, for `herald instances` and /health.
+)
+
+lanes = Table(
+    "lanes",
+    metadata,
+    Column("key", SafeText, primary_key=True),
+    # A session key with work under way: at most one instance runs its turns.
+    Column("owner", String(128), nullable=False),
+    Column("token", BigId, nullable=False),
+    # Fencing token: grows with every change of owner; an owner's writes check it.
+    Column("turn_id", BigId, nullable=True),
+    # The turn running now, if any (another instance then treats the session as busy).
+    Column("claimed_at", UTCDateTime, nullable=False),
+    Index(None, "owner"),
 )

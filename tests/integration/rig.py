@@ -16,6 +16,7 @@ from agent_core.memory import MemoryFiles
 from agent_core.tools import ToolContext, ToolRegistry
 from gateway.access import Access
 from gateway.channels import Channels
+from gateway.cluster.node import Node
 from gateway.config import AccessConfig, DeliveryConfig, SessionsConfig
 from gateway.contracts.config import PlatformSection
 from gateway.contracts.ids import SessionKey
@@ -109,13 +110,16 @@ async def running_rig(
     section: PlatformSection | None = None,
     adapter: RecordingAdapter | None = None,
     gated: bool = True,
+    node: Node | None = None,
+    llm: GatedLLM | None = None,
 ) -> AsyncIterator[Rig]:
     """A running message path on the fake platform `test`, account `acct`.
 
     Default access: everyone is allowed (`allowed_users: ["*"]`); pass `section` to test
-    allowlists and pairing.
+    allowlists and pairing. With `node` (entered by the caller), the rig is one instance of
+    a cluster: its lanes are claimed in SQL and the node's heartbeat and signals run.
     """
-    llm = GatedLLM(gated=gated)
+    llm = llm or GatedLLM(gated=gated)
     tool = GateTool()
     agent = Agent(
         llm, store, MemoryFiles(tmp_path), ToolRegistry([tool]), AgentSettings(memory_pass=False)
@@ -147,12 +151,18 @@ async def running_rig(
         access=Access(store, platforms, access or AccessConfig()),
         platforms=platforms,
         on_outbox=worker.wake,
+        lanes=None if node is None else node.lanes,
+        bus=None if node is None else node.bus,
+        scan_interval=0.2,
     )
-    async with manager, asyncio.TaskGroup() as tg:
-        task = tg.create_task(worker.run())
-        try:
-            yield Rig(store, llm, adapter, manager, worker, outbox, Inbox(store), tool)
-        finally:
-            llm.open_all()
-            tool.gate.set()
-            task.cancel()
+    async with asyncio.TaskGroup() as tg:
+        tasks = [] if node is None else [tg.create_task(node.run())]
+        async with manager:
+            tasks.append(tg.create_task(worker.run()))
+            try:
+                yield Rig(store, llm, adapter, manager, worker, outbox, Inbox(store), tool)
+            finally:
+                llm.open_all()
+                tool.gate.set()
+                for task in tasks:
+                    task.cancel()

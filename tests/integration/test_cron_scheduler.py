@@ -9,10 +9,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import insert
 
 from gateway.cron.scheduler import job_session_key, output_path
 from gateway.cron.store import DeliveryStatus, JobStore, RunStatus, Trigger
 from gateway.store import Store
+from gateway.store.tables import instances
 from tests.fakes.clock import FakeClock
 from tests.fakes.platform import Delivered, RecordingAdapter
 from tests.integration.cron_rig import CronRig, ScriptLLM, cron_config, cron_rig
@@ -172,6 +174,60 @@ async def test_a_run_left_running_by_a_killed_process_is_reaped_not_rerun(
         [run] = await rig.runs(job.id)
         assert run.status is RunStatus.INTERRUPTED
         assert rig.llm.calls == []
+
+
+async def test_a_run_of_an_instance_known_to_be_gone_is_reaped_at_once(
+    store: Store, tmp_path: Path
+) -> None:
+    clock = FakeClock(START)
+    async with cron_rig(store, tmp_path, clock, config=cron_config(run_timeout=600)) as rig:
+        job = await rig.add("killed", "0 9 * * *", timezone=BERLIN)
+    # Another instance claimed 09:00 and then stopped beating (SIGKILL, machine gone).
+    async with store.write() as conn:
+        await conn.execute(
+            insert(instances).values(
+                id="herald-dead",
+                host="elsewhere",
+                pid=1,
+                version="0",
+                incarnation=1,
+                started_at=NINE - timedelta(hours=1),
+                heartbeat_at=NINE,
+            )
+        )
+    assert await JobStore(store).claim(job.id, NINE, "herald-dead", NINE) is not None
+    clock.set(NINE + timedelta(seconds=30))
+    async with cron_rig(store, tmp_path, clock) as rig:
+        await rig.at(NINE + timedelta(seconds=31))
+        [run] = await rig.runs(job.id)
+        assert run.status is RunStatus.INTERRUPTED, "not after its 10 min timeout: now"
+        assert "herald-dead" in (run.error or "")
+        assert rig.llm.calls == []
+
+
+async def test_a_run_counted_as_cut_off_meanwhile_stores_and_delivers_nothing(
+    store: Store, tmp_path: Path
+) -> None:
+    clock = FakeClock(START)
+    held = ScriptLLM(hold=asyncio.Event())
+    async with cron_rig(store, tmp_path, clock, llm=held) as rig:
+        job = await rig.add("slow report", "0 9 * * *", timezone=BERLIN)
+        await rig.at(NINE)
+        async with asyncio.timeout(10):
+            await held.started.wait()
+        # This process was paused: another instance counted the run as cut off.
+        [run] = await rig.runs(job.id)
+        assert await JobStore(store).interrupt(run.id, NINE, "its instance stopped")
+        assert held.hold is not None
+        held.hold.set()
+        async with asyncio.timeout(10):
+            while rig.scheduler.active_runs:
+                await asyncio.sleep(0.01)
+        [run] = await rig.runs(job.id)
+        assert run.status is RunStatus.INTERRUPTED
+        assert run.output is None
+        assert await rig.outbox.unsent(("test", "acct", "home")) is False
+        assert rig.adapter.texts("home") == []
 
 
 async def test_after_downtime_only_the_newest_missed_slot_runs(

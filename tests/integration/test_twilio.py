@@ -284,8 +284,9 @@ async def test_429_is_retried(tmp_path: Path, twilio: FakeTwilioServer, llm: Fak
         [sent] = await twilio.wait_for_sent(1)
         assert sent.body == "You said: busy line"
         assert [r.status for r in twilio.refused] == [429, 429]
-        [row] = await Outbox(herald.store).list()
-        assert row.status is OutboxStatus.SENT
+        async with asyncio.timeout(10):  # the fake saw the send before Herald stored it
+            while (row := (await Outbox(herald.store).list())[0]).status is not OutboxStatus.SENT:
+                await asyncio.sleep(0.01)
         assert row.attempts == 1  # waiting out a rate limit does not use up tries
 
 

@@ -253,3 +253,36 @@ def test_systemd_analyze_security_exposure(systemd_analyze: str, tmp_path: Path)
     )
 
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+TEMPLATE_PATH = DEPLOY / "herald@.service"
+
+
+def test_the_instance_template_is_the_service_plus_an_instance_id() -> None:
+    """herald@.service keeps every setting of herald.service (hardening, drain, watchdog) and
+    adds only what makes each instance its own."""
+    single = parse_unit(UNIT_PATH.read_text(encoding="utf-8"))
+    template = parse_unit(TEMPLATE_PATH.read_text(encoding="utf-8"))
+    assert values(template, "Service", "Environment")[-1] == "HERALD_INSTANCE_ID=%H-%i"
+    assert values(template, "Service", "EnvironmentFile")[-1] == "-/etc/herald/herald-%i.env"
+    added = {
+        ("Environment", "HERALD_INSTANCE_ID=%H-%i"),
+        ("EnvironmentFile", "-/etc/herald/herald-%i.env"),
+    }
+    assert [a for a in template["Service"] if a not in added] == single["Service"]
+    assert template["Install"] == single["Install"]
+    assert value(template, "Unit", "Description").endswith("(instance %i)")
+
+
+def test_systemd_analyze_verify_the_instance_template(systemd_analyze: str, tmp_path: Path) -> None:
+    program = shutil.which("true") or "/bin/true"
+    text = TEMPLATE_PATH.read_text(encoding="utf-8")
+    copy = tmp_path / "herald@a.service"
+    copy.write_text(
+        text.replace("ExecStart=/opt/herald/.venv/bin/herald ", f"ExecStart={program} "),
+        encoding="utf-8",
+    )
+    result = run_analyze(systemd_analyze, "verify", str(copy))
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "herald@" not in output, output

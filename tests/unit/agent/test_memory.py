@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 
 import pytest
@@ -264,3 +265,31 @@ async def test_hand_written_lines_are_read_as_entries(memory: MemoryFiles) -> No
     await memory.add(USER, ADA, "likes cake")
 
     assert memory.read(USER, ADA) == "- likes tea\n- plain line\n- likes cake\n"
+
+
+EDITOR = """
+import asyncio, sys
+from pathlib import Path
+from agent_core.memory import MemoryFiles, MemoryScope
+async def main():
+    memory = MemoryFiles(Path(sys.argv[1]))
+    for i in range(60):
+        await memory.add(MemoryScope.MEMORY, None, f"{sys.argv[2]} fact {i}")
+asyncio.run(main())
+"""
+
+
+async def test_two_processes_editing_one_state_directory_never_lose_an_edit(
+    tmp_path: Path,
+) -> None:
+    # Two instances sharing the state directory, each adding entries as fast as it can.
+    editors = [
+        await asyncio.create_subprocess_exec(sys.executable, "-c", EDITOR, str(tmp_path), name)
+        for name in ("first", "second")
+    ]
+    async with asyncio.timeout(60):
+        codes = [await p.wait() for p in editors]
+    assert codes == [0, 0]
+    saved = MemoryFiles(tmp_path).read(MemoryScope.MEMORY, None).splitlines()
+    expected = [f"- {name} fact {i}" for name in ("first", "second") for i in range(60)]
+    assert sorted(saved) == sorted(expected)

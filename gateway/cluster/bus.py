@@ -1,0 +1,155 @@
+"""Signals between instances: PostgreSQL LISTEN/NOTIFY on one channel.
+
+A signal names a session key and an action (`wake`, `steer`, `interrupt`, `cancel`) or the
+outbox (`outbox`: new chunks were committed). It is published inside the transaction that
+made it necessary, so it is delivered exactly when that commits. Signals are hints: the
+state is in SQL, and every instance also looks for orphaned work on a timer, so a signal
+lost with a dropped connection delays work by at most `cluster.scan_interval`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gateway.backoff import Backoff
+
+logger = logging.getLogger(__name__)
+
+CHANNEL = "herald"
+HEALTH_INTERVAL = 5.0
+"""Seconds between checks that the listening connection still answers."""
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """A hint for the instance that runs `key` (or for every instance: `outbox`, `resync`)."""
+
+    action: str
+    key: str = ""
+    reason: str = ""
+    origin: str = ""
+
+    def encode(self) -> str:
+        """The NOTIFY payload."""
+        return json.dumps({"a": self.action, "k": self.key, "r": self.reason, "o": self.origin})
+
+    @classmethod
+    def decode(cls, payload: str) -> Signal | None:
+        """A signal from a payload, or None when it is not one of ours."""
+        try:
+            data: Any = json.loads(payload)
+            return cls(str(data["a"]), str(data["k"]), str(data.get("r", "")), str(data["o"]))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+Handler = Callable[[Signal], None]
+
+
+class LocalBus:
+    """One instance: nothing to carry (the instance that would publish acts itself)."""
+
+    def __init__(self, origin: str = "") -> None:
+        self.origin = origin
+        self.handlers: list[Handler] = []
+
+    @property
+    def connected(self) -> bool:
+        """Always: there is no connection to lose."""
+        return True
+
+    def subscribe(self, handler: Handler) -> None:
+        """Call `handler` for each signal from another instance (never here)."""
+        self.handlers.append(handler)
+
+    async def publish(self, conn: AsyncConnection, signal: Signal) -> None:
+        """Nothing to do."""
+
+    async def run(self) -> None:
+        """Nothing to listen to: wait until cancelled."""
+        await asyncio.Event().wait()
+
+
+class PgBus(LocalBus):
+    """LISTEN on a dedicated connection, reconnecting with backoff; NOTIFY through the
+    publisher's own transaction."""
+
+    def __init__(self, database_url: str, origin: str) -> None:
+        super().__init__(origin)
+        url = make_url(database_url).set(drivername="postgresql")
+        self._dsn = url.render_as_string(hide_password=False)
+        self._connected = False
+        self.backoff = Backoff(initial=0.2, maximum=5.0)
+
+    @property
+    def connected(self) -> bool:
+        """Whether the listening connection is up."""
+        return self._connected
+
+    async def publish(self, conn: AsyncConnection, signal: Signal) -> None:
+        """NOTIFY inside the caller's transaction (sent when it commits)."""
+        stamped = Signal(signal.action, signal.key, signal.reason[:200], self.origin)
+        await conn.execute(
+            text("SELECT pg_notify(:channel, :payload)"),
+            {"channel": CHANNEL, "payload": stamped.encode()},
+        )
+
+    async def run(self) -> None:
+        """Listen until cancelled; after each (re)connection every handler gets `resync`
+        (signals may have been missed meanwhile)."""
+        attempt = 0
+        while True:
+            try:
+                conn = await asyncpg.connect(self._dsn, timeout=10)
+            except (OSError, asyncpg.PostgresError, TimeoutError) as err:
+                logger.warning("signal listener cannot connect: %s", err)
+                await asyncio.sleep(self.backoff.delay(attempt))
+                attempt += 1
+                continue
+            try:
+                await conn.add_listener(CHANNEL, self._on_notify)
+                self._connected = True
+                attempt = 0
+                self._deliver(Signal("resync", origin=self.origin))
+                while True:
+                    await asyncio.sleep(HEALTH_INTERVAL)
+                    async with asyncio.timeout(HEALTH_INTERVAL):
+                        await conn.execute("SELECT 1")
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as err:
+                logger.warning("signal listener lost its connection: %s", err)
+            finally:
+                self._connected = False
+                await _close(conn)
+            await asyncio.sleep(self.backoff.delay(attempt))
+            attempt += 1
+
+    def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
+        signal = Signal.decode(str(payload))
+        if signal is None or signal.origin == self.origin:
+            return
+        self._deliver(signal)
+
+    def _deliver(self, signal: Signal) -> None:
+        for handler in self.handlers:
+            try:
+                handler(signal)
+            except Exception:  # one handler's bug must not silence the others
+                logger.exception("signal handler failed for %s", signal)
+
+
+async def _close(conn: asyncpg.Connection) -> None:
+    try:
+        async with asyncio.timeout(2):
+            await conn.close()
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError):
+        conn.terminate()

@@ -1,0 +1,213 @@
+"""Session lanes across instances: at most one instance runs a session's turns.
+
+Claiming a lane takes the session key in the `lanes` table: free, or held by an instance
+that is not alive (or by an earlier life of this one). The claim recovers what a dead owner
+left: its running turn becomes interrupted and the messages it had taken wait again. The
+owner's writes for the session check the claim's fencing token in their own transaction,
+so a paused owner that wakes after a takeover cannot store (or send) anything.
+
+On SQLite there is one instance: `SoloLanes` keeps lanes in memory only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from sqlalchemy import delete, or_, select, union, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gateway.cluster.membership import Now, alive
+from gateway.contracts.errors import LeaseLost
+from gateway.contracts.ids import SessionKey, TurnId
+from gateway.contracts.messages import utcnow
+from gateway.store import Store
+from gateway.store.sql import insert_or_skip
+from gateway.store.tables import inbox, lanes, sessions, turns
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """This instance runs the session's turns until it releases the claim."""
+
+    key: SessionKey
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class LaneState:
+    """Who runs a session now, as another instance sees it."""
+
+    owner: str | None
+    """A live instance holding the lane, or None when it is free (or its owner is gone)."""
+    running: bool
+    """Whether that instance is running a turn of the session now."""
+
+
+class Lanes(Protocol):
+    """Where a session's turns may run."""
+
+    async def claim(self, key: SessionKey) -> Claim | None:
+        """Take the lane (recovering a dead owner's leftovers); None while a live instance
+        holds it."""
+        ...
+
+    async def release(self, claim: Claim) -> None:
+        """Give the lane up (nothing of the session is running or waiting here)."""
+        ...
+
+    async def check(self, conn: AsyncConnection, claim: Claim, turn_id: TurnId | None) -> None:
+        """In the caller's transaction: raise LeaseLost unless the claim still holds, and
+        record `turn_id` as the session's running turn (None: no turn running)."""
+        ...
+
+    async def state(self, conn: AsyncConnection, key: SessionKey) -> LaneState:
+        """Who holds the lane, read in the caller's transaction."""
+        ...
+
+    async def orphans(self, limit: int = 200) -> list[SessionKey]:
+        """Sessions with work no live instance is doing: waiting or cut-off messages, or a
+        lane whose owner is gone (this instance's own lanes included)."""
+        ...
+
+
+class SoloLanes:
+    """One instance: every claim succeeds, nothing is written."""
+
+    async def claim(self, key: SessionKey) -> Claim | None:
+        """Always granted."""
+        return Claim(key, 0)
+
+    async def release(self, claim: Claim) -> None:
+        """Nothing to do."""
+
+    async def check(self, conn: AsyncConnection, claim: Claim, turn_id: TurnId | None) -> None:
+        """Always holds."""
+
+    async def state(self, conn: AsyncConnection, key: SessionKey) -> LaneState:
+        """No other instance."""
+        return LaneState(None, False)
+
+    async def orphans(self, limit: int = 200) -> list[SessionKey]:
+        """Startup recovery finds them instead (`Inbox.recover`)."""
+        return []
+
+
+class SqlLanes:
+    """Lanes in the `lanes` table, owned by instance `owner`."""
+
+    def __init__(self, store: Store, owner: str, ttl: float, *, now: Now = utcnow) -> None:
+        self.store = store
+        self.owner = owner
+        self.ttl = ttl
+        self.now = now
+
+    async def claim(self, key: SessionKey) -> Claim | None:
+        """See `Lanes.claim`."""
+        now = self.now()
+        async with self.store.write() as conn:
+            inserted = await insert_or_skip(
+                conn, lanes, {"key": key, "owner": self.owner, "token": 1, "claimed_at": now}
+            )
+            if inserted:
+                token = 1
+            else:
+                row = (
+                    await conn.execute(
+                        update(lanes)
+                        .where(
+                            lanes.c.key == key,
+                            or_(lanes.c.owner == self.owner, ~alive(lanes.c.owner, now, self.ttl)),
+                        )
+                        .values(
+                            owner=self.owner, token=lanes.c.token + 1, turn_id=None, claimed_at=now
+                        )
+                        .returning(lanes.c.token)
+                    )
+                ).first()
+                if row is None:
+                    return None
+                token = int(row[0])
+            await _recover(conn, key)
+        return Claim(key, token)
+
+    async def release(self, claim: Claim) -> None:
+        """See `Lanes.release`."""
+        async with self.store.write() as conn:
+            await conn.execute(
+                delete(lanes).where(
+                    lanes.c.key == claim.key,
+                    lanes.c.owner == self.owner,
+                    lanes.c.token == claim.token,
+                )
+            )
+
+    async def check(self, conn: AsyncConnection, claim: Claim, turn_id: TurnId | None) -> None:
+        """See `Lanes.check`. The update locks the row until the caller commits."""
+        result = await conn.execute(
+            update(lanes)
+            .where(
+                lanes.c.key == claim.key,
+                lanes.c.owner == self.owner,
+                lanes.c.token == claim.token,
+            )
+            .values(turn_id=turn_id)
+        )
+        if not result.rowcount:
+            raise LeaseLost(f"session {claim.key} was taken over by another instance")
+
+    async def state(self, conn: AsyncConnection, key: SessionKey) -> LaneState:
+        """See `Lanes.state`."""
+        now = self.now()
+        row = (
+            await conn.execute(
+                select(lanes.c.owner, lanes.c.turn_id).where(
+                    lanes.c.key == key, alive(lanes.c.owner, now, self.ttl)
+                )
+            )
+        ).first()
+        if row is None:
+            return LaneState(None, False)
+        return LaneState(str(row[0]), row[1] is not None)
+
+    async def orphans(self, limit: int = 200) -> list[SessionKey]:
+        """See `Lanes.orphans`."""
+        now = self.now()
+        held = select(lanes.c.key).where(
+            lanes.c.key == inbox.c.session_key,
+            lanes.c.owner != self.owner,
+            alive(lanes.c.owner, now, self.ttl),
+        )
+        waiting = (
+            select(inbox.c.session_key)
+            .where(inbox.c.status.in_(["pending", "running"]), ~held.exists())
+            .distinct()
+        )
+        dead = select(lanes.c.key).where(
+            or_(lanes.c.owner == self.owner, ~alive(lanes.c.owner, now, self.ttl))
+        )
+        async with self.store.read() as conn:
+            rows = (await conn.execute(union(waiting, dead).limit(limit))).all()
+        return [SessionKey(str(r[0])) for r in rows]
+
+
+async def _recover(conn: AsyncConnection, key: SessionKey) -> None:
+    """A fresh claim: what an earlier owner left running is cut off."""
+    await conn.execute(
+        update(turns)
+        .where(
+            turns.c.status == "running",
+            turns.c.session_id.in_(select(sessions.c.id).where(sessions.c.key == key)),
+        )
+        .values(status="interrupted", finished_at=utcnow(), error="its instance stopped")
+    )
+    await conn.execute(
+        update(inbox)
+        .where(inbox.c.session_key == key, inbox.c.status == "running")
+        .values(status="pending", steer=False)
+    )
+    await conn.execute(
+        update(inbox)
+        .where(inbox.c.session_key == key, inbox.c.status == "pending", inbox.c.steer.is_(True))
+        .values(steer=False)
+    )

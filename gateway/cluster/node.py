@@ -1,0 +1,225 @@
+"""This process as one instance among several: `Node` owns its membership, the leases it
+wants, its lanes and its signal bus, and keeps them alive while it runs.
+
+SQLite: one instance only (a lock file next to the database refuses a second); leases are
+held locally and never expire. PostgreSQL: the heartbeat and lease renewals run every
+`cluster.heartbeat_interval`; when the others have already counted this instance as gone
+(it was paused or cut off for longer than the TTL), `gone` is set and the supervisor stops
+the process so that it starts again clean.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import math
+import os
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Self
+
+from sqlalchemy.engine import make_url
+
+from gateway.cluster.bus import LocalBus, PgBus, Signal
+from gateway.cluster.lanes import Lanes, SoloLanes, SqlLanes
+from gateway.cluster.leases import Lease, Leases
+from gateway.cluster.membership import Membership, Now
+from gateway.config import ClusterConfig
+from gateway.contracts.errors import InstanceConflict
+from gateway.contracts.messages import utcnow
+from gateway.store import Store
+
+logger = logging.getLogger(__name__)
+
+
+class Node:
+    """An async context manager: registers on entry, releases and leaves on exit; `run()`
+    keeps the heartbeat, the leases and the signal listener going until cancelled."""
+
+    def __init__(
+        self,
+        store: Store,
+        instance_id: str,
+        config: ClusterConfig,
+        database_url: str,
+        *,
+        now: Now = utcnow,
+    ) -> None:
+        self.store = store
+        self.id = instance_id
+        self.config = config
+        self.solo = store.dialect == "sqlite"
+        ttl = config.lease_ttl
+        self.membership = Membership(store, instance_id, ttl, now=now)
+        self.leases = Leases(store, instance_id, ttl, now=now)
+        self.lanes: Lanes = SoloLanes() if self.solo else SqlLanes(store, instance_id, ttl, now=now)
+        self.bus = LocalBus(instance_id) if self.solo else PgBus(database_url, instance_id)
+        self.gone = asyncio.Event()
+        """Set when the other instances counted this one as gone: stop acting, restart."""
+        self._wanted: dict[str, Lease] = {}
+        self._outbox = asyncio.Event()
+        self._database_url = database_url
+        self._lock: IO[bytes] | None = None
+
+    def lease(self, name: str) -> Lease:
+        """The lease `name`, which this instance will try to hold while it runs."""
+        if name not in self._wanted:
+            lease = Lease(name, self.config.lease_ttl)
+            if self.solo:
+                lease.granted(0, math.inf)  # nobody to share with: held for good
+            self._wanted[name] = lease
+        return self._wanted[name]
+
+    def announce_outbox(self) -> None:
+        """New chunks were committed here: wake the delivery workers of the other instances
+        (the one holding a platform's receiver may be the only one that can send)."""
+        if not self.solo:
+            self._outbox.set()
+
+    def holds(self) -> list[str]:
+        """The names of the leases held now."""
+        return sorted(n for n, lease in self._wanted.items() if lease.held())
+
+    async def __aenter__(self) -> Self:
+        if self.solo:
+            self._lock = _lock_sqlite(self._database_url)
+        try:
+            await self.membership.register()
+        except BaseException:
+            self._unlock()
+            raise
+        logger.info(
+            "instance %s registered (%s)", self.id, "single instance" if self.solo else "cluster"
+        )
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if not self.solo:
+                for lease in self._wanted.values():
+                    if lease.token is not None:
+                        with contextlib.suppress(Exception):
+                            await self.leases.release(lease.name, lease.token)
+                        lease.lost()
+            if not self.gone.is_set():
+                await self.membership.leave()
+        except Exception as err:  # the others take over after the TTL anyway
+            logger.warning("could not sign this instance off: %s", err)
+        finally:
+            self._unlock()
+
+    async def run(self) -> None:
+        """Heartbeat, leases and signals until cancelled; returns once `gone` is set."""
+        async with asyncio.TaskGroup() as tg:
+            listener = tg.create_task(self.bus.run(), name="signal listener")
+            announcer = tg.create_task(self._announce(), name="outbox announcer")
+            await self._keep_alive()
+            listener.cancel()
+            announcer.cancel()
+
+    async def _announce(self) -> None:
+        while True:
+            await self._outbox.wait()
+            self._outbox.clear()
+            try:
+                async with self.store.write() as conn:
+                    await self.bus.publish(conn, Signal("outbox"))
+            except Exception as err:  # the others look on their own timer anyway
+                logger.debug("could not announce new chunks: %s", err)
+            await asyncio.sleep(0.02)  # coalesce a burst of commits into one signal
+
+    async def _keep_alive(self) -> None:
+        interval = self.config.effective_heartbeat
+        while True:
+            began = time.monotonic()
+            try:
+                if not await self.membership.beat(self.holds()):
+                    logger.error(
+                        "instance %s was counted as gone by the others (no heartbeat for "
+                        "%.0fs); stopping so that it can start again clean",
+                        self.id,
+                        self.config.lease_ttl,
+                    )
+                    for lease in self._wanted.values():
+                        lease.lost()
+                    self.gone.set()
+                    return
+                if not self.solo:
+                    for lease in self._wanted.values():
+                        await self._keep(lease, began)
+            except Exception as err:  # the database may be away; leases lapse on their own
+                logger.warning("heartbeat failed: %s", err)
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - began)))
+
+    async def _keep(self, lease: Lease, began: float) -> None:
+        if lease.token is not None:
+            if await self.leases.renew(lease.name, lease.token):
+                lease.granted(lease.token, began)
+                return
+            logger.warning("lease %s was taken over by another instance", lease.name)
+            lease.lost()
+        token = await self.leases.acquire(lease.name)
+        if token is not None:
+            logger.info("holding lease %s (token %d)", lease.name, token)
+            lease.granted(token, began)
+        else:
+            lease.tried.set()  # another instance holds it: stand by
+
+    def _unlock(self) -> None:
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+
+async def run_under(lease: Lease, work: Callable[[], Awaitable[None]]) -> None:
+    """Run `work` whenever `lease` is held; cancel it when the lease is lost. Returns when
+    `work` returns by itself (it gave up for good)."""
+    while True:
+        await lease.wait_held()
+        async with asyncio.TaskGroup() as tg:
+            task = tg.create_task(_call(work), name=f"under {lease.name}")
+            watch = tg.create_task(lease.wait_lost(), name=f"watch {lease.name}")
+            await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+            ended = task.done()
+            task.cancel()
+            watch.cancel()
+        if ended:
+            return
+        logger.warning("lease %s lost: stopped what ran under it", lease.name)
+
+
+async def _call(work: Callable[[], Awaitable[None]]) -> None:
+    await work()
+
+
+def _lock_sqlite(database_url: str) -> IO[bytes] | None:
+    """An exclusive lock next to the SQLite file; InstanceConflict if another holds it."""
+    database = make_url(database_url).database
+    if not database or database == ":memory:":
+        return None
+    path = Path(database).with_name(Path(database).name + ".lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = path.open("ab")
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise InstanceConflict(
+            f"another Herald instance is already running on the SQLite database {database}. "
+            "SQLite serves one instance: stop the other one, or move to PostgreSQL "
+            "(database_url: postgresql+asyncpg://…) to run several (README, Scaling out)"
+        ) from None
+    with contextlib.suppress(OSError):
+        handle.truncate(0)
+        handle.write(f"{os.getpid()}\n".encode())
+        handle.flush()
+    return handle

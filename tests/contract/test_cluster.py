@@ -1,0 +1,361 @@
+"""The cluster's building blocks on every store: instances, leases with fencing tokens,
+session lanes with takeover, and (PostgreSQL) the signal bus."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import insert, select
+
+from gateway.cluster.bus import PgBus, Signal
+from gateway.cluster.lanes import SqlLanes
+from gateway.cluster.leases import SAFETY, Lease, Leases
+from gateway.cluster.membership import Membership
+from gateway.cluster.node import Node
+from gateway.config import ClusterConfig
+from gateway.contracts.errors import InstanceConflict, LeaseLost
+from gateway.contracts.history import ChatMessage, Role
+from gateway.contracts.ids import SessionKey, TurnId
+from gateway.contracts.messages import utcnow
+from gateway.store import Store
+from gateway.store.store import record_start
+from gateway.store.tables import inbox, instances, sessions, turns
+from tests.fakes.clock import FakeClock
+
+pytestmark = pytest.mark.timeout(60)
+
+TTL = 10.0
+KEY = SessionKey("test:default:chat-1")
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(utcnow())
+
+
+def later(clock: FakeClock, seconds: float) -> None:
+    clock.set(clock.now() + timedelta(seconds=seconds))
+
+
+# leases ---------------------------------------------------------------------------------------
+
+
+async def test_a_lease_has_one_holder_until_it_expires_then_the_token_grows(
+    store: Store, clock: FakeClock
+) -> None:
+    a = Leases(store, "a", TTL, now=clock.now)
+    b = Leases(store, "b", TTL, now=clock.now)
+    assert await a.acquire("cron") == 1
+    assert await b.acquire("cron") is None
+    later(clock, TTL - 1)
+    assert await a.renew("cron", 1)
+    later(clock, TTL - 1)
+    assert await b.acquire("cron") is None, "renewed: still a's"
+    later(clock, 2)
+    assert await b.acquire("cron") == 2
+    assert await a.acquire("cron") is None
+
+
+async def test_a_paused_owner_that_wakes_after_losing_its_lease_cannot_act(
+    store: Store, clock: FakeClock
+) -> None:
+    paused = Leases(store, "paused", TTL, now=clock.now)
+    other = Leases(store, "other", TTL, now=clock.now)
+    token = await paused.acquire("adapter:telegram:default")
+    assert token is not None
+    later(clock, TTL + 1)  # the holder is paused past its expiry
+    taken = await other.acquire("adapter:telegram:default")
+    assert taken == token + 1
+    # It wakes up: its renewal is refused and a write fenced by its token fails.
+    assert not await paused.renew("adapter:telegram:default", token)
+    with pytest.raises(LeaseLost):
+        async with store.write() as conn:
+            await paused.check(conn, "adapter:telegram:default", token)
+    async with store.write() as conn:
+        await other.check(conn, "adapter:telegram:default", taken)
+
+
+async def test_an_expired_lease_is_refused_by_check_even_before_anyone_takes_it(
+    store: Store, clock: FakeClock
+) -> None:
+    leases = Leases(store, "a", TTL, now=clock.now)
+    token = await leases.acquire("cron")
+    assert token is not None
+    later(clock, TTL + 1)
+    with pytest.raises(LeaseLost):
+        async with store.write() as conn:
+            await leases.check(conn, "cron", token)
+
+
+async def test_release_lets_another_take_it_at_once_with_a_new_token(
+    store: Store, clock: FakeClock
+) -> None:
+    a = Leases(store, "a", TTL, now=clock.now)
+    b = Leases(store, "b", TTL, now=clock.now)
+    assert await a.acquire("cron") == 1
+    await a.release("cron", 1)
+    later(clock, 0.001)
+    assert await b.acquire("cron") == 2
+    # Taking its own lease back after a restart also moves the token on.
+    await b.release("cron", 2)
+    later(clock, 0.001)
+    assert await b.acquire("cron") == 3
+
+
+async def test_a_lease_of_an_instance_known_to_be_gone_is_taken_at_once(
+    store: Store, clock: FakeClock
+) -> None:
+    killed = Membership(store, "killed", TTL, now=clock.now)
+    killed.pid = 2**22 + 4321  # a process that no longer exists on this host
+    await killed.register()
+    assert await Leases(store, "killed", TTL, now=clock.now).acquire("cron") == 1
+    # Restarted under a new id (the default id has the pid in it): the dead one is buried.
+    await Membership(store, "restarted", TTL, now=clock.now).register()
+    assert await Leases(store, "restarted", TTL, now=clock.now).acquire("cron") == 2
+
+
+async def test_a_live_instance_of_this_host_is_not_buried(store: Store, clock: FakeClock) -> None:
+    await Membership(store, "first", TTL, now=clock.now).register()  # this very process
+    assert await Leases(store, "first", TTL, now=clock.now).acquire("cron") == 1
+    await Membership(store, "second", TTL, now=clock.now).register()
+    assert await Leases(store, "second", TTL, now=clock.now).acquire("cron") is None
+
+
+async def test_the_local_view_stops_trusting_a_lease_that_was_not_renewed_in_time() -> None:
+    lease = Lease("cron", ttl=2.0)
+    assert not lease.held()
+    lease.granted(7, time.monotonic())
+    assert lease.held()
+    assert await lease.wait_held() == 7
+    # A renewal that began long ago (the process was paused since) is not trusted.
+    lease.granted(7, time.monotonic() - 2.0 * SAFETY)
+    assert not lease.held()
+    async with asyncio.timeout(5):
+        await lease.wait_lost()
+
+
+async def test_wait_lost_returns_when_the_deadline_passes_without_renewal() -> None:
+    lease = Lease("cron", ttl=0.5)
+    lease.granted(1, time.monotonic())
+    async with asyncio.timeout(5):
+        await lease.wait_lost()
+    assert not lease.held()
+
+
+# instances ------------------------------------------------------------------------------------
+
+
+async def test_an_instance_id_cannot_run_twice(store: Store, clock: FakeClock) -> None:
+    first = Membership(store, "herald-a", TTL, now=clock.now)
+    await first.register()
+    second = Membership(store, "herald-a", TTL, now=clock.now)
+    second.host = "another-machine"
+    with pytest.raises(InstanceConflict, match="already running"):
+        await second.register()
+    # Once the first is gone (no heartbeat for the TTL), its id may start again.
+    later(clock, TTL + 1)
+    assert await second.register() == 2
+    assert not await first.beat([]), "the old life learns it was counted as gone"
+    assert await second.beat(["cron"])
+
+
+async def test_a_restart_on_the_same_host_replaces_a_dead_process_at_once(
+    store: Store, clock: FakeClock
+) -> None:
+    gone = Membership(store, "herald-a", TTL, now=clock.now)
+    gone.pid = 2**22 + 12345  # no such process
+    await gone.register()
+    again = Membership(store, "herald-a", TTL, now=clock.now)
+    assert await again.register() == 2
+
+
+async def test_leave_marks_the_instance_stopped(store: Store, clock: FakeClock) -> None:
+    member = Membership(store, "herald-a", TTL, now=clock.now)
+    await member.register()
+    await member.leave()
+    async with store.read() as conn:
+        stopped = await conn.scalar(select(instances.c.stopped_at))
+    assert stopped is not None
+    assert not await member.beat([])
+
+
+# lanes ----------------------------------------------------------------------------------------
+
+
+async def _instance(store: Store, clock: FakeClock, name: str) -> Membership:
+    member = Membership(store, name, TTL, now=clock.now)
+    member.host = f"host-{name}"
+    await member.register()
+    return member
+
+
+async def _running_turn(store: Store, lanes: SqlLanes, claim_token: int) -> TurnId:
+    """A session with a turn running on `lanes`' owner, and its message taken."""
+    now = utcnow()
+    async with store.write() as conn:
+        session_id = (
+            await conn.execute(
+                insert(sessions)
+                .values(key=KEY, epoch=0, platform="test", created_at=now, updated_at=now)
+                .returning(sessions.c.id)
+            )
+        ).scalar_one()
+        turn_id, _ = await record_start(conn, session_id, [ChatMessage(Role.USER, "hi")])
+        await conn.execute(
+            insert(inbox).values(
+                platform="test",
+                account="default",
+                platform_message_id="m1",
+                session_key=KEY,
+                chat_id="chat-1",
+                sender_id="u1",
+                text="hi",
+                received_at=now,
+                accepted_at=now,
+                status="running",
+                turn_id=turn_id,
+            )
+        )
+    return turn_id
+
+
+async def test_a_lane_has_one_owner_and_a_dead_owners_work_is_taken_over(
+    store: Store, clock: FakeClock
+) -> None:
+    await _instance(store, clock, "a")
+    b_member = await _instance(store, clock, "b")
+    a = SqlLanes(store, "a", TTL, now=clock.now)
+    b = SqlLanes(store, "b", TTL, now=clock.now)
+    claim = await a.claim(KEY)
+    assert claim is not None
+    turn_id = await _running_turn(store, a, claim.token)
+    async with store.write() as conn:
+        await a.check(conn, claim, turn_id)
+    assert await b.claim(KEY) is None
+    async with store.read() as conn:
+        state = await b.state(conn, KEY)
+    assert (state.owner, state.running) == ("a", True)
+    assert KEY not in await b.orphans()
+
+    # a stops beating; b keeps beating and takes the session over.
+    later(clock, TTL / 2)
+    assert await b_member.beat([])
+    later(clock, TTL / 2 + 1)
+    assert KEY in await b.orphans()
+    taken = await b.claim(KEY)
+    assert taken is not None
+    assert taken.token == claim.token + 1
+    async with store.read() as conn:
+        assert await conn.scalar(select(turns.c.status).where(turns.c.id == turn_id)) == (
+            "interrupted"
+        )
+        assert await conn.scalar(select(inbox.c.status)) == "pending"
+        assert (await b.state(conn, KEY)).owner == "b"
+    # a wakes: whatever it tries to store for the session is refused.
+    with pytest.raises(LeaseLost):
+        async with store.write() as conn:
+            await a.check(conn, claim, None)
+
+
+async def test_a_released_lane_is_free_and_waiting_messages_make_it_an_orphan(
+    store: Store, clock: FakeClock
+) -> None:
+    await _instance(store, clock, "a")
+    a = SqlLanes(store, "a", TTL, now=clock.now)
+    b = SqlLanes(store, "b", TTL, now=clock.now)
+    claim = await a.claim(KEY)
+    assert claim is not None
+    await _running_turn(store, a, claim.token)
+    assert KEY not in await b.orphans(), "held by a live instance"
+    await a.release(claim)
+    assert KEY in await b.orphans(), "its message waits and nobody holds the lane"
+    assert await b.claim(KEY) is not None
+
+
+async def test_a_stopped_instance_s_lanes_are_taken_over_at_once(
+    store: Store, clock: FakeClock
+) -> None:
+    a_member = await _instance(store, clock, "a")
+    await _instance(store, clock, "b")
+    a = SqlLanes(store, "a", TTL, now=clock.now)
+    b = SqlLanes(store, "b", TTL, now=clock.now)
+    assert await a.claim(KEY) is not None
+    await a_member.leave()
+    assert await b.claim(KEY) is not None
+
+
+# the node -------------------------------------------------------------------------------------
+
+
+async def test_sqlite_refuses_a_second_instance(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'herald.db'}"
+    async with Store.open(url) as store:
+        async with Node(store, "one", ClusterConfig(), url):
+            with pytest.raises(InstanceConflict, match="SQLite serves one instance"):
+                async with Node(store, "two", ClusterConfig(), url):
+                    pass
+        async with Node(store, "two", ClusterConfig(), url) as node:
+            assert node.lease("cron").held(), "alone: every lease is held for good"
+
+
+@pytest.mark.postgres
+async def test_a_lease_moves_to_a_standby_instance_when_its_holder_stops(pg_url: str) -> None:
+    config = ClusterConfig(lease_ttl=1.5, heartbeat_interval=0.2)
+    async with Store.open(pg_url) as store, asyncio.TaskGroup() as tg:
+        first = await Node(store, "first", config, pg_url).__aenter__()
+        second = await Node(store, "second", config, pg_url).__aenter__()
+        held_first = first.lease("cron")
+        held_second = second.lease("cron")
+        runs = [tg.create_task(first.run()), tg.create_task(second.run())]
+        async with asyncio.timeout(10):
+            await held_first.wait_held()
+        assert not held_second.held()
+        runs[0].cancel()
+        await first.__aexit__(None, None, None)  # a clean stop releases the lease
+        async with asyncio.timeout(10):
+            await held_second.wait_held()
+        assert held_second.token == 2
+        runs[1].cancel()
+        await second.__aexit__(None, None, None)
+
+
+@pytest.mark.postgres
+async def test_signals_reach_the_other_instances_only_when_committed(pg_url: str) -> None:
+    async with Store.open(pg_url) as store, asyncio.TaskGroup() as tg:
+        sender = PgBus(pg_url, "sender")
+        receiver = PgBus(pg_url, "receiver")
+        got: list[Signal] = []
+        arrived = asyncio.Event()
+
+        def on_signal(signal: Signal) -> None:
+            got.append(signal)
+            arrived.set()
+
+        receiver.subscribe(on_signal)
+        sender.subscribe(on_signal)  # its own signals are not delivered to itself
+        listening = [tg.create_task(receiver.run()), tg.create_task(sender.run())]
+        async with asyncio.timeout(10):
+            while not (receiver.connected and sender.connected and len(got) >= 2):
+                await arrived.wait()
+                arrived.clear()
+        assert {s.action for s in got} == {"resync"}
+        got.clear()
+
+        async def rolled_back() -> None:
+            async with store.write() as conn:
+                await sender.publish(conn, Signal("interrupt", "never"))
+                raise RuntimeError("rolled back")
+
+        with pytest.raises(RuntimeError):
+            await rolled_back()
+        async with store.write() as conn:
+            await sender.publish(conn, Signal("steer", str(KEY), "why"))
+        async with asyncio.timeout(10):
+            await arrived.wait()
+        assert got == [Signal("steer", str(KEY), "why", "sender")]
+        for task in listening:
+            task.cancel()
