@@ -47,7 +47,8 @@ class DiscordConfig(PlatformSection):
 
     @property
     def singleton(self) -> bool:
-        """One gateway connection per bot across instances (Discord would deliver each event to every connection)."""
+        """One gateway connection per bot across instances (Discord would deliver each event to
+        every connection)."""
         return True
 
     def admits(self, message: InboundMessage) -> bool:
