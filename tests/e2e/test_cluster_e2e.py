@@ -35,7 +35,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +149,8 @@ class Cluster:
     events: list[str] = field(default_factory=list)
     """What the test did and saw, with times (printed, and shown when a check fails)."""
     began: float = field(default_factory=time.monotonic)
+    traffic_began: float = 0.0
+    """When the first message was due (monotonic)."""
 
     def note(self, what: str) -> None:
         """Record an event with its time since the start."""
@@ -343,7 +345,8 @@ async def _scenario(
     traffic = Traffic()
     balancer = Balancer(twilio, cluster, rng)
     plan = _plan(rng)
-    cluster.began = time.monotonic()
+    cluster.traffic_began = time.monotonic()
+    cluster.note("traffic begins")
     senders = [asyncio.create_task(_telegram_sender(cluster, tg, traffic, plan["telegram"]))]
     senders += [
         asyncio.create_task(
@@ -424,7 +427,7 @@ def _plan(rng: random.Random) -> dict[str, dict[int, list[float]]]:
 
 async def _at(cluster: Cluster, moment: float) -> None:
     """Sleep until `moment` seconds into the traffic."""
-    await asyncio.sleep(max(0.0, cluster.began + moment - time.monotonic()))
+    await asyncio.sleep(max(0.0, cluster.traffic_began + moment - time.monotonic()))
 
 
 async def _telegram_sender(
@@ -471,6 +474,7 @@ async def _kills(
     assert poller is not None, "nobody polls Telegram"
     held = await cluster.holdings()
     killed = await cluster.kill(poller)
+    killed_at = datetime.now(UTC)
     traffic.telegram(tg, PROBE_CHAT, "probe after the kill")
     cluster.note(f"SIGKILL {poller} (held {sorted(k for k, v in held.items() if v == poller)})")
 
@@ -492,6 +496,7 @@ async def _kills(
     reply = next(s for s in tg.sent if s.plain_text == probe)
     takeover.answer = reply.received_at - killed
     cluster.note(f"probe answered after {takeover.answer:.2f}s; leases {await cluster.holdings()}")
+    cluster.note(await _probe_story(cluster.store, killed_at))
     await asyncio.sleep(rng.uniform(0.0, 2.0))
     await cluster.daemons[poller].start()
     cluster.note(f"restarted {poller}")
@@ -506,6 +511,35 @@ async def _kills(
     await cluster.daemons[victim].start()
     cluster.note(f"restarted {victim}; leases {await cluster.holdings()}")
     return takeover
+
+
+async def _probe_story(store: Store, killed_at: datetime) -> str:
+    """When the probe was accepted, its turn ran and its reply was sent, after the kill."""
+    async with store.read() as conn:
+        row = (
+            await conn.execute(
+                select(inbox.c.accepted_at, turns.c.started_at, turns.c.finished_at)
+                .join(turns, turns.c.id == inbox.c.turn_id)
+                .where(inbox.c.chat_id == str(PROBE_CHAT))
+            )
+        ).first()
+        sent = (
+            await conn.execute(
+                select(outbox.c.created_at, outbox.c.sent_at, outbox.c.claimed_by).where(
+                    outbox.c.chat_id == str(PROBE_CHAT)
+                )
+            )
+        ).first()
+    if row is None or sent is None:
+        return "probe: not recorded yet"
+
+    def after(moment: datetime | None) -> str:
+        return "-" if moment is None else f"{(moment - killed_at).total_seconds():.2f}s"
+
+    return (
+        f"probe: accepted {after(row[0])}, turn {after(row[1])} to {after(row[2])}, "
+        f"queued {after(sent[0])}, sent {after(sent[1])} by {sent[2]}"
+    )
 
 
 async def _slots_done(store: Store, job_id: str) -> bool:
