@@ -2,14 +2,14 @@
 
 Chunks of one chat go out in order, spaced by the adapter's `min_send_interval`. A chat that
 is rate-limited or failing waits on its own rows only (its `next_attempt_at`); no lock or
-sleep is shared between chats, so one slow chat never delays another.
+sleep is shared between chats, so one slow chat never delays another. Order, spacing and
+retry times live in SQL (`Outbox.take`), so they hold across instances sharing a database.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -40,19 +40,25 @@ class DeliveryWorker:
         metrics: Metrics,
         *,
         clock: Callable[[], datetime] = utcnow,
+        owner: str = "",
+        lease_ttl: float | None = None,
     ) -> None:
+        """`owner` is this instance's id; `lease_ttl` is set when several instances share the
+        database (the chunks of one that is gone that long are recovered here)."""
         self.outbox = outbox
         self.channels = channels
         self.config = config
         self.metrics = metrics
         self.clock = clock
+        self.owner = owner
+        self.lease_ttl = lease_ttl
         self.backoff = Backoff(initial=config.backoff_initial, maximum=config.backoff_max)
         self._wake = asyncio.Event()
         self._busy: set[Chat] = set()
         self._idle = asyncio.Event()
         self._idle.set()
-        self._last_send: dict[Chat, float] = {}
-        """When each chat was last sent to (monotonic), for `min_send_interval`."""
+        self._orphans_at = 0.0
+        """When gone instances' unfinished sends were last looked for (monotonic)."""
 
     def wake(self) -> None:
         """New chunks were committed (or a chat became free): scan now."""
@@ -65,22 +71,42 @@ class DeliveryWorker:
 
     async def run(self) -> None:
         """Recover unknown-outcome chunks, then deliver until cancelled."""
-        resend, dead = await self.outbox.recover(
-            max_age=self.config.max_age, max_attempts=self.config.max_attempts
-        )
-        if resend or dead:
-            logger.warning(
-                "%d chunk(s) had an unknown outcome: %d will be resent marked recovered, "
-                "%d became dead letters",
-                resend + dead,
-                resend,
-                dead,
-            )
+        await self._recover(started=True)
         async with asyncio.TaskGroup() as tg:
             while True:
                 self._wake.clear()
+                if self.lease_ttl is not None:
+                    await self._look_for_orphans()
                 skipped = await self._dispatch(tg)
                 await self._pause(skipped)
+
+    async def _recover(self, *, started: bool) -> None:
+        resend, dead = await self.outbox.recover(
+            max_age=self.config.max_age,
+            max_attempts=self.config.max_attempts,
+            owner=self.owner,
+            lease_ttl=self.lease_ttl,
+            started=started,
+        )
+        if resend or dead:
+            logger.warning(
+                "%d chunk(s) had an unknown outcome%s: %d will be resent marked recovered, "
+                "%d became dead letters",
+                resend + dead,
+                "" if started else " (their instance is gone)",
+                resend,
+                dead,
+            )
+
+    async def _look_for_orphans(self) -> None:
+        assert self.lease_ttl is not None
+        if time.monotonic() - self._orphans_at < self.lease_ttl / 3:
+            return
+        self._orphans_at = time.monotonic()
+        try:
+            await self._recover(started=False)
+        except Exception as err:  # the database may be away: look again later
+            logger.warning("could not look for unfinished sends of gone instances: %s", err)
 
     async def _dispatch(self, tg: asyncio.TaskGroup) -> bool:
         platforms = self.channels.platforms()
@@ -106,12 +132,15 @@ class DeliveryWorker:
 
     async def _pause(self, skipped: bool) -> None:
         timeout = 1.0
+        if self.lease_ttl is not None:
+            timeout = min(timeout, self.lease_ttl / 3)
         if not skipped:
             due = await self.outbox.next_due_at(platforms=self.channels.platforms())
+            longest = 5.0 if self.lease_ttl is None else min(5.0, self.lease_ttl / 3)
             if due is not None:
-                timeout = min(5.0, max(0.02, (due - self.clock()).total_seconds()))
+                timeout = min(longest, max(0.02, (due - self.clock()).total_seconds()))
             else:
-                timeout = 5.0
+                timeout = longest
         try:
             async with asyncio.timeout(timeout):
                 await self._wake.wait()
@@ -136,33 +165,29 @@ class DeliveryWorker:
             return False
 
     async def _serve(self, chat: Chat) -> None:
+        # The spacing counts from the end of the chat's last send (the platform's view).
         interval = self.channels.limits(chat[0], chat[1]).min_send_interval
         try:
             while True:
-                row = await self.outbox.head(chat)
-                if row is None or row.next_attempt_at > self.clock():
+                taken = await self.outbox.take(
+                    chat, owner=self.owner, now=self.clock(), interval=interval
+                )
+                if taken is None:
                     return
-                wait = self._last_send.get(chat, -math.inf) + interval - time.monotonic()
-                if wait > 0:
-                    await asyncio.sleep(wait)
-                await self._deliver(row)
-                if interval > 0:  # measured from the end of the send: the platform's view
-                    self._last_send[chat] = time.monotonic()
+                if isinstance(taken, float):
+                    await asyncio.sleep(taken)
+                    continue
+                await self._deliver(taken)
         except Exception:
             logger.exception("delivery to %s failed unexpectedly", chat)
         finally:
-            self._forget_old_sends()
             self._busy.discard(chat)
             if not self._busy:
                 self._idle.set()
             self._wake.set()
 
-    def _forget_old_sends(self) -> None:
-        if len(self._last_send) > 1024:  # keep memory bounded however many chats there are
-            horizon = time.monotonic() - 600
-            self._last_send = {c: t for c, t in self._last_send.items() if t > horizon}
-
     async def _deliver(self, row: OutboxRow) -> None:
+        """Send a chunk this worker has taken (`sending`, its attempt counted)."""
         now = self.clock()
         target = row.target
         if (now - row.created_at).total_seconds() > self.config.max_age:
@@ -175,12 +200,13 @@ class DeliveryWorker:
         if adapter is None:
             # Not an attempt: the adapter is reconnecting. Freshness still bounds the wait.
             await self.outbox.retry_at(
-                row.id, now + timedelta(seconds=self.backoff.delay(0)), "adapter not connected"
+                row.id,
+                now + timedelta(seconds=self.backoff.delay(0)),
+                "adapter not connected",
+                attempt=False,
             )
             return
-        if not await self.outbox.claim(row.id):
-            return
-        attempts = row.attempts + 1
+        attempts = row.attempts
         try:
             message = row.message()
             if row.edit_of is not None and isinstance(adapter, MessageEditor):

@@ -4,20 +4,26 @@ A row is `pending` until the delivery worker claims it (`sending`, committed bef
 platform is called), then `sent` or, after permanent errors, too many tries or too long a
 wait, `dead`. A row found `sending` at startup had an unknown outcome: it is resent once, marked
 recovered, while fresh and within `max_attempts` tries.
+
+With several instances on one database, a chunk is taken (`Outbox.take`) only when it is
+its chat's oldest unsent chunk and nothing of that chat is being sent anywhere, so a chat's
+chunks go out one at a time, in order, whichever instance sends them; `claimed_by` names the
+sender, and a gone instance's `sending` chunks are recovered like a stopped process's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import RowMapping, and_, func, select, update
+from sqlalchemy import ColumnElement, RowMapping, and_, exists, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.chunking import split_chunks
+from gateway.cluster.membership import alive
 from gateway.contracts.ids import (
     AccountId,
     ChatId,
@@ -227,7 +233,8 @@ class Outbox:
     async def due_chats(
         self, now: datetime, *, platforms: Sequence[str], limit: int
     ) -> list[tuple[str, str, str]]:
-        """Chats whose oldest pending chunk is due, oldest first (at most `limit`)."""
+        """Chats whose oldest pending chunk is due and none of whose chunks is being sent,
+        oldest first (at most `limit`)."""
         head = (
             select(
                 outbox.c.platform,
@@ -237,6 +244,7 @@ class Outbox:
             )
             .where(outbox.c.status == str(OutboxStatus.PENDING))
             .where(outbox.c.platform.in_(list(platforms)))
+            .where(~_sending_in_chat())
             .group_by(outbox.c.platform, outbox.c.account, outbox.c.chat_id)
             .subquery()
         )
@@ -252,17 +260,69 @@ class Outbox:
         return [(str(r[0]), str(r[1]), str(r[2])) for r in rows]
 
     async def next_due_at(self, *, platforms: Sequence[str]) -> datetime | None:
-        """When the earliest pending chunk becomes due (None when nothing is pending)."""
+        """When the earliest pending chunk becomes due (None when nothing is pending), not
+        counting chats with a chunk being sent: whoever sends it goes on with the chat."""
         async with self.store.read() as conn:
             value = await conn.scalar(
                 select(func.min(outbox.c.next_attempt_at)).where(
                     outbox.c.status == str(OutboxStatus.PENDING),
                     outbox.c.platform.in_(list(platforms)),
+                    ~_sending_in_chat(),
                 )
             )
         if value is None:
             return None
         return aware(value)
+
+    async def take(
+        self, chat: tuple[str, str, str], *, owner: str, now: datetime, interval: float
+    ) -> OutboxRow | float | None:
+        """Set the chat's next chunk `sending` for `owner` and return it (attempts counted),
+        when it is the chat's oldest unsent chunk, it is due, nothing of the chat is being
+        sent (by any instance), and `interval` seconds have passed since the chat's last
+        send. A float: seconds to wait for that spacing. None: nothing to send now.
+
+        On PostgreSQL the chunk is locked with SKIP LOCKED: of two instances looking at one
+        chat at once, one takes it and the other leaves the chat alone.
+        """
+        of_chat = _of_chat(chat)
+        unsent = outbox.c.status.in_([str(OutboxStatus.PENDING), str(OutboxStatus.SENDING)])
+        query = select(outbox).where(*of_chat, unsent).order_by(outbox.c.id).limit(1)
+        async with self.store.write() as conn:
+            if conn.dialect.name == "postgresql":
+                query = query.with_for_update(skip_locked=True)
+            found = (await conn.execute(query)).mappings().first()
+            if found is None:
+                return None
+            row = _row(found)
+            if row.status is not OutboxStatus.PENDING or row.next_attempt_at > now:
+                return None  # being sent (here or elsewhere), or waiting for its retry time
+            older = await conn.scalar(
+                select(outbox.c.id).where(*of_chat, unsent, outbox.c.id < row.id).limit(1)
+            )
+            if older is not None:
+                return None  # an older chunk is locked by another instance taking it
+            if interval > 0:
+                last = await conn.scalar(
+                    select(outbox.c.sent_at)
+                    .where(*of_chat, outbox.c.status == str(OutboxStatus.SENT))
+                    .order_by(outbox.c.id.desc())
+                    .limit(1)
+                )
+                if last is not None:
+                    wait = interval - (now - aware(last)).total_seconds()
+                    if wait > 0:
+                        return wait
+            await conn.execute(
+                update(outbox)
+                .where(outbox.c.id == row.id)
+                .values(
+                    status=str(OutboxStatus.SENDING),
+                    attempts=outbox.c.attempts + 1,
+                    claimed_by=owner or None,
+                )
+            )
+        return replace(row, status=OutboxStatus.SENDING, attempts=row.attempts + 1)
 
     async def head(self, chat: tuple[str, str, str]) -> OutboxRow | None:
         """The chat's oldest pending chunk: nothing newer may be sent before it."""
@@ -303,13 +363,18 @@ class Outbox:
             )
         return found is not None
 
-    async def claim(self, row_id: int) -> bool:
-        """pending → sending (attempts + 1), committed before the platform is called."""
+    async def claim(self, row_id: int, owner: str = "") -> bool:
+        """pending → sending (attempts + 1) for `owner`, committed before the platform is
+        called; False when the row is not pending."""
         async with self.store.write() as conn:
             result = await conn.execute(
                 update(outbox)
                 .where(outbox.c.id == row_id, outbox.c.status == str(OutboxStatus.PENDING))
-                .values(status=str(OutboxStatus.SENDING), attempts=outbox.c.attempts + 1)
+                .values(
+                    status=str(OutboxStatus.SENDING),
+                    attempts=outbox.c.attempts + 1,
+                    claimed_by=owner or None,
+                )
             )
         return bool(result.rowcount)
 
@@ -406,14 +471,33 @@ class Outbox:
             if values.get("status") in (OutboxStatus.SENT, OutboxStatus.DEAD):
                 await _settle_report(conn, row_id)
 
-    async def recover(self, *, max_age: float, max_attempts: int) -> tuple[int, int]:
-        """After a stop: each chunk whose send outcome is unknown is resent once, marked
-        recovered, while it is fresh and has tries left; otherwise it becomes dead.
+    async def recover(
+        self,
+        *,
+        max_age: float,
+        max_attempts: int,
+        owner: str | None = None,
+        lease_ttl: float | None = None,
+        started: bool = True,
+    ) -> tuple[int, int]:
+        """Each chunk whose send outcome is unknown is resent once, marked recovered, while it
+        is fresh and has tries left; otherwise it becomes dead. Returns (to resend, dead).
 
-        Returns (to resend, dead).
+        One instance (`lease_ttl` None): every `sending` chunk, at startup. Several: only the
+        chunks of instances that are gone (no heartbeat for `lease_ttl`), plus, when this
+        instance has just `started`, those of its own earlier life (`owner`) and those that
+        name no sender (written before instances were recorded).
         """
-        cutoff = utcnow() - timedelta(seconds=max_age)
-        sending = outbox.c.status == str(OutboxStatus.SENDING)
+        now = utcnow()
+        cutoff = now - timedelta(seconds=max_age)
+        sending: ColumnElement[bool] = outbox.c.status == str(OutboxStatus.SENDING)
+        if lease_ttl is not None:
+            whose: ColumnElement[bool] = and_(
+                outbox.c.claimed_by.is_not(None), ~alive(outbox.c.claimed_by, now, lease_ttl)
+            )
+            if started:
+                whose = or_(whose, outbox.c.claimed_by.is_(None), outbox.c.claimed_by == owner)
+            sending = and_(sending, whose)
         async with self.store.write() as conn:
             died = await conn.execute(
                 update(outbox)
@@ -429,7 +513,12 @@ class Outbox:
             resend = await conn.execute(
                 update(outbox)
                 .where(sending)
-                .values(status=str(OutboxStatus.PENDING), recovered=True, next_attempt_at=utcnow())
+                .values(
+                    status=str(OutboxStatus.PENDING),
+                    recovered=True,
+                    next_attempt_at=now,
+                    claimed_by=None,
+                )
             )
             reports = await conn.scalars(
                 select(func.min(outbox.c.id))
@@ -493,6 +582,24 @@ class Outbox:
                 await conn.execute(select(outbox.c.status, func.count()).group_by(outbox.c.status))
             ).all()
         return {str(r[0]): int(r[1]) for r in rows}
+
+
+def _of_chat(chat: tuple[str, str, str]) -> tuple[ColumnElement[bool], ...]:
+    platform, account, chat_id = chat
+    return (outbox.c.platform == platform, outbox.c.account == account, outbox.c.chat_id == chat_id)
+
+
+def _sending_in_chat() -> ColumnElement[bool]:
+    """SQL, correlated with `outbox`: a chunk of the same chat is being sent."""
+    other = outbox.alias("sending")
+    return exists(
+        select(other.c.id).where(
+            other.c.status == str(OutboxStatus.SENDING),
+            other.c.platform == outbox.c.platform,
+            other.c.account == outbox.c.account,
+            other.c.chat_id == outbox.c.chat_id,
+        )
+    )
 
 
 async def _settle_report(conn: AsyncConnection, row_id: int) -> None:

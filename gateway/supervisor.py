@@ -339,7 +339,14 @@ class Supervisor:
                     if section.singleton:
                         lease = node.lease(f"adapter:{name}:{section.account}")
                         self.receiver_leases[name] = lease
-                delivery = DeliveryWorker(Outbox(store), channels, cfg.delivery, self.metrics)
+                delivery = DeliveryWorker(
+                    Outbox(store),
+                    channels,
+                    cfg.delivery,
+                    self.metrics,
+                    owner=node.id,
+                    lease_ttl=None if node.solo else cfg.cluster.lease_ttl,
+                )
 
                 def on_outbox() -> None:
                     delivery.wake()

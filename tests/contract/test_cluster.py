@@ -310,10 +310,13 @@ async def test_a_lease_moves_to_a_standby_instance_when_its_holder_stops(pg_url:
         second = await Node(store, "second", config, pg_url).__aenter__()
         held_first = first.lease("cron")
         held_second = second.lease("cron")
-        runs = [tg.create_task(first.run()), tg.create_task(second.run())]
+        runs = [tg.create_task(first.run())]
         async with asyncio.timeout(10):
             await held_first.wait_held()
-        assert not held_second.held()
+        runs.append(tg.create_task(second.run()))
+        async with asyncio.timeout(10):
+            await held_second.tried.wait()
+        assert not held_second.held(), "the first holds it: the second stands by"
         runs[0].cancel()
         await first.__aexit__(None, None, None)  # a clean stop releases the lease
         async with asyncio.timeout(10):

@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 
+from gateway.cluster.membership import Membership
 from gateway.contracts.history import ChatMessage, Role
 from gateway.contracts.ids import (
     AccountId,
@@ -378,7 +379,9 @@ async def test_a_sent_or_dead_head_no_longer_holds_the_chat(store: Store) -> Non
     box = Outbox(store)
     [a1, a2, a3] = await box.enqueue([chunk("a1"), chunk("a2"), chunk("a3")])
     assert await box.claim(a1)
-    assert await box.due_chats(soon(), platforms=["test"], limit=10) == [A.chat]
+    assert await box.due_chats(soon(), platforms=["test"], limit=10) == [], (
+        "a chat with a chunk being sent is left to whoever sends it"
+    )
     head = await box.head(A.chat)
     assert head is not None
     assert head.id == a2, "a sending row is not the pending head"
@@ -410,6 +413,97 @@ async def test_next_due_at(store: Store) -> None:
     assert due is not None
     assert due <= utcnow()
     assert await box.next_due_at(platforms=["other"]) is None
+
+
+# take: one chunk of a chat in flight, in order, spaced, across instances ----------------------
+
+
+async def test_take_sends_a_chats_chunks_one_at_a_time_in_order(store: Store) -> None:
+    box = Outbox(store)
+    [a1, a2] = await box.enqueue([chunk("a1"), chunk("a2")])
+    taken = await box.take(A.chat, owner="one", now=soon(), interval=0)
+    assert isinstance(taken, OutboxRow)
+    assert (taken.id, taken.status, taken.attempts) == (a1, OutboxStatus.SENDING, 1)
+    assert await box.take(A.chat, owner="two", now=soon(), interval=0) is None, (
+        "nothing newer goes out while the head is being sent, by anyone"
+    )
+    async with store.read() as conn:
+        owner = await conn.scalar(select(outbox_table.c.claimed_by).where(outbox_table.c.id == a1))
+    assert owner == "one"
+    await box.sent(a1, "m1", utcnow())
+    taken = await box.take(A.chat, owner="two", now=soon(), interval=0)
+    assert isinstance(taken, OutboxRow)
+    assert taken.id == a2
+    await box.sent(a2, "m2", utcnow())
+    assert await box.take(A.chat, owner="one", now=soon(), interval=0) is None
+
+
+async def test_take_waits_for_the_retry_time_and_the_chats_spacing(store: Store) -> None:
+    box = Outbox(store)
+    [a1, a2] = await box.enqueue([chunk("a1"), chunk("a2")])
+    assert await box.claim(a1)
+    await box.retry_at(a1, utcnow() + LATER, "rate limited", attempt=False)
+    assert await box.take(A.chat, owner="one", now=soon(), interval=0) is None
+    taken = await box.take(A.chat, owner="one", now=utcnow() + 2 * LATER, interval=0)
+    assert isinstance(taken, OutboxRow)
+    assert taken.id == a1
+    sent_at = utcnow()
+    await box.sent(a1, "m1", sent_at)
+    wait = await box.take(A.chat, owner="two", now=sent_at + timedelta(seconds=1), interval=3)
+    assert isinstance(wait, float)
+    assert 1.9 < wait <= 2.0, "spaced from the chat's last send, whoever sent it"
+    assert (await get(box, a2)).status is OutboxStatus.PENDING
+    taken = await box.take(A.chat, owner="two", now=sent_at + timedelta(seconds=3), interval=3)
+    assert isinstance(taken, OutboxRow)
+    assert taken.id == a2
+
+
+@pytest.mark.postgres
+async def test_take_leaves_a_chat_alone_while_another_instance_is_taking_its_head(
+    pg_url: str,
+) -> None:
+    async with Store.open(pg_url) as store:
+        box = Outbox(store)
+        [a1, _a2] = await box.enqueue([chunk("a1"), chunk("a2")])
+        async with store.write() as conn:
+            # Another instance's `take` in progress: the head row is locked, not yet updated.
+            await conn.execute(
+                select(outbox_table.c.id).where(outbox_table.c.id == a1).with_for_update()
+            )
+            assert await box.take(A.chat, owner="two", now=soon(), interval=0) is None
+        taken = await box.take(A.chat, owner="two", now=soon(), interval=0)
+        assert isinstance(taken, OutboxRow)
+        assert taken.id == a1
+
+
+async def test_recover_in_a_cluster_takes_only_what_gone_instances_were_sending(
+    store: Store,
+) -> None:
+    ttl = 10.0
+    box = Outbox(store)
+    await Membership(store, "alive", ttl).register()
+    await Membership(store, "me", ttl).register()
+    await Membership(store, "gone", ttl, now=lambda: utcnow() - timedelta(minutes=5)).register()
+    rows = {}
+    for owner, target in (("alive", A), ("gone", B), ("me", OTHER)):
+        [row_id] = await box.enqueue([chunk(f"by-{owner}", target)])
+        assert await box.claim(row_id, owner)
+        rows[owner] = row_id
+
+    async def recover(*, started: bool) -> tuple[int, int]:
+        return await box.recover(
+            owner="me", lease_ttl=ttl, max_age=3600, max_attempts=8, started=started
+        )
+
+    assert await recover(started=False) == (1, 0)
+    assert (await get(box, rows["gone"])).recovered
+    assert (await get(box, rows["alive"])).status is OutboxStatus.SENDING
+    assert (await get(box, rows["me"])).status is OutboxStatus.SENDING, (
+        "a running instance's own sends are its own business"
+    )
+    assert await recover(started=True) == (1, 0), "its earlier life's sends"
+    assert (await get(box, rows["me"])).recovered
+    assert (await get(box, rows["alive"])).status is OutboxStatus.SENDING
 
 
 # reply_chunks --------------------------------------------------------------------------------
