@@ -392,6 +392,7 @@ async def _scenario(
 
     await _check_messages(cluster.store, tg, twilio, traffic)
     cluster.note(_latencies(tg, traffic))
+    cluster.note(await _stages(cluster.store))
     await _check_job(cluster.store, tg, job_id)
     cluster.note(
         f"takeover: poller lease after {takeover.lease:.2f}s, polling after "
@@ -572,6 +573,33 @@ def _latencies(tg: FakeTelegramServer, traffic: Traffic) -> str:
     waits = sorted(first[t] - at for t, at in traffic.sent_at.items() if t in first)
     median, p95 = waits[len(waits) // 2], waits[int(len(waits) * 0.95)]
     return f"telegram message to reply: median {median:.2f}s, p95 {p95:.2f}s, max {waits[-1]:.2f}s"
+
+
+async def _stages(store: Store) -> str:
+    """Median seconds of each stage of the answered messages: accepted → turn started →
+    turn finished (reply queued) → sent."""
+    async with store.read() as conn:
+        rows = (
+            await conn.execute(
+                select(
+                    inbox.c.platform,
+                    inbox.c.accepted_at,
+                    turns.c.started_at,
+                    turns.c.finished_at,
+                    outbox.c.sent_at,
+                )
+                .join(turns, turns.c.id == inbox.c.turn_id)
+                .join(outbox, (outbox.c.turn_id == turns.c.id) & (outbox.c.kind == "reply"))
+                .where(inbox.c.outcome == "answered", outbox.c.sent_at.is_not(None))
+            )
+        ).all()
+    parts = []
+    for platform in ("telegram", "twilio"):
+        mine = [r for r in rows if r[0] == platform]
+        stages = [sorted((r[i + 1] - r[i]).total_seconds() for r in mine) for i in range(1, 4)]
+        medians = ", ".join(f"{s[len(s) // 2]:.2f}s" for s in stages if s)
+        parts.append(f"{platform} {medians}")
+    return "median accepted → started → finished → sent: " + "; ".join(parts)
 
 
 async def _slots_done(store: Store, job_id: str) -> bool:
