@@ -21,7 +21,7 @@ from typing import Any
 from bench.context import Context
 from bench.report import markdown, plots
 
-SCENARIOS = ("api", "telegram", "history", "search", "memory", "startup", "storm")
+SCENARIOS = ("api", "telegram", "history", "search", "memory", "startup", "storm", "failover")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 

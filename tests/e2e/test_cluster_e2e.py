@@ -491,7 +491,7 @@ async def _kills(
     assert poller is not None, "nobody polls Telegram"
     held = await cluster.holdings()
     killed = await cluster.kill(poller)
-    killed_at = datetime.now(UTC)
+    killed_at = datetime.now(UTC) - timedelta(seconds=time.monotonic() - killed)
     traffic.telegram(tg, PROBE_CHAT, "probe after the kill")
     cluster.note(f"SIGKILL {poller} (held {sorted(k for k, v in held.items() if v == poller)})")
 
