@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import insert, select, update
 
+from gateway import inbox as inbox_sql
 from gateway.cluster.bus import PgBus, Signal
 from gateway.cluster.lanes import SqlLanes
 from gateway.cluster.leases import SAFETY, Lease, Leases
@@ -21,6 +22,7 @@ from gateway.contracts.errors import InstanceConflict, LeaseLost
 from gateway.contracts.history import ChatMessage, Role
 from gateway.contracts.ids import SessionKey, TurnId
 from gateway.contracts.messages import utcnow
+from gateway.inbox import Outcome
 from gateway.store import Store
 from gateway.store.store import record_start
 from gateway.store.tables import inbox, instances, sessions, turns
@@ -354,6 +356,47 @@ async def test_a_command_left_running_by_a_gone_instance_is_given_back(
     async with store.read() as conn:
         row = (await conn.execute(select(inbox.c.status, inbox.c.claimed_by))).one()
     assert tuple(row) == ("pending", None)
+
+
+async def test_a_batch_settled_by_stop_after_it_was_read_is_not_taken(store: Store) -> None:
+    """`take` moves only rows still pending: a /stop between reading a batch and starting
+    its turn wins, and the turn is not started (the caller rolls back and reads again)."""
+    await _command(store, "pending", None)
+    now = utcnow()
+    async with store.write() as conn:
+        ids = [
+            (
+                await conn.execute(
+                    insert(inbox)
+                    .values(
+                        platform="test",
+                        account="default",
+                        platform_message_id=f"m{i}",
+                        session_key=KEY,
+                        chat_id="chat-1",
+                        sender_id="u1",
+                        text=f"message {i}",
+                        received_at=now,
+                        accepted_at=now,
+                        status="pending",
+                    )
+                    .returning(inbox.c.id)
+                )
+            ).scalar_one()
+            for i in range(2)
+        ]
+    async with store.write() as conn:
+        assert await inbox_sql.settle(conn, ids[:1], Outcome.DROPPED, only_pending=True) == 1
+    async with store.write() as conn:
+        session_id = (
+            await conn.execute(
+                insert(sessions)
+                .values(key=KEY, epoch=0, platform="test", created_at=now, updated_at=now)
+                .returning(sessions.c.id)
+            )
+        ).scalar_one()
+        turn_id, _ = await record_start(conn, session_id, [])
+        assert await inbox_sql.take(conn, ids, turn_id) == 1
 
 
 # the node -------------------------------------------------------------------------------------
