@@ -179,11 +179,12 @@ async def pending(
     return [_row(r) for r in rows]
 
 
-async def take(conn: AsyncConnection, ids: Sequence[InboxId], turn_id: TurnId) -> None:
-    """pending → running in `turn_id` (one more attempt each)."""
-    await conn.execute(
+async def take(conn: AsyncConnection, ids: Sequence[InboxId], turn_id: TurnId) -> int:
+    """pending → running in `turn_id` (one more attempt each); returns how many were still
+    pending (a /stop may have settled some since they were read)."""
+    result = await conn.execute(
         update(inbox)
-        .where(inbox.c.id.in_(list(ids)))
+        .where(inbox.c.id.in_(list(ids)), inbox.c.status == str(Status.PENDING))
         .values(
             status=str(Status.RUNNING),
             turn_id=turn_id,
@@ -191,14 +192,16 @@ async def take(conn: AsyncConnection, ids: Sequence[InboxId], turn_id: TurnId) -
             attempts=inbox.c.attempts + 1,
         )
     )
+    return int(result.rowcount or 0)
 
 
-async def take_command(conn: AsyncConnection, inbox_id: InboxId) -> bool:
-    """pending → running for a command row; False when someone else has taken it."""
+async def take_command(conn: AsyncConnection, inbox_id: InboxId, instance: str) -> bool:
+    """pending → running for a command row, run by `instance`; False when someone else has
+    taken it. (If that instance dies, the row is given back once it counts as gone.)"""
     result = await conn.execute(
         update(inbox)
         .where(inbox.c.id == inbox_id, inbox.c.status == str(Status.PENDING))
-        .values(status=str(Status.RUNNING), attempts=inbox.c.attempts + 1)
+        .values(status=str(Status.RUNNING), attempts=inbox.c.attempts + 1, claimed_by=instance)
     )
     return bool(result.rowcount)
 

@@ -10,6 +10,7 @@ arrive through `submit` and stream their reply back to the caller.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -226,6 +227,10 @@ class _Lane:
     claiming: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
+class _BatchChanged(Exception):
+    """Some of a batch's messages were settled after it was read: roll back, read again."""
+
+
 class SessionManager:
     """Accepts messages and turn requests and runs them in per-session lanes.
 
@@ -311,7 +316,7 @@ class SessionManager:
     async def _recover(self) -> None:
         if self.clustered:
             # Only what no live instance is doing; claiming each lane recovers it.
-            self._recovered = await self.lane_store.orphans(limit=100_000)
+            self._recovered = await self.lane_store.orphans(limit=100_000, started=True)
             return
         interrupted = await self.store.interrupt_running_turns()
         if interrupted:
@@ -642,8 +647,8 @@ class SessionManager:
             assert self._tg is not None
             self._tg.create_task(self._pick_up_steer(key, running), name=f"steer {key}")
             return
-        if signal.action != "cancel":
-            self._wake(key)
+        if signal.action != "cancel" and lane is not None and lane.claim is not None:
+            self._wake(key)  # a lane free here is found by the scan, if nobody else runs it
 
     async def _pick_up_steer(self, key: SessionKey, running: _Running) -> None:
         """Steer rows another instance stored for the turn running here."""
@@ -786,12 +791,18 @@ class SessionManager:
         lane.running = running
         try:
             async with self.store.write() as conn:
+                # The lane first: a takeover locks the lane row, then the inbox rows.
+                await self.lane_store.check(conn, claim, None)
                 turn_id, _ = await record_start(conn, session.id, new_messages)
-                await inbox_sql.take(conn, [r.id for r in batch], turn_id)
+                if await inbox_sql.take(conn, [r.id for r in batch], turn_id) < len(batch):
+                    raise _BatchChanged
                 await self.lane_store.check(conn, claim, turn_id)
             running.turn_id = turn_id
             progress = TurnProgress()
             preview = await self._preview(target, turn_id)
+        except _BatchChanged:
+            lane.running = None  # settled meanwhile (a /stop): nothing was started
+            return None
         except BaseException:
             lane.running = None
             raise
@@ -1008,7 +1019,7 @@ class SessionManager:
         if self.clustered:
             # Another instance may be recovering the same row: whoever takes it runs it.
             async with self.store.write() as conn:
-                if not await inbox_sql.take_command(conn, row.id):
+                if not await inbox_sql.take_command(conn, row.id, self.instance):
                     return
         parsed = parse_command(row.text)
         key = row.session_key
@@ -1168,6 +1179,10 @@ class SessionManager:
         except asyncio.CancelledError:
             stream.finish(Finished("interrupted", error="Herald is shutting down"))
             raise
+        except LeaseLost as err:
+            lane.claim = None
+            logger.warning("turn for %s not run: %s", request.key, err)
+            stream.finish(Finished("failed", error=f"{err}; retry shortly"))
         except Exception as err:  # a turn must never take the manager's TaskGroup down
             logger.exception("turn for %s failed", request.key)
             stream.finish(Finished("failed", error=f"internal error: {type(err).__name__}"))
@@ -1186,10 +1201,15 @@ class SessionManager:
         """Claim the session's lane for an API turn, waiting while another instance runs
         one of its turns (up to `sessions.turn_timeout`)."""
         delay = 0.05
-        async with asyncio.timeout(self.config.turn_timeout):
-            while await self._claim(key, lane) is None:
-                await asyncio.sleep(delay)
-                delay = min(1.0, delay * 2)
+        try:
+            async with asyncio.timeout(self.config.turn_timeout):
+                while await self._claim(key, lane) is None:
+                    await asyncio.sleep(delay)
+                    delay = min(1.0, delay * 2)
+        except TimeoutError:
+            raise LeaseLost(
+                f"session {key} stayed busy on another instance for {self.config.turn_timeout}s"
+            ) from None
 
     async def _turn(
         self, request: TurnRequest, stream: TurnStream
@@ -1201,7 +1221,13 @@ class SessionManager:
             snapshot=self.snapshot,
         )
         user_message = ChatMessage(Role.USER, request.text)
-        turn_id, _ = await self.store.start_turn(session.id, user_message)
+        claim = self._lanes[request.key].claim
+        assert claim is not None
+        async with self.store.write() as conn:
+            # Fenced like an inbox turn: an instance whose claim was taken over writes nothing.
+            await self.lane_store.check(conn, claim, None)
+            turn_id, _ = await record_start(conn, session.id, [user_message])
+            await self.lane_store.check(conn, claim, turn_id)
         progress = TurnProgress()
         started = time.monotonic()
         self.metrics.running_turns.inc()
@@ -1216,12 +1242,18 @@ class SessionManager:
         except asyncio.CancelledError:
             # Keep the partial output, marked interrupted; then let the cancellation go on.
             result = progress.result("interrupted", "cancelled")
-            await self.store.finish_turn(session.id, turn_id, result)
+            with contextlib.suppress(LeaseLost):
+                await self._finish_api_turn(claim, session.id, turn_id, result)
             self._count("interrupted", started)
             stream.finish(Finished("interrupted", turn_id=turn_id, error="interrupted"))
             raise
         result = progress.result("completed" if status == "completed" else "failed", error=error)
-        await self.store.finish_turn(session.id, turn_id, result)
+        try:
+            await self._finish_api_turn(claim, session.id, turn_id, result)
+        except LeaseLost as err:
+            self._count("interrupted", started)
+            stream.finish(Finished("interrupted", turn_id=turn_id, error=str(err)))
+            return None
         self._count(status, started)
         stream.finish(
             Finished(
@@ -1237,6 +1269,14 @@ class SessionManager:
         if status != "completed":
             return None
         return session, [user_message, *progress.messages]
+
+    async def _finish_api_turn(
+        self, claim: Claim, session_id: SessionId, turn_id: TurnId, result: TurnResult
+    ) -> None:
+        """Store an API turn's result unless its lane was taken over (LeaseLost)."""
+        async with self.store.write() as conn:
+            await self.lane_store.check(conn, claim, None)
+            await record_finish(conn, session_id, turn_id, result)
 
     async def _stateless(self, history: tuple[ChatMessage, ...], stream: TurnStream) -> None:
         started = time.monotonic()

@@ -66,8 +66,8 @@ from gateway.store import Store
 logger = logging.getLogger(__name__)
 
 EXIT_GONE = 75
-"""The exit code after the other instances counted this one as gone (EX_TEMPFAIL): the
-service manager starts it again, clean."""
+"""The exit code after another live process took this instance's id (EX_TEMPFAIL): the
+service manager starts it again, and it waits until the id is free."""
 
 
 class LeaseRight:
@@ -387,7 +387,7 @@ class Supervisor:
                     clock=self.cron_clock,
                     instance=cfg.effective_instance_id,
                     on_outbox=on_outbox,
-                    right=LeaseRight(node.lease("cron")),
+                    right=LeaseRight(node.lease("cron")) if cfg.cron.enabled else None,
                     lease_ttl=cfg.cluster.lease_ttl,
                 )
                 jobs.on_change = scheduler.wake
@@ -467,11 +467,15 @@ class Supervisor:
             background.append(tg.create_task(self._member(node), name="cluster"))
             for name, runner in self.runners.items():
                 lease = self.receiver_leases.get(name)
-                work = runner.run() if lease is None else self._leased(runner, lease)
+                work = runner.run() if lease is None else self._leased(node, runner, lease)
                 background.append(tg.create_task(work, name=f"adapter {name}"))
             sender = tg.create_task(delivery.run(), name="delivery")
             if cfg.cron.enabled:
                 background.append(tg.create_task(scheduler.run(), name="cron"))
+                if not node.solo:
+                    background.append(
+                        tg.create_task(_wake_when_held(node.lease("cron"), scheduler.wake))
+                    )
             background.append(
                 tg.create_task(self.notifier.run_watchdog(self._healthy), name="watchdog")
             )
@@ -483,6 +487,11 @@ class Supervisor:
 
             self.state.draining = True
             self.notifier.stopping()
+            if not node.solo:
+                # Hand singleton work over now, not after the drain: another instance can
+                # receive and schedule while this one finishes its turns.
+                for lease in [*self.receiver_leases.values(), node.lease("cron")]:
+                    await node.forget(lease.name)
             await asyncio.gather(
                 manager.drain(cfg.sessions.drain_timeout),
                 scheduler.drain(cfg.sessions.drain_timeout),
@@ -498,14 +507,14 @@ class Supervisor:
             sock.close()
 
     async def _member(self, node: Node) -> None:
-        await node.run()
-        if node.gone.is_set():
-            self.exit_code = EXIT_GONE
-            self._stop.set()
+        await node.gone.wait()
+        self.exit_code = EXIT_GONE
+        self._stop.set()
 
     @staticmethod
-    async def _leased(runner: AdapterRunner, lease: Lease) -> None:
-        """Run the receiver while this instance holds its lease; stand by otherwise."""
+    async def _leased(node: Node, runner: AdapterRunner, lease: Lease) -> None:
+        """Run the receiver while this instance holds its lease; stand by otherwise. A
+        receiver that gives up for good (bad credentials) lets the lease go to the others."""
 
         async def receive() -> None:
             try:
@@ -518,9 +527,19 @@ class Supervisor:
         if not lease.held():
             runner.state = AdapterState.STANDBY
         await run_under(lease, receive)
+        await node.forget(lease.name)
 
     def _healthy(self) -> bool:
         return self.state.serving and not self._stop.is_set()
+
+
+async def _wake_when_held(lease: Lease, wake: Callable[[], None]) -> None:
+    """Call `wake` each time this instance comes to hold `lease` (the scheduler looks at
+    its jobs at once after a takeover, not at its next poll)."""
+    while True:
+        await lease.wait_held()
+        wake()
+        await lease.wait_lost()
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -10,6 +10,7 @@ lost with a dropped connection delays work by at most `cluster.scan_interval`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Callable
@@ -86,7 +87,8 @@ class PgBus(LocalBus):
 
     def __init__(self, database_url: str, origin: str) -> None:
         super().__init__(origin)
-        url = make_url(database_url).set(drivername="postgresql")
+        # SQLAlchemy's URL options (prepared_statement_cache_size, …) mean nothing to asyncpg.
+        url = make_url(database_url).set(drivername="postgresql", query={})
         self._dsn = url.render_as_string(hide_password=False)
         self._connected = False
         self.backoff = Backoff(initial=0.2, maximum=5.0)
@@ -111,21 +113,27 @@ class PgBus(LocalBus):
         while True:
             try:
                 conn = await asyncpg.connect(self._dsn, timeout=10)
-            except (OSError, asyncpg.PostgresError, TimeoutError) as err:
+            except Exception as err:  # any failure to connect is retried, never fatal
                 logger.warning("signal listener cannot connect: %s", err)
                 await asyncio.sleep(self.backoff.delay(attempt))
                 attempt += 1
                 continue
+            closed = asyncio.Event()
             try:
+                conn.add_termination_listener(lambda _conn, ended=closed: ended.set())
                 await conn.add_listener(CHANNEL, self._on_notify)
                 self._connected = True
                 attempt = 0
                 self._deliver(Signal("resync", origin=self.origin))
-                while True:
-                    await asyncio.sleep(HEALTH_INTERVAL)
-                    async with asyncio.timeout(HEALTH_INTERVAL):
-                        await conn.execute("SELECT 1")
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as err:
+                while not closed.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(HEALTH_INTERVAL):
+                            await closed.wait()
+                    if not closed.is_set():
+                        async with asyncio.timeout(HEALTH_INTERVAL):
+                            await conn.execute("SELECT 1")
+                logger.warning("signal listener lost its connection")
+            except Exception as err:  # reconnect whatever went wrong
                 logger.warning("signal listener lost its connection: %s", err)
             finally:
                 self._connected = False
@@ -151,5 +159,5 @@ async def _close(conn: asyncpg.Connection) -> None:
     try:
         async with asyncio.timeout(2):
             await conn.close()
-    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError):
+    except Exception:  # closing a broken connection: drop it
         conn.terminate()

@@ -12,9 +12,10 @@ On SQLite there is one instance: `SoloLanes` keeps lanes in memory only.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
-from sqlalchemy import delete, or_, select, union, update
+from sqlalchemy import ColumnElement, and_, or_, select, union, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.cluster.membership import Now, alive
@@ -24,6 +25,10 @@ from gateway.contracts.messages import utcnow
 from gateway.store import Store
 from gateway.store.sql import insert_or_skip
 from gateway.store.tables import inbox, lanes, sessions, turns
+
+FREE = ""
+"""The owner of a released lane. The row stays, so its fencing token keeps growing: a
+process that held an earlier claim can never pass `check` again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +70,10 @@ class Lanes(Protocol):
         """Who holds the lane, read in the caller's transaction."""
         ...
 
-    async def orphans(self, limit: int = 200) -> list[SessionKey]:
+    async def orphans(self, limit: int = 200, *, started: bool = False) -> list[SessionKey]:
         """Sessions with work no live instance is doing: waiting or cut-off messages, or a
-        lane whose owner is gone (this instance's own lanes included)."""
+        lane whose owner is gone (this instance's own too, from an earlier life, when it has
+        just `started`)."""
         ...
 
 
@@ -88,7 +94,7 @@ class SoloLanes:
         """No other instance."""
         return LaneState(None, False)
 
-    async def orphans(self, limit: int = 200) -> list[SessionKey]:
+    async def orphans(self, limit: int = 200, *, started: bool = False) -> list[SessionKey]:
         """Startup recovery finds them instead (`Inbox.recover`)."""
         return []
 
@@ -128,18 +134,20 @@ class SqlLanes:
                 if row is None:
                     return None
                 token = int(row[0])
-            await _recover(conn, key)
+            await _recover(conn, key, now, self.ttl)
         return Claim(key, token)
 
     async def release(self, claim: Claim) -> None:
         """See `Lanes.release`."""
         async with self.store.write() as conn:
             await conn.execute(
-                delete(lanes).where(
+                update(lanes)
+                .where(
                     lanes.c.key == claim.key,
                     lanes.c.owner == self.owner,
                     lanes.c.token == claim.token,
                 )
+                .values(owner=FREE, turn_id=None)
             )
 
     async def check(self, conn: AsyncConnection, claim: Claim, turn_id: TurnId | None) -> None:
@@ -170,7 +178,7 @@ class SqlLanes:
             return LaneState(None, False)
         return LaneState(str(row[0]), row[1] is not None)
 
-    async def orphans(self, limit: int = 200) -> list[SessionKey]:
+    async def orphans(self, limit: int = 200, *, started: bool = False) -> list[SessionKey]:
         """See `Lanes.orphans`."""
         now = self.now()
         held = select(lanes.c.key).where(
@@ -180,19 +188,27 @@ class SqlLanes:
         )
         waiting = (
             select(inbox.c.session_key)
-            .where(inbox.c.status.in_(["pending", "running"]), ~held.exists())
+            .where(
+                or_(
+                    inbox.c.status == "pending",
+                    and_(inbox.c.status == "running", _given_back(now, self.ttl)),
+                ),
+                ~held.exists(),
+            )
             .distinct()
         )
+        others = and_(lanes.c.owner != FREE, ~alive(lanes.c.owner, now, self.ttl))
         dead = select(lanes.c.key).where(
-            or_(lanes.c.owner == self.owner, ~alive(lanes.c.owner, now, self.ttl))
+            or_(lanes.c.owner == self.owner, others) if started else others
         )
         async with self.store.read() as conn:
             rows = (await conn.execute(union(waiting, dead).limit(limit))).all()
         return [SessionKey(str(r[0])) for r in rows]
 
 
-async def _recover(conn: AsyncConnection, key: SessionKey) -> None:
-    """A fresh claim: what an earlier owner left running is cut off."""
+async def _recover(conn: AsyncConnection, key: SessionKey, now: datetime, ttl: float) -> None:
+    """A fresh claim: what an earlier owner left running is cut off. A command row is given
+    back only when the instance running it is gone (commands run where they arrive)."""
     await conn.execute(
         update(turns)
         .where(
@@ -203,11 +219,21 @@ async def _recover(conn: AsyncConnection, key: SessionKey) -> None:
     )
     await conn.execute(
         update(inbox)
-        .where(inbox.c.session_key == key, inbox.c.status == "running")
-        .values(status="pending", steer=False)
+        .where(inbox.c.session_key == key, inbox.c.status == "running", _given_back(now, ttl))
+        .values(status="pending", steer=False, claimed_by=None)
     )
     await conn.execute(
         update(inbox)
         .where(inbox.c.session_key == key, inbox.c.status == "pending", inbox.c.steer.is_(True))
         .values(steer=False)
+    )
+
+
+def _given_back(now: datetime, ttl: float) -> ColumnElement[bool]:
+    """SQL: a `running` inbox row that a new claim gives back: a message of a turn (the
+    lane's earlier owner ran it), or a command whose instance is gone."""
+    return or_(
+        inbox.c.kind != "command",
+        inbox.c.claimed_by.is_(None),
+        ~alive(inbox.c.claimed_by, now, ttl),
     )

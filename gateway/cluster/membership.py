@@ -172,18 +172,18 @@ class Membership:
 
     async def beat(self, holds: Sequence[str]) -> bool:
         """Renew the heartbeat; False when this instance was already counted as gone (its
-        heartbeat had expired or another start took the id): it must stop acting."""
+        heartbeat had expired, on a shared database, or another start took the id)."""
         now = self.now()
+        current = [
+            instances.c.id == self.id,
+            instances.c.incarnation == self.incarnation,
+            instances.c.stopped_at.is_(None),
+        ]
+        if self.store.dialect != "sqlite":  # alone, nobody takes anything over
+            current.append(instances.c.heartbeat_at > now - timedelta(seconds=self.ttl))
         async with self.store.write() as conn:
             result = await conn.execute(
-                update(instances)
-                .where(
-                    instances.c.id == self.id,
-                    instances.c.incarnation == self.incarnation,
-                    instances.c.stopped_at.is_(None),
-                    instances.c.heartbeat_at > now - timedelta(seconds=self.ttl),
-                )
-                .values(heartbeat_at=now, holds=sorted(holds))
+                update(instances).where(*current).values(heartbeat_at=now, holds=sorted(holds))
             )
         return bool(result.rowcount)
 

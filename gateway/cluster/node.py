@@ -37,8 +37,9 @@ logger = logging.getLogger(__name__)
 
 
 class Node:
-    """An async context manager: registers on entry, releases and leaves on exit; `run()`
-    keeps the heartbeat, the leases and the signal listener going until cancelled."""
+    """An async context manager: registers on entry and from then on keeps the heartbeat,
+    the leases and the signal listener going (its own tasks); on exit it stops them,
+    releases its leases and signs off."""
 
     def __init__(
         self,
@@ -59,7 +60,9 @@ class Node:
         self.lanes: Lanes = SoloLanes() if self.solo else SqlLanes(store, instance_id, ttl, now=now)
         self.bus = LocalBus(instance_id) if self.solo else PgBus(database_url, instance_id)
         self.gone = asyncio.Event()
-        """Set when the other instances counted this one as gone: stop acting, restart."""
+        """Set when another live process has taken this instance's id: stop, restart."""
+        self._tasks: asyncio.TaskGroup | None = None
+        self._running: list[asyncio.Task[None]] = []
         self._wanted: dict[str, Lease] = {}
         self._outbox = asyncio.Event()
         self._database_url = database_url
@@ -80,6 +83,19 @@ class Node:
         if not self.solo:
             self._outbox.set()
 
+    async def forget(self, name: str) -> None:
+        """Stop wanting the lease `name` and release it, so that another instance may run
+        what it guards (this one gave up on it, e.g. its adapter failed to authenticate)."""
+        lease = self._wanted.pop(name, None)
+        if lease is None or self.solo:
+            return
+        if lease.token is not None:
+            try:
+                await self.leases.release(name, lease.token)
+            except Exception as err:  # it expires on its own
+                logger.warning("could not release lease %s: %s", name, err)
+        lease.lost()
+
     def holds(self) -> list[str]:
         """The names of the leases held now."""
         return sorted(n for n, lease in self._wanted.items() if lease.held())
@@ -95,6 +111,13 @@ class Node:
         logger.info(
             "instance %s registered (%s)", self.id, "single instance" if self.solo else "cluster"
         )
+        # Beat from the start: a slow startup must not look like a dead instance.
+        self._tasks = asyncio.TaskGroup()
+        await self._tasks.__aenter__()
+        self._running = [self._tasks.create_task(self._keep_alive(), name="heartbeat")]
+        if not self.solo:
+            self._running.append(self._tasks.create_task(self.bus.run(), name="signals"))
+            self._running.append(self._tasks.create_task(self._announce(), name="announcer"))
         return self
 
     async def __aexit__(
@@ -103,6 +126,11 @@ class Node:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._tasks is not None:
+            group, self._tasks = self._tasks, None
+            for task in self._running:
+                task.cancel()
+            await group.__aexit__(None, None, None)
         try:
             if not self.solo:
                 for lease in self._wanted.values():
@@ -116,15 +144,6 @@ class Node:
             logger.warning("could not sign this instance off: %s", err)
         finally:
             self._unlock()
-
-    async def run(self) -> None:
-        """Heartbeat, leases and signals until cancelled; returns once `gone` is set."""
-        async with asyncio.TaskGroup() as tg:
-            listener = tg.create_task(self.bus.run(), name="signal listener")
-            announcer = tg.create_task(self._announce(), name="outbox announcer")
-            await self._keep_alive()
-            listener.cancel()
-            announcer.cancel()
 
     async def _announce(self) -> None:
         while True:
@@ -142,16 +161,7 @@ class Node:
         while True:
             began = time.monotonic()
             try:
-                if not await self.membership.beat(self.holds()):
-                    logger.error(
-                        "instance %s was counted as gone by the others (no heartbeat for "
-                        "%.0fs); stopping so that it can start again clean",
-                        self.id,
-                        self.config.lease_ttl,
-                    )
-                    for lease in self._wanted.values():
-                        lease.lost()
-                    self.gone.set()
+                if not await self.membership.beat(self.holds()) and not await self._rejoin():
                     return
                 if not self.solo:
                     for lease in self._wanted.values():
@@ -159,6 +169,26 @@ class Node:
             except Exception as err:  # the database may be away; leases lapse on their own
                 logger.warning("heartbeat failed: %s", err)
             await asyncio.sleep(max(0.0, interval - (time.monotonic() - began)))
+
+    async def _rejoin(self) -> bool:
+        """The others counted this instance as gone (no heartbeat for the TTL: a pause, or
+        the database was away). Register again and go on: everything it held was fenced,
+        so what was taken over meanwhile fails its token checks and is let go. False when
+        another live process has taken the id: this one must stop."""
+        logger.warning(
+            "instance %s was counted as gone (no heartbeat for %.0fs); registering again",
+            self.id,
+            self.config.lease_ttl,
+        )
+        try:
+            await self.membership.register()
+        except InstanceConflict as err:
+            logger.error("%s; stopping", err)
+            for lease in self._wanted.values():
+                lease.lost()
+            self.gone.set()
+            return False
+        return True
 
     async def _keep(self, lease: Lease, began: float) -> None:
         if lease.token is not None:

@@ -152,6 +152,8 @@ inbox = Table(
     # Waiting to be injected into the running turn (busy mode steer).
     Column("attempts", Integer, nullable=False, default=0, server_default="0"),
     # Turns started for this message; bounded so a message that kills the process is dropped.
+    Column("claimed_by", String(128), nullable=True),
+    # The instance running this command row (given back when that instance is gone).
     UniqueConstraint("platform", "account", "platform_message_id"),
     Index(None, "session_key", "status", "id"),
     Index(None, "status", "id"),

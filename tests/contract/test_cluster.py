@@ -9,8 +9,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, update
 
+from gateway import inbox as inbox_sql
 from gateway.cluster.bus import PgBus, Signal
 from gateway.cluster.lanes import SqlLanes
 from gateway.cluster.leases import SAFETY, Lease, Leases
@@ -21,6 +22,7 @@ from gateway.contracts.errors import InstanceConflict, LeaseLost
 from gateway.contracts.history import ChatMessage, Role
 from gateway.contracts.ids import SessionKey, TurnId
 from gateway.contracts.messages import utcnow
+from gateway.inbox import Outcome
 from gateway.store import Store
 from gateway.store.store import record_start
 from gateway.store.tables import inbox, instances, sessions, turns
@@ -288,6 +290,115 @@ async def test_a_stopped_instance_s_lanes_are_taken_over_at_once(
     assert await b.claim(KEY) is not None
 
 
+async def test_a_released_lane_keeps_its_token_so_an_old_claim_never_passes_again(
+    store: Store, clock: FakeClock
+) -> None:
+    await _instance(store, clock, "a")
+    a = SqlLanes(store, "a", TTL, now=clock.now)
+    first = await a.claim(KEY)
+    assert first is not None
+    await a.release(first)
+    second = await a.claim(KEY)
+    assert second is not None
+    assert second.token == first.token + 1
+    with pytest.raises(LeaseLost):
+        async with store.write() as conn:
+            await a.check(conn, first, None)
+    async with store.write() as conn:
+        await a.check(conn, second, None)
+    await a.release(second)
+    assert KEY not in await a.orphans(), "a free lane with nothing waiting is nobody's work"
+
+
+async def _command(store: Store, status: str, claimed_by: str | None) -> None:
+    now = utcnow()
+    async with store.write() as conn:
+        await conn.execute(
+            insert(inbox).values(
+                platform="test",
+                account="default",
+                platform_message_id=f"cmd-{claimed_by}",
+                session_key=KEY,
+                chat_id="chat-1",
+                sender_id="u1",
+                text="/new",
+                kind="command",
+                received_at=now,
+                accepted_at=now,
+                status=status,
+                claimed_by=claimed_by,
+            )
+        )
+
+
+async def test_a_command_running_on_a_live_instance_is_not_given_back_by_a_claim(
+    store: Store, clock: FakeClock
+) -> None:
+    await _instance(store, clock, "a")
+    b = SqlLanes(store, "b", TTL, now=clock.now)
+    await _command(store, "running", "a")
+    assert KEY not in await b.orphans(), "a runs it"
+    claim = await b.claim(KEY)  # b claims the lane for a message of its own
+    assert claim is not None
+    async with store.read() as conn:
+        assert await conn.scalar(select(inbox.c.status)) == "running", "never run twice"
+
+
+async def test_a_command_left_running_by_a_gone_instance_is_given_back(
+    store: Store, clock: FakeClock
+) -> None:
+    a_member = await _instance(store, clock, "a")
+    b = SqlLanes(store, "b", TTL, now=clock.now)
+    await _command(store, "running", "a")
+    await a_member.leave()
+    assert KEY in await b.orphans()
+    assert await b.claim(KEY) is not None
+    async with store.read() as conn:
+        row = (await conn.execute(select(inbox.c.status, inbox.c.claimed_by))).one()
+    assert tuple(row) == ("pending", None)
+
+
+async def test_a_batch_settled_by_stop_after_it_was_read_is_not_taken(store: Store) -> None:
+    """`take` moves only rows still pending: a /stop between reading a batch and starting
+    its turn wins, and the turn is not started (the caller rolls back and reads again)."""
+    await _command(store, "pending", None)
+    now = utcnow()
+    async with store.write() as conn:
+        ids = [
+            (
+                await conn.execute(
+                    insert(inbox)
+                    .values(
+                        platform="test",
+                        account="default",
+                        platform_message_id=f"m{i}",
+                        session_key=KEY,
+                        chat_id="chat-1",
+                        sender_id="u1",
+                        text=f"message {i}",
+                        received_at=now,
+                        accepted_at=now,
+                        status="pending",
+                    )
+                    .returning(inbox.c.id)
+                )
+            ).scalar_one()
+            for i in range(2)
+        ]
+    async with store.write() as conn:
+        assert await inbox_sql.settle(conn, ids[:1], Outcome.DROPPED, only_pending=True) == 1
+    async with store.write() as conn:
+        session_id = (
+            await conn.execute(
+                insert(sessions)
+                .values(key=KEY, epoch=0, platform="test", created_at=now, updated_at=now)
+                .returning(sessions.c.id)
+            )
+        ).scalar_one()
+        turn_id, _ = await record_start(conn, session_id, [])
+        assert await inbox_sql.take(conn, ids, turn_id) == 1
+
+
 # the node -------------------------------------------------------------------------------------
 
 
@@ -305,25 +416,21 @@ async def test_sqlite_refuses_a_second_instance(tmp_path: Path) -> None:
 @pytest.mark.postgres
 async def test_a_lease_moves_to_a_standby_instance_when_its_holder_stops(pg_url: str) -> None:
     config = ClusterConfig(lease_ttl=1.5, heartbeat_interval=0.2)
-    async with Store.open(pg_url) as store, asyncio.TaskGroup() as tg:
-        first = await Node(store, "first", config, pg_url).__aenter__()
-        second = await Node(store, "second", config, pg_url).__aenter__()
+    async with Store.open(pg_url) as store:
+        first = Node(store, "first", config, pg_url)
         held_first = first.lease("cron")
-        held_second = second.lease("cron")
-        runs = [tg.create_task(first.run())]
+        await first.__aenter__()
         async with asyncio.timeout(10):
             await held_first.wait_held()
-        runs.append(tg.create_task(second.run()))
-        async with asyncio.timeout(10):
-            await held_second.tried.wait()
-        assert not held_second.held(), "the first holds it: the second stands by"
-        runs[0].cancel()
-        await first.__aexit__(None, None, None)  # a clean stop releases the lease
-        async with asyncio.timeout(10):
-            await held_second.wait_held()
-        assert held_second.token == 2
-        runs[1].cancel()
-        await second.__aexit__(None, None, None)
+        async with Node(store, "second", config, pg_url) as second:
+            held_second = second.lease("cron")
+            async with asyncio.timeout(10):
+                await held_second.tried.wait()
+            assert not held_second.held(), "the first holds it: the second stands by"
+            await first.__aexit__(None, None, None)  # a clean stop releases the lease
+            async with asyncio.timeout(10):
+                await held_second.wait_held()
+            assert held_second.token == 2
 
 
 @pytest.mark.postgres
@@ -362,3 +469,57 @@ async def test_signals_reach_the_other_instances_only_when_committed(pg_url: str
         assert got == [Signal("steer", str(KEY), "why", "sender")]
         for task in listening:
             task.cancel()
+
+
+@pytest.mark.postgres
+async def test_an_instance_counted_as_gone_registers_again_and_goes_on(pg_url: str) -> None:
+    clock = FakeClock(utcnow())
+    config = ClusterConfig(lease_ttl=2.0, heartbeat_interval=0.1)
+    async with (
+        Store.open(pg_url) as store,
+        Node(store, "paused", config, pg_url, now=clock.now) as node,
+    ):
+        cron = node.lease("cron")
+        async with asyncio.timeout(10):
+            await cron.wait_held()
+        assert node.membership.incarnation == 1
+        later(clock, 60)  # as if it had been paused for a minute
+        async with asyncio.timeout(10):
+            while node.membership.incarnation < 2:
+                await asyncio.sleep(0.02)
+        assert not node.gone.is_set()
+        async with asyncio.timeout(10):
+            await cron.wait_held()
+
+
+@pytest.mark.postgres
+async def test_an_instance_whose_id_another_live_process_took_stops(pg_url: str) -> None:
+    config = ClusterConfig(lease_ttl=2.0, heartbeat_interval=0.1)
+    async with Store.open(pg_url) as store, Node(store, "twice", config, pg_url) as node:
+        async with store.write() as conn:  # another machine starts under the same id
+            await conn.execute(
+                update(instances)
+                .where(instances.c.id == "twice")
+                .values(host="another-host", incarnation=instances.c.incarnation + 1)
+            )
+        async with asyncio.timeout(10):
+            await node.gone.wait()
+
+
+@pytest.mark.postgres
+async def test_a_forgotten_lease_passes_to_another_instance_at_once(pg_url: str) -> None:
+    config = ClusterConfig(lease_ttl=30.0, heartbeat_interval=0.1)
+    async with Store.open(pg_url) as store, Node(store, "quitter", config, pg_url) as quitter:
+        lease = quitter.lease("adapter:telegram:default")
+        async with asyncio.timeout(10):
+            await lease.wait_held()
+        async with Node(store, "heir", config, pg_url) as heir:
+            inherited = heir.lease("adapter:telegram:default")
+            async with asyncio.timeout(10):
+                await inherited.tried.wait()
+            assert not inherited.held()
+            await quitter.forget("adapter:telegram:default")
+            assert not lease.held()
+            async with asyncio.timeout(10):
+                await inherited.wait_held()
+            assert "adapter:telegram:default" not in quitter.holds()

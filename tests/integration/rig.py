@@ -155,14 +155,12 @@ async def running_rig(
         bus=None if node is None else node.bus,
         scan_interval=0.2,
     )
-    async with asyncio.TaskGroup() as tg:
-        tasks = [] if node is None else [tg.create_task(node.run())]
-        async with manager:
-            tasks.append(tg.create_task(worker.run()))
-            try:
-                yield Rig(store, llm, adapter, manager, worker, outbox, Inbox(store), tool)
-            finally:
-                llm.open_all()
-                tool.gate.set()
-                for task in tasks:
-                    task.cancel()
+    async with asyncio.TaskGroup() as tg, manager:
+        tasks = [tg.create_task(worker.run())]
+        try:
+            yield Rig(store, llm, adapter, manager, worker, outbox, Inbox(store), tool)
+        finally:
+            llm.open_all()
+            tool.gate.set()
+            for task in tasks:
+                task.cancel()

@@ -1,4 +1,4 @@
-"""several instances on one database: instances, session lanes, who is sending a chunk
+"""several instances on one database: instances, session lanes, who sends a chunk or runs a command
 
 Revision ID: 0005
 Revises: 0004
@@ -21,7 +21,7 @@ _WHEN = sa.DateTime(timezone=True)
 
 def upgrade() -> None:
     """Add `instances` (heartbeats), `lanes` (which instance runs a session's turns) and
-    `outbox.claimed_by`."""
+    `outbox.claimed_by` and `inbox.claimed_by`."""
     op.create_table(
         "instances",
         sa.Column("id", sa.String(length=128), nullable=False),
@@ -47,10 +47,14 @@ def upgrade() -> None:
     op.create_index(op.f("ix_lanes_owner"), "lanes", ["owner"], unique=False)
     with op.batch_alter_table("outbox", schema=None) as batch_op:
         batch_op.add_column(sa.Column("claimed_by", sa.String(length=128), nullable=True))
+    with op.batch_alter_table("inbox", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("claimed_by", sa.String(length=128), nullable=True))
 
 
 def downgrade() -> None:
     """Drop what `upgrade` added."""
+    with op.batch_alter_table("inbox", schema=None) as batch_op:
+        batch_op.drop_column("claimed_by")
     with op.batch_alter_table("outbox", schema=None) as batch_op:
         batch_op.drop_column("claimed_by")
     op.drop_index(op.f("ix_lanes_owner"), table_name="lanes")
