@@ -202,20 +202,26 @@ async def _one_run(
             poller = await cluster.held(POLLER)
             node = cluster.nodes[poller]
             assert node.proc is not None
-            exited = asyncio.create_task(node.proc.wait())
             node.proc.terminate()
             termed = time.monotonic()
+            exited = asyncio.create_task(_exited(node))
             chat = next(chats)
             await tg.inject(chat, f"[bench:fo{chat}] after a stop", sender_id=chat)
             answered = asyncio.create_task(_answered(tg, chat))
             result["term_poller_lease_s"] = await cluster.moved(POLLER, poller, termed)
             result["term_poller_answer_s"] = await answered - termed
-            async with asyncio.timeout(WAIT):
-                await exited
-            result["term_exit_s"] = time.monotonic() - termed
+            result["term_exit_s"] = await exited - termed
         finally:
             await cluster.stop()
     return result
+
+
+async def _exited(node: Herald) -> float:
+    """When (monotonic) the process exited."""
+    assert node.proc is not None
+    async with asyncio.timeout(WAIT):
+        await node.proc.wait()
+    return time.monotonic()
 
 
 async def _answered(tg: TelegramServerClient, chat: int) -> float:
