@@ -12,8 +12,9 @@ seconds (an SMS number sends its next message only once the previous one was ans
 each chat's message order is well defined). At a random moment the instance polling Telegram
 is killed; a probe message sent right after the kill measures the takeover (another instance
 holds the poller lease, and answers the probe). It is started again once the takeover is
-seen. Later another instance (not the poller) is killed at a random moment, and started again
-after one to two TTLs (its leases, lanes and unfinished sends pass to the others meanwhile).
+seen. Later another instance (neither the poller nor, when it can be, the one killed first) is
+killed at a random moment, and started again after one to two TTLs (its leases, lanes and
+unfinished sends pass to the others meanwhile).
 
 At the end: every message was accepted once and has exactly one outcome; every answered
 message got exactly one reply on its platform (a second copy only from a chunk resent after a
@@ -526,7 +527,9 @@ async def _kills(
 
     await _at(cluster, rng.uniform(*SECOND_KILL))
     current = await cluster.holder(TELEGRAM_LEASE)
-    victim = rng.choice([n for n in cluster.up() if n != current])
+    others = [n for n in cluster.up() if n != current]
+    # Another life than the one killed first, when there is one: two instances die.
+    victim = rng.choice([n for n in others if n != poller] or others)
     held = await cluster.holdings()
     await cluster.kill(victim)
     cluster.note(f"SIGKILL {victim} (held {sorted(k for k, v in held.items() if v == victim)})")
