@@ -25,6 +25,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+from sqlalchemy import update
+
 from agent_core.agent import Agent
 from agent_core.loop import TurnProgress
 from gateway.channels import Channels
@@ -49,6 +51,7 @@ from gateway.cron.targets import HOME, HOME_SETTING, resolve
 from gateway.outbox import Chunk, OutboxKind, Target, enqueue
 from gateway.store import Store
 from gateway.store.store import SnapshotFactory, record_finish, record_start
+from gateway.store.tables import job_runs
 from gateway.store.tables import jobs as jobs_table
 
 logger = logging.getLogger(__name__)
@@ -329,6 +332,12 @@ class CronScheduler:
         async with self.store.write() as conn:
             turn_id, _ = await record_start(
                 conn, session.id, [ChatMessage(Role.USER, self._prompt(job, run))]
+            )
+            # Known from the start, so a run cut off with its instance ends its turn too.
+            await conn.execute(
+                update(job_runs)
+                .where(job_runs.c.id == run.id)
+                .values(session_id=session.id, turn_id=turn_id)
             )
         progress = TurnProgress()
         timeout = job.timeout or self.config.run_timeout

@@ -20,7 +20,7 @@ from gateway.contracts.errors import LeaseLost
 from gateway.contracts.ids import UserId
 from gateway.store import Store
 from gateway.store.sql import insert_ignore
-from gateway.store.tables import instances, job_runs, jobs
+from gateway.store.tables import instances, job_runs, jobs, turns
 from gateway.store.types import aware
 
 
@@ -335,13 +335,21 @@ class JobStore:
         return {str(r[0]) for r in rows}
 
     async def interrupt(self, run_id: int, now: datetime, reason: str) -> bool:
-        """running → interrupted (never re-run); False when it was no longer running."""
+        """running → interrupted (never re-run), and its turn with it; False when it was no
+        longer running."""
         async with self.store.write() as conn:
             result = await conn.execute(
                 update(job_runs)
                 .where(job_runs.c.id == run_id, job_runs.c.status == str(RunStatus.RUNNING))
                 .values(status=str(RunStatus.INTERRUPTED), finished_at=now, error=reason)
             )
+            if result.rowcount:
+                its_turn = select(job_runs.c.turn_id).where(job_runs.c.id == run_id)
+                await conn.execute(
+                    update(turns)
+                    .where(turns.c.id == its_turn.scalar_subquery(), turns.c.status == "running")
+                    .values(status="interrupted", finished_at=now, error=reason)
+                )
         return bool(result.rowcount)
 
     async def prune(self, job_id: str, keep: int) -> list[Run]:

@@ -9,12 +9,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import insert
+from sqlalchemy import insert, update
 
+from gateway.contracts.history import ChatMessage, Role
+from gateway.contracts.ids import UserId
 from gateway.cron.scheduler import job_session_key, output_path
 from gateway.cron.store import DeliveryStatus, JobStore, RunStatus, Trigger
 from gateway.store import Store
-from gateway.store.tables import instances
+from gateway.store.tables import instances, job_runs
 from tests.fakes.clock import FakeClock
 from tests.fakes.platform import Delivered, RecordingAdapter
 from tests.integration.cron_rig import CronRig, ScriptLLM, cron_config, cron_rig
@@ -25,6 +27,10 @@ BERLIN = "Europe/Berlin"
 START = datetime(2026, 11, 23, 7, 0, tzinfo=UTC)
 """A Monday; 09:00 in Berlin is 08:00 UTC."""
 NINE = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
+
+
+async def no_snapshot(_: UserId | None) -> tuple[str, str]:
+    return "", ""
 
 
 def reports(rig: CronRig, chat: str = "home") -> list[Delivered]:
@@ -195,7 +201,14 @@ async def test_a_run_of_an_instance_known_to_be_gone_is_reaped_at_once(
                 heartbeat_at=NINE,
             )
         )
-    assert await JobStore(store).claim(job.id, NINE, "herald-dead", NINE) is not None
+    claimed = await JobStore(store).claim(job.id, NINE, "herald-dead", NINE)
+    assert claimed is not None
+    session = await store.open_session(
+        job_session_key(job.id), platform="cron", user_id=None, snapshot=no_snapshot
+    )
+    turn_id, _ = await store.start_turn(session.id, ChatMessage(Role.USER, "the job's prompt"))
+    async with store.write() as conn:
+        await conn.execute(update(job_runs).where(job_runs.c.id == claimed).values(turn_id=turn_id))
     clock.set(NINE + timedelta(seconds=30))
     async with cron_rig(store, tmp_path, clock) as rig:
         await rig.at(NINE + timedelta(seconds=31))
@@ -203,6 +216,7 @@ async def test_a_run_of_an_instance_known_to_be_gone_is_reaped_at_once(
         assert run.status is RunStatus.INTERRUPTED, "not after its 10 min timeout: now"
         assert "herald-dead" in (run.error or "")
         assert rig.llm.calls == []
+    assert await store.turn_status(turn_id) == "interrupted", "its turn ends with it"
 
 
 async def test_a_run_counted_as_cut_off_meanwhile_stores_and_delivers_nothing(
