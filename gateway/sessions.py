@@ -227,6 +227,9 @@ class _Lane:
     claiming: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
+INTERRUPTED_BY_NEWER = "interrupted by a newer message"
+
+
 class _BatchChanged(Exception):
     """Some of a batch's messages were settled after it was read: roll back, read again."""
 
@@ -482,6 +485,10 @@ class SessionManager:
                 if row_id is not None and outcome is None and elsewhere:
                     # Another instance runs this session: tell it (sent when this commits).
                     action = "interrupt" if interrupt else "steer" if steer_text else "wake"
+                    if interrupt and remote.turn_id is not None:
+                        await self.lane_store.request_cancel(
+                            conn, key, remote.turn_id, INTERRUPTED_BY_NEWER
+                        )
                     await self.bus.publish(conn, Signal(action, key))
         if row_id is None:
             logger.debug("duplicate delivery of %s ignored", message.platform_message_id)
@@ -506,7 +513,7 @@ class SessionManager:
             if steer_text is not None:
                 running.steer.waiting.append((row_id, steer_text))
             if interrupt:
-                running.cancel("interrupted by a newer message")
+                running.cancel(INTERRUPTED_BY_NEWER)
         self._wake(key)
 
     async def settle(self, message: InboundMessage, detail: str) -> None:
@@ -633,6 +640,8 @@ class SessionManager:
         """A hint from another instance (see `gateway.cluster.bus`)."""
         if signal.action == "resync":
             self._scan.set()
+            assert self._tg is not None
+            self._tg.create_task(self._missed_signals(), name="missed signals")
             return
         if not signal.key or not self._accepting:
             return
@@ -642,13 +651,31 @@ class SessionManager:
         if signal.action == "cancel" and running is not None:
             running.cancel(signal.reason or "cancelled")
         elif signal.action == "interrupt" and running is not None:
-            running.cancel("interrupted by a newer message")
+            running.cancel(INTERRUPTED_BY_NEWER)
         elif signal.action == "steer" and running is not None:
             assert self._tg is not None
             self._tg.create_task(self._pick_up_steer(key, running), name=f"steer {key}")
             return
         if signal.action != "cancel" and lane is not None and lane.claim is not None:
             self._wake(key)  # a lane free here is found by the scan, if nobody else runs it
+
+    async def _missed_signals(self) -> None:
+        """The signal connection came back: what was asked of the turns running here while
+        it was away (cancels are stored on the lane, steer texts in the inbox)."""
+        for key, lane in list(self._lanes.items()):
+            running, claim = lane.running, lane.claim
+            if running is None or claim is None:
+                continue
+            try:
+                reason = await self.lane_store.cancel_requested(claim)
+            except Exception as err:  # the next resync looks again
+                logger.warning("could not read cancel requests for %s: %s", key, err)
+                continue
+            if reason is not None:
+                logger.info("%s: a cancel came while signals were away (%s)", key, reason)
+                running.cancel(reason)
+            else:
+                await self._pick_up_steer(key, running)
 
     async def _pick_up_steer(self, key: SessionKey, running: _Running) -> None:
         """Steer rows another instance stored for the turn running here."""
@@ -702,6 +729,8 @@ class SessionManager:
         async with self.store.write() as conn:
             state = await self.lane_store.state(conn, key)
             if state.owner is not None and state.owner != self.instance:
+                if action == "cancel" and state.turn_id is not None:
+                    await self.lane_store.request_cancel(conn, key, state.turn_id, reason)
                 await self.bus.publish(conn, Signal(action, key, reason))
 
     async def _next_batch(self, key: SessionKey, lane: _Lane) -> list[InboxRow] | None:

@@ -18,6 +18,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 import uvicorn
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_core.agent import Agent, AgentSettings
 from agent_core.llm import LLMProvider, make_provider
@@ -37,7 +38,7 @@ from gateway.backoff import Backoff
 from gateway.channels import Channels
 from gateway.checkpoints import StoreCheckpoints
 from gateway.cluster.bus import Signal
-from gateway.cluster.leases import Lease
+from gateway.cluster.leases import Lease, Leases
 from gateway.cluster.node import Node, run_under
 from gateway.config import HeraldConfig
 from gateway.contracts.adapter import (
@@ -49,7 +50,7 @@ from gateway.contracts.adapter import (
     WebhookAdapter,
 )
 from gateway.contracts.config import PlatformSection
-from gateway.contracts.errors import AuthError, ConfigError, NotReady, ShuttingDown
+from gateway.contracts.errors import AuthError, ConfigError, LeaseLost, NotReady, ShuttingDown
 from gateway.contracts.messages import InboundMessage, SendLimits
 from gateway.cron.clock import Clock, SystemClock
 from gateway.cron.scheduler import CronScheduler
@@ -73,12 +74,23 @@ service manager starts it again, and it waits until the id is free."""
 class LeaseRight:
     """The cron scheduler schedules while this instance holds the `cron` lease."""
 
-    def __init__(self, lease: Lease) -> None:
+    def __init__(self, lease: Lease, leases: Leases | None) -> None:
+        """`leases` is None for a single instance (the lease is local and never lost)."""
         self.lease = lease
+        self.leases = leases
 
     async def holds(self) -> bool:
-        """Whether the lease is held now."""
+        """Whether the lease is held now (the local view)."""
         return self.lease.held()
+
+    async def fence(self, conn: AsyncConnection) -> None:
+        """The lease's token in the database (raises LeaseLost when another took it)."""
+        if self.leases is None:
+            return
+        token = self.lease.token
+        if token is None or not self.lease.held():
+            raise LeaseLost(f"lease {self.lease.name} is not held here")
+        await self.leases.check(conn, self.lease.name, token)
 
 
 class AdapterRunner:
@@ -387,7 +399,9 @@ class Supervisor:
                     clock=self.cron_clock,
                     instance=cfg.effective_instance_id,
                     on_outbox=on_outbox,
-                    right=LeaseRight(node.lease("cron")) if cfg.cron.enabled else None,
+                    right=LeaseRight(node.lease("cron"), None if node.solo else node.leases)
+                    if cfg.cron.enabled
+                    else None,
                     lease_ttl=cfg.cluster.lease_ttl,
                 )
                 jobs.on_change = scheduler.wake

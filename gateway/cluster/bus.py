@@ -112,7 +112,11 @@ class PgBus(LocalBus):
         attempt = 0
         while True:
             try:
-                conn = await asyncpg.connect(self._dsn, timeout=10)
+                conn = await asyncpg.connect(
+                    self._dsn,
+                    timeout=10,
+                    server_settings={"application_name": f"herald signals {self.origin}"[:63]},
+                )
             except Exception as err:  # any failure to connect is retried, never fatal
                 logger.warning("signal listener cannot connect: %s", err)
                 await asyncio.sleep(self.backoff.delay(attempt))

@@ -47,6 +47,8 @@ class LaneState:
     """A live instance holding the lane, or None when it is free (or its owner is gone)."""
     running: bool
     """Whether that instance is running a turn of the session now."""
+    turn_id: TurnId | None = None
+    """That turn."""
 
 
 class Lanes(Protocol):
@@ -68,6 +70,17 @@ class Lanes(Protocol):
 
     async def state(self, conn: AsyncConnection, key: SessionKey) -> LaneState:
         """Who holds the lane, read in the caller's transaction."""
+        ...
+
+    async def request_cancel(
+        self, conn: AsyncConnection, key: SessionKey, turn_id: TurnId, reason: str
+    ) -> None:
+        """In the caller's transaction: ask whoever runs turn `turn_id` of `key` to cancel it.
+        Durable, so the owner finds it even if the signal that goes with it is lost."""
+        ...
+
+    async def cancel_requested(self, claim: Claim) -> str | None:
+        """Why the turn running under `claim` was asked to cancel, if it was."""
         ...
 
     async def orphans(self, limit: int = 200, *, started: bool = False) -> list[SessionKey]:
@@ -93,6 +106,15 @@ class SoloLanes:
     async def state(self, conn: AsyncConnection, key: SessionKey) -> LaneState:
         """No other instance."""
         return LaneState(None, False)
+
+    async def request_cancel(
+        self, conn: AsyncConnection, key: SessionKey, turn_id: TurnId, reason: str
+    ) -> None:
+        """Never needed: the turn runs here and is cancelled directly."""
+
+    async def cancel_requested(self, claim: Claim) -> str | None:
+        """Never asked."""
+        return None
 
     async def orphans(self, limit: int = 200, *, started: bool = False) -> list[SessionKey]:
         """Startup recovery finds them instead (`Inbox.recover`)."""
@@ -159,7 +181,7 @@ class SqlLanes:
                 lanes.c.owner == self.owner,
                 lanes.c.token == claim.token,
             )
-            .values(turn_id=turn_id)
+            .values(turn_id=turn_id, cancel=None)
         )
         if not result.rowcount:
             raise LeaseLost(f"session {claim.key} was taken over by another instance")
@@ -176,7 +198,30 @@ class SqlLanes:
         ).first()
         if row is None:
             return LaneState(None, False)
-        return LaneState(str(row[0]), row[1] is not None)
+        turn_id = None if row[1] is None else TurnId(int(row[1]))
+        return LaneState(str(row[0]), turn_id is not None, turn_id)
+
+    async def request_cancel(
+        self, conn: AsyncConnection, key: SessionKey, turn_id: TurnId, reason: str
+    ) -> None:
+        """See `Lanes.request_cancel`."""
+        await conn.execute(
+            update(lanes)
+            .where(lanes.c.key == key, lanes.c.turn_id == turn_id)
+            .values(cancel=reason[:200] or "cancelled")
+        )
+
+    async def cancel_requested(self, claim: Claim) -> str | None:
+        """See `Lanes.cancel_requested`."""
+        async with self.store.read() as conn:
+            value = await conn.scalar(
+                select(lanes.c.cancel).where(
+                    lanes.c.key == claim.key,
+                    lanes.c.owner == self.owner,
+                    lanes.c.token == claim.token,
+                )
+            )
+        return None if value is None else str(value)
 
     async def orphans(self, limit: int = 200, *, started: bool = False) -> list[SessionKey]:
         """See `Lanes.orphans`."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, exists, or_, select, update
+from sqlalchemy import ColumnElement, delete, exists, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway import __version__
@@ -25,6 +25,9 @@ from gateway.store.sql import insert_or_skip
 from gateway.store.tables import instances
 
 Now = Callable[[], datetime]
+
+FORGOTTEN = timedelta(days=7)
+"""How long the row of an instance that stopped beating is kept (for `herald instances`)."""
 
 
 def alive(owner: ColumnElement[Any], now: datetime, ttl: float) -> ColumnElement[bool]:
@@ -119,6 +122,7 @@ class Membership:
                     raise InstanceConflict(f"instance {self.id!r} was started twice at once")
                 self.incarnation = 1
                 await self._bury_local(conn, now)
+                await self._forget_old(conn, now)
                 return self.incarnation
             info = _info(found)
             if info.alive(now, self.ttl) and not self._ours_and_dead(info):
@@ -143,7 +147,12 @@ class Membership:
                 )
             )
             await self._bury_local(conn, now)
+            await self._forget_old(conn, now)
         return self.incarnation
+
+    async def _forget_old(self, conn: AsyncConnection, now: datetime) -> None:
+        """Drop the rows of instances gone for a week (a default id is new at every start)."""
+        await conn.execute(delete(instances).where(instances.c.heartbeat_at < now - FORGOTTEN))
 
     async def _bury_local(self, conn: AsyncConnection, now: datetime) -> None:
         """Mark stopped the instances of this host whose process no longer exists (killed

@@ -25,6 +25,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+from sqlalchemy import update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from agent_core.agent import Agent
 from agent_core.loop import TurnProgress
 from gateway.channels import Channels
@@ -49,6 +52,7 @@ from gateway.cron.targets import HOME, HOME_SETTING, resolve
 from gateway.outbox import Chunk, OutboxKind, Target, enqueue
 from gateway.store import Store
 from gateway.store.store import SnapshotFactory, record_finish, record_start
+from gateway.store.tables import job_runs
 from gateway.store.tables import jobs as jobs_table
 
 logger = logging.getLogger(__name__)
@@ -63,10 +67,15 @@ REAP_MARGIN = timedelta(seconds=60)
 
 
 class SchedulingRight(Protocol):
-    """Decides whether this instance schedules now (issue 11 puts a lease behind it)."""
+    """Decides whether this instance schedules now (the `cron` lease, with several)."""
 
     async def holds(self) -> bool:
         """True while this instance may claim and run slots."""
+        ...
+
+    async def fence(self, conn: AsyncConnection) -> None:
+        """In a claim's transaction: raise LeaseLost unless the right still holds there
+        (a process paused past its lease must not claim on waking)."""
         ...
 
 
@@ -76,6 +85,9 @@ class AlwaysSchedule:
     async def holds(self) -> bool:
         """Always True."""
         return True
+
+    async def fence(self, conn: AsyncConnection) -> None:
+        """Always holds."""
 
 
 def job_session_key(job_id: str) -> SessionKey:
@@ -157,6 +169,8 @@ class CronScheduler:
                         recovered = True
                     if not self._draining and await self.right.holds():
                         next_fire = await self._tick()
+                except LeaseLost as err:  # another instance schedules now
+                    logger.warning("not scheduling: %s", err)
                 except Exception:  # the database may be briefly away: look again later
                     logger.exception("looking at the scheduled jobs failed; trying again")
                 self.ticks += 1
@@ -223,7 +237,7 @@ class CronScheduler:
             following = schedule.next_after(start, job.anchor_at)
             if following is not None and (earliest is None or following < earliest):
                 earliest = following
-        for run in await self.jobs.take_queued(self.instance, now):
+        for run in await self.jobs.take_queued(self.instance, now, fence=self.right.fence):
             queued = await self.jobs.get(run.job_id)
             if queued is not None:
                 self._start(queued, run)
@@ -245,7 +259,7 @@ class CronScheduler:
                 logger.warning("job %s: %d scheduled time(s) missed", job.id, count + older)
         if not catch_up:
             return
-        run_id = await self.jobs.claim(job.id, newest, self.instance, now)
+        run_id = await self.jobs.claim(job.id, newest, self.instance, now, fence=self.right.fence)
         if run_id is None:
             return  # another scheduler has it
         run = await self.jobs.run(run_id)
@@ -329,6 +343,12 @@ class CronScheduler:
         async with self.store.write() as conn:
             turn_id, _ = await record_start(
                 conn, session.id, [ChatMessage(Role.USER, self._prompt(job, run))]
+            )
+            # Known from the start, so a run cut off with its instance ends its turn too.
+            await conn.execute(
+                update(job_runs)
+                .where(job_runs.c.id == run.id)
+                .values(session_id=session.id, turn_id=turn_id)
             )
         progress = TurnProgress()
         timeout = job.timeout or self.config.run_timeout

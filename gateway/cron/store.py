@@ -7,7 +7,7 @@ before the run starts, so no two schedulers (or a restarted one) ever run the sa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -20,7 +20,7 @@ from gateway.contracts.errors import LeaseLost
 from gateway.contracts.ids import UserId
 from gateway.store import Store
 from gateway.store.sql import insert_ignore
-from gateway.store.tables import instances, job_runs, jobs
+from gateway.store.tables import instances, job_runs, jobs, turns
 from gateway.store.types import aware
 
 
@@ -116,6 +116,11 @@ FINISHED = (
 )
 
 
+Fence = Callable[[AsyncConnection], Awaitable[None]]
+"""A check run inside a claim's transaction; raises LeaseLost when this instance may not
+schedule any more (its lease's token is stale)."""
+
+
 class JobStore:
     """Queries of the jobs and job_runs tables."""
 
@@ -192,10 +197,19 @@ class JobStore:
         return {str(r[0]): aware(r[1]) for r in rows if r[1] is not None}
 
     async def claim(
-        self, job_id: str, scheduled_for: datetime, owner: str, now: datetime
+        self,
+        job_id: str,
+        scheduled_for: datetime,
+        owner: str,
+        now: datetime,
+        *,
+        fence: Fence | None = None,
     ) -> int | None:
-        """Insert the running row of a slot; its id, or None when the slot was taken."""
+        """Insert the running row of a slot; its id, or None when the slot was taken.
+        `fence` runs first in the same transaction (raises LeaseLost: nothing is claimed)."""
         async with self.store.write() as conn:
+            if fence is not None:
+                await fence(conn)
             return await insert_ignore(
                 conn,
                 job_runs,
@@ -254,8 +268,11 @@ class JobStore:
         assert run is not None
         return run
 
-    async def take_queued(self, owner: str, now: datetime) -> list[Run]:
-        """Queued manual runs this scheduler now owns (queued → running)."""
+    async def take_queued(
+        self, owner: str, now: datetime, *, fence: Fence | None = None
+    ) -> list[Run]:
+        """Queued manual runs this scheduler now owns (queued → running), each taken in a
+        transaction that runs `fence` first (see `claim`)."""
         async with self.store.read() as conn:
             ids = (
                 await conn.scalars(
@@ -267,6 +284,8 @@ class JobStore:
         taken: list[Run] = []
         for run_id in ids:
             async with self.store.write() as conn:
+                if fence is not None:
+                    await fence(conn)
                 result = await conn.execute(
                     update(job_runs)
                     .where(job_runs.c.id == run_id, job_runs.c.status == str(RunStatus.QUEUED))
@@ -335,13 +354,21 @@ class JobStore:
         return {str(r[0]) for r in rows}
 
     async def interrupt(self, run_id: int, now: datetime, reason: str) -> bool:
-        """running → interrupted (never re-run); False when it was no longer running."""
+        """running → interrupted (never re-run), and its turn with it; False when it was no
+        longer running."""
         async with self.store.write() as conn:
             result = await conn.execute(
                 update(job_runs)
                 .where(job_runs.c.id == run_id, job_runs.c.status == str(RunStatus.RUNNING))
                 .values(status=str(RunStatus.INTERRUPTED), finished_at=now, error=reason)
             )
+            if result.rowcount:
+                its_turn = select(job_runs.c.turn_id).where(job_runs.c.id == run_id)
+                await conn.execute(
+                    update(turns)
+                    .where(turns.c.id == its_turn.scalar_subquery(), turns.c.status == "running")
+                    .values(status="interrupted", finished_at=now, error=reason)
+                )
         return bool(result.rowcount)
 
     async def prune(self, job_id: str, keep: int) -> list[Run]:

@@ -327,6 +327,8 @@ lanes = Table(
     # Fencing token: grows with every change of owner; an owner's writes check it.
     Column("turn_id", BigId, nullable=True),
     # The turn running now, if any (another instance then treats the session as busy).
+    Column("cancel", SafeText, nullable=True),
+    # Why another instance asked that turn to stop (/stop, an interrupting message).
     Column("claimed_at", UTCDateTime, nullable=False),
     Index(None, "owner"),
 )

@@ -175,6 +175,16 @@ async def test_a_restart_on_the_same_host_replaces_a_dead_process_at_once(
     assert await again.register() == 2
 
 
+async def test_an_instance_gone_for_a_week_is_forgotten_at_the_next_start(
+    store: Store, clock: FakeClock
+) -> None:
+    await _instance(store, clock, "old")
+    later(clock, 8 * 24 * 3600)
+    await _instance(store, clock, "new")
+    async with store.read() as conn:
+        assert set((await conn.scalars(select(instances.c.id))).all()) == {"new"}
+
+
 async def test_leave_marks_the_instance_stopped(store: Store, clock: FakeClock) -> None:
     member = Membership(store, "herald-a", TTL, now=clock.now)
     await member.register()

@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from gateway.cluster.node import Node
 from gateway.config import ClusterConfig
@@ -118,6 +119,29 @@ async def test_stop_sent_to_another_instance_cancels_the_turn_and_clears_the_que
         assert "Stopped." in next(x.text for x in stop if x.key.startswith("cmd:"))
         await quiet(a)
         assert replies(a) == []
+
+
+async def test_stop_whose_signal_was_lost_still_cancels_once_the_owner_listens_again(
+    pg_url: str, tmp_path: Path
+) -> None:
+    async with two_instances(pg_url, tmp_path, BusyMode.QUEUE) as (a, b):
+        await a.manager.accept(inbound("first"))
+        await a.llm.wait_started("first")
+        # a's signal connection drops (a PostgreSQL restart, a proxy's idle kill) ...
+        async with a.store.write() as conn:
+            await conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = 'herald signals a'"
+                )
+            )
+        # ... and /stop reaches b meanwhile: its NOTIFY is not heard by a.
+        await b.manager.accept(inbound("/stop"))
+        rows = by_text(await a.settled(KEY, 2))
+        assert rows["first"].outcome is Outcome.DROPPED
+        a.llm.release("first")
+        await quiet(a)
+        assert replies(a) == [], "the stopped turn's answer is never sent"
 
 
 async def test_messages_queued_through_another_instance_are_answered_in_order(

@@ -5,16 +5,23 @@ catch-up after downtime, and DST timing of cron, interval and one-shot schedules
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import insert
+from sqlalchemy import insert, update
 
+from gateway.cluster.leases import Lease, Leases
+from gateway.cluster.membership import Membership
+from gateway.contracts.errors import LeaseLost
+from gateway.contracts.history import ChatMessage, Role
+from gateway.contracts.ids import UserId
 from gateway.cron.scheduler import job_session_key, output_path
 from gateway.cron.store import DeliveryStatus, JobStore, RunStatus, Trigger
 from gateway.store import Store
-from gateway.store.tables import instances
+from gateway.store.tables import instances, job_runs
+from gateway.supervisor import LeaseRight
 from tests.fakes.clock import FakeClock
 from tests.fakes.platform import Delivered, RecordingAdapter
 from tests.integration.cron_rig import CronRig, ScriptLLM, cron_config, cron_rig
@@ -25,6 +32,10 @@ BERLIN = "Europe/Berlin"
 START = datetime(2026, 11, 23, 7, 0, tzinfo=UTC)
 """A Monday; 09:00 in Berlin is 08:00 UTC."""
 NINE = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
+
+
+async def no_snapshot(_: UserId | None) -> tuple[str, str]:
+    return "", ""
 
 
 def reports(rig: CronRig, chat: str = "home") -> list[Delivered]:
@@ -195,7 +206,14 @@ async def test_a_run_of_an_instance_known_to_be_gone_is_reaped_at_once(
                 heartbeat_at=NINE,
             )
         )
-    assert await JobStore(store).claim(job.id, NINE, "herald-dead", NINE) is not None
+    claimed = await JobStore(store).claim(job.id, NINE, "herald-dead", NINE)
+    assert claimed is not None
+    session = await store.open_session(
+        job_session_key(job.id), platform="cron", user_id=None, snapshot=no_snapshot
+    )
+    turn_id, _ = await store.start_turn(session.id, ChatMessage(Role.USER, "the job's prompt"))
+    async with store.write() as conn:
+        await conn.execute(update(job_runs).where(job_runs.c.id == claimed).values(turn_id=turn_id))
     clock.set(NINE + timedelta(seconds=30))
     async with cron_rig(store, tmp_path, clock) as rig:
         await rig.at(NINE + timedelta(seconds=31))
@@ -203,6 +221,7 @@ async def test_a_run_of_an_instance_known_to_be_gone_is_reaped_at_once(
         assert run.status is RunStatus.INTERRUPTED, "not after its 10 min timeout: now"
         assert "herald-dead" in (run.error or "")
         assert rig.llm.calls == []
+    assert await store.turn_status(turn_id) == "interrupted", "its turn ends with it"
 
 
 async def test_a_run_counted_as_cut_off_meanwhile_stores_and_delivers_nothing(
@@ -371,6 +390,37 @@ async def test_fire_times_across_dst_with_the_fake_clock(
 
 
 @pytest.mark.postgres
+@pytest.mark.postgres
+async def test_a_scheduler_that_lost_its_lease_while_paused_claims_nothing(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Fencing: the local view still says "held" (the process has not looked at its clock
+    yet), but the `cron` lease's token in the database is another's: the claim's own
+    transaction refuses it."""
+    clock = FakeClock(START)
+    async with Store.open(pg_url) as store, cron_rig(store, tmp_path, clock) as rig:
+        job = await rig.add("daily", "0 9 * * *", timezone=BERLIN)
+    ttl = 15.0
+    async with Store.open(pg_url) as store:
+        paused, heir = (Leases(store, name, ttl, now=clock.now) for name in ("paused", "heir"))
+        for name in ("paused", "heir"):
+            await Membership(store, name, ttl, now=clock.now).register()
+        lease = Lease("cron", ttl)
+        token = await paused.acquire("cron")
+        assert token is not None
+        lease.granted(token, time.monotonic())
+        clock.set(START + timedelta(seconds=2 * ttl))  # paused past the expiry ...
+        assert await heir.acquire("cron") == token + 1  # ... and the heir took it
+        right = LeaseRight(lease, paused)
+        assert await right.holds(), "the paused process has not noticed yet"
+        with pytest.raises(LeaseLost):
+            await JobStore(store).claim(job.id, NINE, "paused", NINE, fence=right.fence)
+        assert await JobStore(store).runs(job.id) == []
+        assert await JobStore(store).claim(
+            job.id, NINE, "heir", NINE, fence=LeaseRight(Lease("cron", ttl), None).fence
+        ), "a single instance's right needs no token"
+
+
 async def test_two_schedulers_on_one_database_never_fire_a_slot_twice(
     pg_url: str, tmp_path: Path
 ) -> None:

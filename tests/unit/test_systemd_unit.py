@@ -78,6 +78,7 @@ def unit() -> Unit:
         ("WatchdogSec", "30"),
         ("Restart", "on-failure"),
         ("RestartSec", "5"),
+        ("RestartPreventExitStatus", "2"),
         ("TimeoutStopSec", "45"),
         ("KillSignal", "SIGTERM"),
         ("StateDirectory", "herald"),

@@ -41,6 +41,7 @@ def upgrade() -> None:
         sa.Column("owner", sa.String(length=128), nullable=False),
         sa.Column("token", _ID, nullable=False),
         sa.Column("turn_id", _ID, nullable=True),
+        sa.Column("cancel", sa.Text(), nullable=True),
         sa.Column("claimed_at", _WHEN, nullable=False),
         sa.PrimaryKeyConstraint("key", name=op.f("pk_lanes")),
     )
