@@ -89,11 +89,14 @@ class Node:
         lease = self._wanted.pop(name, None)
         if lease is None or self.solo:
             return
+        await self._let_go(lease)
+
+    async def _let_go(self, lease: Lease) -> None:
         if lease.token is not None:
             try:
-                await self.leases.release(name, lease.token)
+                await self.leases.release(lease.name, lease.token)
             except Exception as err:  # it expires on its own
-                logger.warning("could not release lease %s: %s", name, err)
+                logger.warning("could not release lease %s: %s", lease.name, err)
         lease.lost()
 
     def holds(self) -> list[str]:
@@ -133,7 +136,7 @@ class Node:
             await group.__aexit__(None, None, None)
         try:
             if not self.solo:
-                for lease in self._wanted.values():
+                for lease in list(self._wanted.values()):
                     if lease.token is not None:
                         with contextlib.suppress(Exception):
                             await self.leases.release(lease.name, lease.token)
@@ -164,8 +167,13 @@ class Node:
                 if not await self.membership.beat(self.holds()) and not await self._rejoin():
                     return
                 if not self.solo:
-                    for lease in self._wanted.values():
+                    # A copy: leases are added (startup) and forgotten (drain) meanwhile.
+                    for lease in list(self._wanted.values()):
+                        if self._wanted.get(lease.name) is not lease:
+                            continue
                         await self._keep(lease, began)
+                        if self._wanted.get(lease.name) is not lease:
+                            await self._let_go(lease)  # forgotten while being renewed
             except Exception as err:  # the database may be away; leases lapse on their own
                 logger.warning("heartbeat failed: %s", err)
             await asyncio.sleep(max(0.0, interval - (time.monotonic() - began)))
