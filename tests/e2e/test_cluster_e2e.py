@@ -24,6 +24,11 @@ report reached its chat once; another instance held the poller lease within TTL 
 heartbeat, and polled Telegram within TTL + one heartbeat + one poll (plus the margins stated
 at `LEASE_MARGIN` and `POLL_MARGIN`); the probe was answered (`ANSWER_BOUND`).
 
+The TTL is short on purpose: on a loaded machine an instance's heartbeat can come late, so it
+stops trusting its leases (and restarts its poller), or is counted as gone and registers
+again while another takes its lease and sessions over. None of that may lose, repeat or
+reorder anything, and the checks above hold whatever happened.
+
 Every instance logs to `<tmp>/herald-?.log`; with `-s` the test prints its timeline (kills,
 takeovers, restarts) and the measured times.
 """
