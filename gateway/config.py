@@ -111,6 +111,9 @@ class SessionsConfig(Section):
     debounce_seconds: float = Field(default=2.0, ge=0)
     queue_cap: int = Field(default=20, ge=1)
     max_concurrent_turns: int = Field(default=8, ge=1)
+    max_waiting_turns: int = Field(default=100, ge=1)
+    """HTTP API turns that may wait for a free slot or their session; the next is refused
+    at once (503 with Retry-After) instead of waiting without end."""
     turn_timeout: float = Field(default=600.0, gt=0)
     drain_timeout: float = Field(default=20.0, ge=0)
     """On SIGTERM, how long running turns may finish before they are checkpointed."""

@@ -34,6 +34,11 @@ class Metrics:
         self.waiting_turns = Gauge(
             "herald_waiting_turns", "Turns waiting for their session lane", registry=self.registry
         )
+        self.refused_turns = Counter(
+            "herald_refused_turns",
+            "HTTP API turns refused (503) because sessions.max_waiting_turns were waiting",
+            registry=self.registry,
+        )
         self.http_requests = Counter(
             "herald_http_requests",
             "HTTP requests by route and status code",

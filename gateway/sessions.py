@@ -35,7 +35,7 @@ from gateway.commands import HELP_TEXT, WITH_TEXT, Command, parse_command
 from gateway.config import SessionsConfig
 from gateway.contracts.adapter import Adapter, MessageEditor, TypingIndicator, WorkingIndicator
 from gateway.contracts.config import BusyMode, GroupSessions, PlatformSection
-from gateway.contracts.errors import LeaseLost, LLMError, LLMRejected, ShuttingDown
+from gateway.contracts.errors import LeaseLost, LLMError, LLMRejected, Overloaded, ShuttingDown
 from gateway.contracts.history import ChatMessage, Role, SessionInfo, TurnResult
 from gateway.contracts.ids import (
     AccountId,
@@ -64,6 +64,8 @@ logger = logging.getLogger(__name__)
 MAX_ATTEMPTS = 3
 """Turns started for one message before it is dropped: a message that crashes the process
 every time must not crash it forever."""
+OVERLOAD_RETRY_AFTER = 1.0
+"""Seconds a refused API turn is told to wait (`Retry-After`)."""
 HOME_SETTING = CRON_HOME_SETTING
 """The settings key `/sethome` writes: `platform:chat[:thread]`."""
 
@@ -275,6 +277,8 @@ class SessionManager:
         self._scan = asyncio.Event()
         self._lanes: dict[SessionKey, _Lane] = {}
         self._slots = asyncio.Semaphore(config.max_concurrent_turns)
+        self._waiting = 0
+        """API turns submitted that do not hold a slot yet (`sessions.max_waiting_turns`)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._tg: asyncio.TaskGroup | None = None
         self._accepting = False
@@ -1179,11 +1183,26 @@ class SessionManager:
 
     # HTTP API turns --------------------------------------------------------------------------
 
+    def admit(self) -> None:
+        """Raise Overloaded (and count it) when `submit` would refuse a turn now."""
+        if self._waiting >= self.config.max_waiting_turns:
+            self.metrics.refused_turns.inc()
+            raise Overloaded(
+                OVERLOAD_RETRY_AFTER,
+                f"{self._waiting} turns are waiting already; retry in a moment",
+            )
+
     def submit(self, request: TurnRequest) -> TurnStream:
-        """Start a turn; its events arrive on the returned stream. Raises ShuttingDown."""
+        """Start a turn; its events arrive on the returned stream.
+
+        Raises ShuttingDown, or Overloaded when `sessions.max_waiting_turns` turns wait
+        for a slot or their session already.
+        """
         if not self._accepting or self._tg is None:
             raise ShuttingDown("Herald is shutting down; retry shortly")
+        self.admit()
         stream = TurnStream(request.key)
+        self._waiting += 1
         self._spawn(self._run(request, stream), f"turn {request.key}")
         return stream
 
@@ -1202,6 +1221,7 @@ class SessionManager:
                 async with self._slots:
                     self.metrics.waiting_turns.dec()
                     waiting = False
+                    self._waiting -= 1
                     outcome = await self._turn(request, stream)
             if outcome is not None:
                 await self.agent.memory_pass(*outcome)
@@ -1218,6 +1238,7 @@ class SessionManager:
         finally:
             if waiting:
                 self.metrics.waiting_turns.dec()
+                self._waiting -= 1
             lane.users -= 1
             if lane.claim is not None and lane.users == 0 and lane.worker is None:
                 try:
@@ -1309,7 +1330,11 @@ class SessionManager:
 
     async def _stateless(self, history: tuple[ChatMessage, ...], stream: TurnStream) -> None:
         started = time.monotonic()
-        async with self._slots:
+        try:
+            await self._slots.acquire()
+        finally:
+            self._waiting -= 1  # it holds a slot now (or stopped waiting for one)
+        try:
             self.metrics.running_turns.inc()
             try:
                 progress = await self.agent.answer_stateless(history, on_token=stream.token)
@@ -1321,6 +1346,8 @@ class SessionManager:
             except BaseException:
                 self._count("interrupted", started)
                 raise
+        finally:
+            self._slots.release()
         self._count("completed", started)
         stream.finish(
             Finished(

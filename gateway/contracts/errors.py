@@ -43,6 +43,14 @@ class ShuttingDown(TransientError):
     """The daemon is draining and accepts no new work. Retry against another instance or later."""
 
 
+class Overloaded(TransientError):
+    """Too many turns are waiting already; this one was refused. Retry after `retry_after` s."""
+
+    def __init__(self, retry_after: float, message: str = "") -> None:
+        self.retry_after = max(0.0, float(retry_after))
+        super().__init__(message or f"overloaded; retry after {self.retry_after:.0f}s")
+
+
 class LLMError(HeraldError):
     """The language model could not answer."""
 

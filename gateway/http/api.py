@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -14,7 +15,7 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.contracts.errors import ShuttingDown
+from gateway.contracts.errors import Overloaded, ShuttingDown
 from gateway.contracts.history import ChatMessage, Role, ToolCall
 from gateway.contracts.ids import Platform, SessionKey, UserId, session_key
 from gateway.http.deps import AppDeps
@@ -144,7 +145,10 @@ async def list_models(deps: Deps) -> dict[str, Any]:
         401: {"description": "Missing or wrong API key"},
         403: {"description": "Session or user headers without an API key configured"},
         413: {"description": "Body too large"},
-        503: {"description": "Shutting down or the model is unavailable; retry later"},
+        503: {
+            "description": "Shutting down, too many turns waiting (see Retry-After), or the "
+            "model is unavailable; retry later"
+        },
     },
 )
 async def chat_completions(
@@ -165,6 +169,10 @@ async def chat_completions(
         raise HTTPException(
             403, "session and user headers need an API key; set api.key in the config"
         )
+    try:
+        deps.manager.admit()  # before any database work: refusing must stay cheap
+    except Overloaded as err:
+        return _overloaded(err)
     session_id = session_header[1] if session_header else None
     if session_id is None and body.user is not None:
         session_id = _check_id("user", body.user)
@@ -185,6 +193,8 @@ async def chat_completions(
         stream = deps.manager.submit(turn)
     except ShuttingDown as err:
         return error_response(503, str(err), headers={"Retry-After": "5"})
+    except Overloaded as err:
+        return _overloaded(err)
     headers = {"X-Herald-Session-Id": session_id} if session_id else {}
     model = body.model or deps.config.api.model_name
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -217,6 +227,12 @@ async def chat_completions(
         },
         headers=headers,
     )
+
+
+def _overloaded(err: Overloaded) -> JSONResponse:
+    """503 with `Retry-After` (whole seconds, at least 1)."""
+    retry_after = str(max(1, math.ceil(err.retry_after)))
+    return error_response(503, str(err), headers={"Retry-After": retry_after})
 
 
 def _server_timing(request: Request, done: Finished, deps: AppDeps) -> str:

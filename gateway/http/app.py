@@ -14,7 +14,7 @@ from gateway.contracts.adapter import AdapterState
 from gateway.http import api, jobs, webhooks
 from gateway.http.deps import AppDeps
 from gateway.http.errors import http_exception, validation_exception
-from gateway.http.middleware import BodyLimit, RequestMetrics
+from gateway.http.middleware import Admission, BodyLimit, RequestMetrics
 
 OFFLINE_WARNING = "no LLM configured: replies come from the offline echo provider"
 
@@ -77,7 +77,8 @@ def create_app(deps: AppDeps) -> FastAPI:
         api.require_key(request)
         return Response(deps.metrics.render(), media_type=deps.metrics.content_type)
 
-    wrapped: Any = RequestMetrics(app, deps.metrics)
+    wrapped: Any = Admission(app, deps.manager.admit)
+    wrapped = RequestMetrics(wrapped, deps.metrics)
     wrapped = BodyLimit(wrapped, deps.config.api.max_body_bytes)
     # FastAPI stays reachable (for openapi()) while the server runs the wrapped app.
     app.state.asgi = wrapped

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 import time
+from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.contracts.errors import Overloaded
 from gateway.http.errors import error_body
 from gateway.metrics import Metrics
 
@@ -62,6 +65,30 @@ class BodyLimit:
         await self.app(scope, limited_receive, guarded_send)
 
 
+class Admission:
+    """Refuse `POST /v1/chat/completions` with 503 while too many turns wait, before the
+    request is routed or its body read: under overload, a refusal must cost next to nothing.
+
+    `admit` raises Overloaded (and counts the refusal); the handler checks again, later.
+    """
+
+    PATH = "/v1/chat/completions"
+
+    def __init__(self, app: ASGIApp, admit: Callable[[], None]) -> None:
+        self.app = app
+        self.admit = admit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == self.PATH:
+            try:
+                self.admit()
+            except Overloaded as err:
+                retry_after = str(max(1, math.ceil(err.retry_after)))
+                await _reply(send, 503, str(err), [(b"retry-after", retry_after.encode())])
+                return
+        await self.app(scope, receive, send)
+
+
 RECEIVED_AT = "received_at"
 """The `request.state` key: `time.perf_counter()` when the request reached Herald."""
 
@@ -96,7 +123,9 @@ class RequestMetrics:
             ).inc()
 
 
-async def _reply(send: Send, status: int, message: str) -> None:
+async def _reply(
+    send: Send, status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
     body = json.dumps(error_body(status, message)).encode()
     await send(
         {
@@ -106,6 +135,7 @@ async def _reply(send: Send, status: int, message: str) -> None:
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
                 (b"connection", b"close"),
+                *(headers or []),
             ],
         }
     )

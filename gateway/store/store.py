@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -47,6 +48,11 @@ class Store:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
+        # SQLite has one write lock per database. Writers of this process take turns here,
+        # in order, instead of in SQLite's busy handler (which polls by sleeping, and past
+        # its timeout fails with "database is locked").
+        self._writer = asyncio.Lock() if engine.dialect.name == "sqlite" else None
+        self._writing: asyncio.Task[Any] | None = None
 
     @classmethod
     @asynccontextmanager
@@ -67,16 +73,37 @@ class Store:
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncConnection]:
-        """A write transaction: committed on success, rolled back on any error."""
+        """A write transaction: committed on success, rolled back on any error.
+
+        On SQLite, one at a time per process; a write opened inside another one of the same
+        task raises RuntimeError (it could never start).
+        """
+        if self._writer is None:
+            async with self._transaction(write=True) as conn:
+                yield conn
+            return
+        task = asyncio.current_task()
+        if task is not None and task is self._writing:
+            raise RuntimeError("a write transaction inside another one on the same database")
+        async with self._writer:
+            self._writing = task
+            try:
+                async with self._transaction(write=True) as conn:
+                    yield conn
+            finally:
+                self._writing = None
+
+    @asynccontextmanager
+    async def _transaction(self, *, write: bool) -> AsyncIterator[AsyncConnection]:
         async with self.engine.connect() as plain:
-            conn = await plain.execution_options(herald_write=True)
+            conn = await plain.execution_options(herald_write=True) if write else plain
             async with conn.begin():
                 yield conn
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
         """A read-only transaction."""
-        async with self.engine.connect() as conn, conn.begin():
+        async with self._transaction(write=False) as conn:
             yield conn
 
     async def ping(self) -> None:
