@@ -111,7 +111,8 @@ def _measure(
     return {
         "offered": float(data["rate"]),
         "achieved": len(ok) / span,
-        "errors": float(len(rows) - len(ok)),
+        "refused": float(sum(1 for r in rows if r[4] == 503)),
+        "errors": float(sum(1 for r in rows if r[4] not in (200, 503))),
         "herald_p50_ms": percentile(herald_ms, 50),
         "herald_p99_ms": percentile(herald_ms, 99),
         "outside_p50_ms": percentile(outside_ms, 50),
@@ -131,8 +132,8 @@ def table(data: dict[str, Any]) -> str:
     """Markdown rows: one per backend and offered rate."""
     head = (
         "| store | offered/s | achieved/s | Herald p50 ms | Herald p99 ms | outside p50 ms "
-        "| outside p99 ms | client p99 ms | errors | generator lag p99 ms |\n"
-        "|---|---|---|---|---|---|---|---|---|---|"
+        "| outside p99 ms | client p99 ms | refused (503) | errors | generator lag p99 ms |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|"
     )
     rows = []
     for backend, steps in data.items():
@@ -141,7 +142,8 @@ def table(data: dict[str, Any]) -> str:
                 f"| {backend} | {rate} | {fmt_spread(s['achieved'], 0)} "
                 f"| {fmt_spread(s['herald_p50_ms'], 2)} | {fmt_spread(s['herald_p99_ms'], 2)} "
                 f"| {fmt_spread(s['outside_p50_ms'], 2)} | {fmt_spread(s['outside_p99_ms'], 2)} "
-                f"| {fmt_spread(s['latency_p99_ms'], 1)} | {fmt_spread(s['errors'], 0)} "
+                f"| {fmt_spread(s['latency_p99_ms'], 1)} | {fmt_spread(s['refused'], 0)} "
+                f"| {fmt_spread(s['errors'], 0)} "
                 f"| {fmt_spread(s['gen_lag_p99_ms'], 1)} |"
             )
     return "\n".join([head, *rows])
