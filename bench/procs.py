@@ -20,6 +20,8 @@ import yaml
 from sqlalchemy import NullPool
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from tests.fakes.telegram_server import TelegramServerClient
+
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = Path(sys.executable)
 HERALD = PYTHON.with_name("herald")
@@ -231,3 +233,24 @@ async def herald(state_dir: Path, database_url: str, **settings: Any) -> AsyncIt
                 await daemon.stop()
             except TimeoutError:
                 await daemon.kill()
+
+
+@contextlib.asynccontextmanager
+async def telegram_fake(work: Path, token: str) -> AsyncIterator[TelegramServerClient]:
+    """The test suite's fake Bot API in a process of its own, for bot `token`; its client."""
+    port = free_port()
+    async with (
+        process(
+            sys.executable,
+            "-m",
+            "tests.fakes.telegram_server",
+            "--port",
+            str(port),
+            "--token",
+            token,
+            log=work / "telegram.log",
+            ready_url=f"http://127.0.0.1:{port}/bot{token}/getMe",
+        ),
+        TelegramServerClient(f"http://127.0.0.1:{port}") as client,
+    ):
+        yield client

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -27,7 +26,7 @@ from typing import Any
 from sqlalchemy import select
 
 from bench.context import Context
-from bench.procs import Herald, database, fake_llm, free_port, process
+from bench.procs import Herald, database, fake_llm, telegram_fake
 from bench.stats import fmt_spread, spread
 from gateway.store import Store
 from gateway.store.tables import leases
@@ -61,22 +60,10 @@ async def run(ctx: Context) -> dict[str, Any]:
         return {}
     work = ctx.dir(NAME)
     ttls = TTLS if not ctx.quick else TTLS[-1:]
-    port = free_port()
     out: dict[str, Any] = {}
     async with (
         fake_llm(work) as llm_url,
-        process(
-            sys.executable,
-            "-m",
-            "tests.fakes.telegram_server",
-            "--port",
-            str(port),
-            "--token",
-            TOKEN,
-            log=work / "telegram.log",
-            ready_url=f"http://127.0.0.1:{port}/bot{TOKEN}/getMe",
-        ),
-        TelegramServerClient(f"http://127.0.0.1:{port}") as tg,
+        telegram_fake(work, TOKEN) as tg,
     ):
         chats = iter(range(1000, 1_000_000))
         for ttl in ttls:

@@ -10,14 +10,13 @@ The inbound half (injection to the model's request) is exact, from the fake LLM'
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from typing import Any
 
 import httpx
 
 from bench.context import Context
-from bench.procs import database, fake_llm, free_port, herald, process
+from bench.procs import database, fake_llm, herald, telegram_fake
 from bench.stats import fmt_spread, percentile, spread
 from tests.fakes.telegram_server import TelegramServerClient
 
@@ -35,22 +34,10 @@ async def run(ctx: Context) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for backend in ctx.backends:
         work = ctx.dir(NAME, backend)
-        port = free_port()
         steps: dict[str, Any] = {}
         async with (
             fake_llm(work) as llm_url,
-            process(
-                sys.executable,
-                "-m",
-                "tests.fakes.telegram_server",
-                "--port",
-                str(port),
-                "--token",
-                TOKEN,
-                log=work / "telegram.log",
-                ready_url=f"http://127.0.0.1:{port}/bot{TOKEN}/getMe",
-            ),
-            TelegramServerClient(f"http://127.0.0.1:{port}") as tg,
+            telegram_fake(work, TOKEN) as tg,
             database(backend, work / "db") as url,
             herald(
                 work / "state",
