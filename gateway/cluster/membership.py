@@ -41,17 +41,19 @@ def alive(owner: ColumnElement[Any], now: datetime, ttl: float) -> ColumnElement
     )
 
 
+def stopped_or_silent(now: datetime, ttl: float) -> ColumnElement[bool]:
+    """SQL on an `instances` row: that instance stopped, or has not beaten for `ttl`."""
+    return or_(
+        instances.c.stopped_at.is_not(None),
+        instances.c.heartbeat_at <= now - timedelta(seconds=ttl),
+    )
+
+
 def gone(owner: ColumnElement[Any], now: datetime, ttl: float) -> ColumnElement[bool]:
     """SQL: the instance named by `owner` is registered and known to be gone (stopped, or no
     heartbeat for `ttl`). An owner that never registered is not known to be gone."""
     return exists(
-        select(instances.c.id).where(
-            instances.c.id == owner,
-            or_(
-                instances.c.stopped_at.is_not(None),
-                instances.c.heartbeat_at <= now - timedelta(seconds=ttl),
-            ),
-        )
+        select(instances.c.id).where(instances.c.id == owner, stopped_or_silent(now, ttl))
     )
 
 

@@ -13,9 +13,10 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import RowMapping, delete, func, insert, or_, select, update
+from sqlalchemy import RowMapping, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from gateway.cluster.membership import stopped_or_silent
 from gateway.contracts.errors import LeaseLost
 from gateway.contracts.ids import UserId
 from gateway.store import Store
@@ -342,14 +343,7 @@ class JobStore:
         """Registered instances that are not alive (stopped, or no heartbeat for `ttl`)."""
         async with self.store.read() as conn:
             rows = (
-                await conn.execute(
-                    select(instances.c.id).where(
-                        or_(
-                            instances.c.stopped_at.is_not(None),
-                            instances.c.heartbeat_at <= now - timedelta(seconds=ttl),
-                        )
-                    )
-                )
+                await conn.execute(select(instances.c.id).where(stopped_or_silent(now, ttl)))
             ).all()
         return {str(r[0]) for r in rows}
 
