@@ -13,16 +13,12 @@ import math
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
+import aiohttp
 import openai
 from openai.types import CompletionUsage
-from openai.types.chat import (
-    ChatCompletion,
-    ChatCompletionChunk,
-    ChatCompletionMessageParam,
-    ChatCompletionToolUnionParam,
-)
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from gateway.config import LLMConfig
 from gateway.contracts.errors import LLMError, LLMRejected, LLMUnavailable
@@ -84,6 +80,10 @@ class LLMProvider(Protocol):
         ...
 
 
+_OPTIONS: openai.RequestOptions = {"security": {"bearer_auth": True}}
+"""What `chat.completions.create` sends with each request: the API key as a bearer token."""
+
+
 class OpenAIProvider:
     """Any OpenAI-compatible chat-completions endpoint, through `openai.AsyncOpenAI`."""
 
@@ -98,6 +98,9 @@ class OpenAIProvider:
             api_key=key or "not-needed",
             timeout=openai.Timeout(config.request_timeout, connect=config.connect_timeout),
             max_retries=config.max_retries,
+            # The SDK's aiohttp transport: about 40 % less CPU per call than its httpx one
+            # (bench/README: the API scenario's floor), same errors, retries and timeouts.
+            http_client=openai.DefaultAioHttpClient(),
         )
 
     async def complete(
@@ -108,26 +111,32 @@ class OpenAIProvider:
         on_token: TokenCallback | None = None,
     ) -> Completion:
         """One chat completion, streamed when `on_token` is given. See `LLMProvider.complete`."""
-        wire_messages = cast("list[ChatCompletionMessageParam]", [m.to_openai() for m in messages])
-        wire_tools = cast("list[ChatCompletionToolUnionParam]", [dict(t) for t in tools])
-        tools_arg = wire_tools if wire_tools else openai.omit
-        temperature = openai.omit if self._temperature is None else self._temperature
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [m.to_openai() for m in messages],
+        }
+        if tools:
+            body["tools"] = [dict(t) for t in tools]
+        if self._temperature is not None:
+            body["temperature"] = self._temperature
         try:
+            # The SDK's own `post`: `chat.completions.create` would first walk every message
+            # against the SDK's TypedDicts (about 2 ms per call with a 40-message history)
+            # to produce the same JSON. Retries, timeouts, auth and errors are the SDK's.
             if on_token is None:
-                response = await self._client.chat.completions.create(
-                    model=self.model,
-                    messages=wire_messages,
-                    tools=tools_arg,
-                    temperature=temperature,
+                response = await self._client.post(
+                    "/chat/completions", cast_to=ChatCompletion, body=body, options=_OPTIONS
                 )
                 return _from_response(response)
-            stream = await self._client.chat.completions.create(
-                model=self.model,
-                messages=wire_messages,
-                tools=tools_arg,
-                temperature=temperature,
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+            stream = await self._client.post(
+                "/chat/completions",
+                cast_to=ChatCompletion,
+                body=body,
+                options=_OPTIONS,
                 stream=True,
-                stream_options={"include_usage": True},
+                stream_cls=openai.AsyncStream[ChatCompletionChunk],
             )
             accumulator = _StreamAccumulator()
             async with stream:
@@ -302,12 +311,26 @@ def _detail(err: openai.APIError) -> str:
     return err.message
 
 
+def _connect_failure(err: BaseException) -> BaseException | None:
+    """The connection error (refused, unknown host) behind an SDK error, if there is one.
+
+    The SDK's aiohttp transport reports every failed connect as a connect *timeout*.
+    """
+    cause = err.__cause__
+    while cause is not None:
+        if isinstance(cause, aiohttp.ClientConnectorError):
+            return cause
+        cause = cause.__cause__
+    return None
+
+
 def _map_error(err: openai.OpenAIError) -> LLMError:
     """The Herald error for an SDK error that survived the SDK's own retries."""
-    if isinstance(err, openai.APITimeoutError):
+    refused = _connect_failure(err)
+    if isinstance(err, openai.APITimeoutError) and refused is None:
         return LLMUnavailable("the model endpoint timed out; retry later")
     if isinstance(err, openai.APIConnectionError):
-        cause = err.__cause__
+        cause = refused or err.__cause__
         detail = f"{type(cause).__name__}: {cause}" if cause is not None else err.message
         return LLMUnavailable(f"cannot reach the model endpoint ({detail}); retry later")
     if isinstance(err, openai.RateLimitError):

@@ -87,6 +87,9 @@ class TurnRequest:
     user_id: UserId | None = None
     history: tuple[ChatMessage, ...] | None = None
     """When set, a stateless request: answer this conversation and store nothing."""
+    stream: bool = True
+    """Whether the caller reads tokens as they come; if not, the model is not asked to
+    stream (cheaper), and the stream carries only the final event."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1208,7 +1211,7 @@ class SessionManager:
 
     async def _run(self, request: TurnRequest, stream: TurnStream) -> None:
         if request.history is not None:
-            await self._stateless(request.history, stream)
+            await self._stateless(request.history, stream, tokens=request.stream)
             return
         lane = self._lanes.setdefault(request.key, _Lane())
         lane.users += 1
@@ -1284,7 +1287,8 @@ class SessionManager:
         status, error, retryable = "completed", None, True
         try:
             async with asyncio.timeout(self.config.turn_timeout):
-                await self.agent.run_turn(session, progress, on_token=stream.token)
+                on_token = stream.token if request.stream else None
+                await self.agent.run_turn(session, progress, on_token=on_token)
         except TimeoutError:
             status, error = "timed_out", f"the turn took longer than {self.config.turn_timeout}s"
         except LLMError as err:
@@ -1328,7 +1332,9 @@ class SessionManager:
             await self.lane_store.check(conn, claim, None)
             await record_finish(conn, session_id, turn_id, result)
 
-    async def _stateless(self, history: tuple[ChatMessage, ...], stream: TurnStream) -> None:
+    async def _stateless(
+        self, history: tuple[ChatMessage, ...], stream: TurnStream, *, tokens: bool
+    ) -> None:
         started = time.monotonic()
         try:
             await self._slots.acquire()
@@ -1337,7 +1343,8 @@ class SessionManager:
         try:
             self.metrics.running_turns.inc()
             try:
-                progress = await self.agent.answer_stateless(history, on_token=stream.token)
+                on_token = stream.token if tokens else None
+                progress = await self.agent.answer_stateless(history, on_token=on_token)
             except LLMError as err:
                 self._count("failed", started)
                 retryable = not isinstance(err, LLMRejected)

@@ -89,13 +89,23 @@ def _logging(level: str) -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop where it is installed (it is on Linux); else asyncio's own."""
+    try:
+        import uvloop  # noqa: PLC0415
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
 @app.command()
 def run(config: ConfigOption = None) -> None:
     """Run the daemon until SIGTERM / SIGINT."""
     cfg = _load(config)
     _logging(cfg.log_level)
     try:
-        code = asyncio.run(Supervisor(cfg).run())
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            code = runner.run(Supervisor(cfg).run())
     except ConfigError as err:  # another instance on this id or on this SQLite database
         logging.getLogger("herald").error("%s", err)
         raise typer.Exit(2) from err

@@ -184,10 +184,13 @@ async def chat_completions(
         key = session_key(Platform.API, API_ACCOUNT, session_id)
         if user_id is None:
             user_id = await deps.store.resolve_user("local", "owner")
-        turn = TurnRequest(key, str(Platform.API), _new_input(body.messages), user_id)
+        turn = TurnRequest(
+            key, str(Platform.API), _new_input(body.messages), user_id, stream=body.stream
+        )
     else:
         key = SessionKey(f"api:stateless:{uuid.uuid4().hex}")
-        turn = TurnRequest(key, str(Platform.API), "", None, history=_history(body.messages))
+        history = _history(body.messages)
+        turn = TurnRequest(key, str(Platform.API), "", None, history=history, stream=body.stream)
 
     try:
         stream = deps.manager.submit(turn)
