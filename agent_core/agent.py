@@ -57,7 +57,7 @@ class Agent:
         """History rebuilt from SQL (compressing first when it is too long) as model input."""
         s = self.settings
         history = await self.store.load_history(session.id, s.history_window)
-        last = await self.store.last_usage(session.id)
+        last = history.last_usage
         incoming = len(history.messages[-1].content) if history.messages else 0
         if needs_compression(
             history,

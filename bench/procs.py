@@ -90,6 +90,25 @@ async def fake_llm(workdir: Path, latency: float = 0.0) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}/v1"
 
 
+@contextlib.asynccontextmanager
+async def floor_app(workdir: Path, llm_url: str) -> AsyncIterator[str]:
+    """`bench.floor_app` (the HTTP stack and model client alone) in its own process; yields
+    its base URL."""
+    port = free_port()
+    async with process(
+        str(PYTHON),
+        "-m",
+        "bench.floor_app",
+        "--port",
+        str(port),
+        "--llm",
+        llm_url,
+        log=workdir / "floor_app.log",
+        ready_url=f"http://127.0.0.1:{port}/ready",
+    ):
+        yield f"http://127.0.0.1:{port}"
+
+
 CHAT_TOKEN = "bench-token"
 
 

@@ -2,7 +2,9 @@
 
 Open-loop load over 1,000 sessions, stepped. Herald's own overhead per turn comes from its
 `Server-Timing` header (arrival to response, less the model calls) and is cross-checked from
-outside: the client's latency less the fake LLM's own time for the same request.
+outside: the client's latency less the fake LLM's own time for the same request. A last row,
+`floor`, offers the same load to `bench.floor_app` (the HTTP stack and model client alone),
+for what this machine allows any gateway built on them.
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ from typing import Any
 import httpx
 
 from bench.context import Context
-from bench.procs import API_KEY, database, fake_llm, herald, process
+from bench.procs import API_KEY, database, fake_llm, floor_app, herald, process
 from bench.stats import fmt_spread, percentile, spread
 
 NAME = "api"
 TITLE = "Gateway overhead and throughput (HTTP API)"
 RATES = (50, 100, 200, 500, 1000)
+FLOOR = "floor"
+"""The row of `bench.floor_app`: FastAPI, uvicorn and the model client with no gateway."""
 SESSIONS = 1000
 
 
@@ -58,6 +62,25 @@ async def run(ctx: Context) -> dict[str, Any]:
                     )
                 steps[str(rate)] = _combine(runs)
         out[backend] = steps
+    # The same load on the HTTP stack and model client alone: the ceiling of this machine.
+    work = ctx.dir(NAME, FLOOR)
+    async with fake_llm(work) as llm_url, floor_app(work, llm_url) as url:
+        steps = {}
+        for rate in rates:
+            runs = [
+                await _one_run(
+                    work,
+                    url,
+                    llm_url,
+                    rate=rate,
+                    duration=duration,
+                    warmup=warmup,
+                    prefix=f"{rate}r{i}-",
+                )
+                for i in range(ctx.runs)
+            ]
+            steps[str(rate)] = _combine(runs)
+        out[FLOOR] = steps
     return out
 
 

@@ -89,7 +89,7 @@ def _logging(level: str) -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     """uvloop's event loop where it is installed (it is on Linux); else asyncio's own."""
     try:
         import uvloop  # noqa: PLC0415
@@ -104,7 +104,7 @@ def run(config: ConfigOption = None) -> None:
     cfg = _load(config)
     _logging(cfg.log_level)
     try:
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
             code = runner.run(Supervisor(cfg).run())
     except ConfigError as err:  # another instance on this id or on this SQLite database
         logging.getLogger("herald").error("%s", err)

@@ -70,6 +70,8 @@ class History:
     summary: str | None
     messages: tuple[ChatMessage, ...]
     summary_upto: MessageId | None = None
+    last_usage: tuple[int, int] | None = None
+    """(prompt, completion) tokens the model reported for the session's latest turn."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +120,8 @@ class TranscriptStore(Protocol):
     """What the agent core reads and writes of transcripts."""
 
     async def load_history(self, session_id: SessionId, window: int) -> History:
-        """The latest summary and at most `window` messages after it, oldest first."""
+        """The latest summary and at most `window` messages after it, oldest first, with
+        the token usage of the latest turn (read together)."""
         ...
 
     async def save_summary(

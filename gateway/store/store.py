@@ -198,27 +198,33 @@ class Store:
             now = utcnow()
             try:
                 async with self.write() as conn:
-                    await conn.execute(
-                        insert(sessions).values(
-                            key=key,
-                            epoch=epoch,
-                            platform=platform,
-                            user_id=user_id,
-                            user_snapshot=user_md,
-                            memory_snapshot=memory_md,
-                            created_at=now,
-                            updated_at=now,
-                            message_count=0,
+                    created = (
+                        (
+                            await conn.execute(
+                                insert(sessions)
+                                .values(
+                                    key=key,
+                                    epoch=epoch,
+                                    platform=platform,
+                                    user_id=user_id,
+                                    user_snapshot=user_md,
+                                    memory_snapshot=memory_md,
+                                    created_at=now,
+                                    updated_at=now,
+                                    message_count=0,
+                                )
+                                .returning(*sessions.c)
+                            )
                         )
+                        .mappings()
+                        .one()
                     )
             except IntegrityError as err:
                 raced = await self.get_session(key)
                 if raced is None or (current is not None and raced.epoch == current.epoch):
                     raise ValueError(f"cannot create session {key}: {err.orig}") from err
                 return raced  # another task created it first; take theirs
-            created = await self.get_session(key)
-            assert created is not None
-            return created
+            return _session(created)
         raise RuntimeError(f"could not open session {key}")
 
     async def set_busy_mode(self, key: SessionKey, mode: str | None) -> None:
@@ -337,15 +343,7 @@ class Store:
     async def last_usage(self, session_id: SessionId) -> tuple[int, int] | None:
         """(prompt, completion) tokens the model reported for the session's latest turn."""
         async with self.read() as conn:
-            row = (
-                await conn.execute(
-                    select(turns.c.prompt_tokens, turns.c.completion_tokens)
-                    .where(turns.c.session_id == session_id, turns.c.prompt_tokens.is_not(None))
-                    .order_by(turns.c.id.desc())
-                    .limit(1)
-                )
-            ).first()
-        return None if row is None else (int(row[0]), int(row[1] or 0))
+            return await _last_usage(conn, session_id)
 
     async def interrupt_running_turns(self) -> int:
         """Mark turns left `running` by a previous process as interrupted; return how many."""
@@ -380,10 +378,12 @@ class Store:
                 .mappings()
                 .all()
             )
+            usage = await _last_usage(conn, session_id)
         return History(
             summary=None if summary is None else str(summary["content"]),
             summary_upto=None if summary is None else MessageId(summary["upto_message_id"]),
             messages=tuple(_message(r) for r in reversed(rows)),
+            last_usage=usage,
         )
 
     async def save_summary(
@@ -606,6 +606,18 @@ async def _insert_messages(
         .values(updated_at=now, message_count=sessions.c.message_count + len(items))
     )
     return ids
+
+
+async def _last_usage(conn: AsyncConnection, session_id: SessionId) -> tuple[int, int] | None:
+    row = (
+        await conn.execute(
+            select(turns.c.prompt_tokens, turns.c.completion_tokens)
+            .where(turns.c.session_id == session_id, turns.c.prompt_tokens.is_not(None))
+            .order_by(turns.c.id.desc())
+            .limit(1)
+        )
+    ).first()
+    return None if row is None else (int(row[0]), int(row[1] or 0))
 
 
 def _session(row: RowMapping) -> SessionInfo:
