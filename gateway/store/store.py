@@ -485,9 +485,13 @@ class Store:
                 JOIN messages m ON m.id = messages_fts.rowid
                 JOIN sessions s ON s.id = m.session_id
                 WHERE messages_fts MATCH :q AND m.role IN ('user', 'assistant') {owner}
-                ORDER BY messages_fts.rank
+                ORDER BY messages_fts.rank, m.id DESC
                 LIMIT :limit
             """
+            # Not `ORDER BY rank` alone: FTS5 would take that over and rank every match of
+            # every user before the join keeps this user's (seconds for a common word in a
+            # big database). The second term leaves the sort to SQLite, after the join, and
+            # breaks ties newest first as on PostgreSQL.
         else:
             params["q"] = " ".join(words)
             sql = f"""
