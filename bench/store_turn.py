@@ -2,9 +2,10 @@
 
 Per turn, what `POST /v1/chat/completions` asks of the store for a named session when the
 model answers at once: resolve the owner, open the session, start the turn (with the user's
-message), load the history and the last usage, finish the turn (with the reply). `--concurrency`
-turns run at once, each in one of `--sessions` sessions (one turn per session at a time, as
-lanes do). Prints turns/s, wall ms per turn (p50 / p99) and this process's CPU ms per turn.
+message), load the history (with the last turn's usage), finish the turn (with the reply).
+`--concurrency` turns run at once, each in one of `--sessions` sessions (one turn per session
+at a time, as lanes do). Prints turns/s, wall ms per turn (p50 / p99) and this process's CPU
+ms per turn.
 
 Diagnosis only, like the rest of bench/: the numbers are for before/after comparisons.
 
@@ -34,8 +35,7 @@ async def one_turn(store: Store, key: SessionKey) -> None:
     user_id = await store.resolve_user("local", "owner")
     session = await store.open_session(key, platform="api", user_id=user_id, snapshot=_snapshot)
     turn_id, _ = await store.start_turn(session.id, ChatMessage(Role.USER, "hi"))
-    await store.load_history(session.id, 40)
-    await store.last_usage(session.id)
+    await store.load_history(session.id, 40)  # with the last turn's usage
     reply = ChatMessage(Role.ASSISTANT, "hello")
     await store.finish_turn(
         session.id, turn_id, TurnResult("completed", (reply,), prompt_tokens=5, completion_tokens=1)

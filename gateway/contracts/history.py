@@ -149,10 +149,6 @@ class TranscriptStore(Protocol):
         surrounding `message_id`, itself included; tool calls and results are left out."""
         ...
 
-    async def last_usage(self, session_id: SessionId) -> tuple[int, int] | None:
-        """(prompt, completion) tokens the model reported for the session's latest turn."""
-        ...
-
     async def recent_sessions(
         self, *, user_id: UserId | None, limit: int = 10
     ) -> list[SessionInfo]:

@@ -340,11 +340,6 @@ class Store:
             value = await conn.scalar(select(turns.c.status).where(turns.c.id == turn_id))
         return None if value is None else str(value)
 
-    async def last_usage(self, session_id: SessionId) -> tuple[int, int] | None:
-        """(prompt, completion) tokens the model reported for the session's latest turn."""
-        async with self.read() as conn:
-            return await _last_usage(conn, session_id)
-
     async def interrupt_running_turns(self) -> int:
         """Mark turns left `running` by a previous process as interrupted; return how many."""
         async with self.write() as conn:
@@ -356,7 +351,8 @@ class Store:
         return int(result.rowcount or 0)
 
     async def load_history(self, session_id: SessionId, window: int) -> History:
-        """The latest summary and at most `window` messages after it, oldest first."""
+        """The latest summary and at most `window` messages after it, oldest first, with
+        the token usage of the latest turn (one read transaction)."""
         async with self.read() as conn:
             summary = (
                 (
@@ -378,12 +374,19 @@ class Store:
                 .mappings()
                 .all()
             )
-            usage = await _last_usage(conn, session_id)
+            usage = (
+                await conn.execute(
+                    select(turns.c.prompt_tokens, turns.c.completion_tokens)
+                    .where(turns.c.session_id == session_id, turns.c.prompt_tokens.is_not(None))
+                    .order_by(turns.c.id.desc())
+                    .limit(1)
+                )
+            ).first()
         return History(
             summary=None if summary is None else str(summary["content"]),
             summary_upto=None if summary is None else MessageId(summary["upto_message_id"]),
             messages=tuple(_message(r) for r in reversed(rows)),
-            last_usage=usage,
+            last_usage=None if usage is None else (int(usage[0]), int(usage[1] or 0)),
         )
 
     async def save_summary(
@@ -610,18 +613,6 @@ async def _insert_messages(
         .values(updated_at=now, message_count=sessions.c.message_count + len(items))
     )
     return ids
-
-
-async def _last_usage(conn: AsyncConnection, session_id: SessionId) -> tuple[int, int] | None:
-    row = (
-        await conn.execute(
-            select(turns.c.prompt_tokens, turns.c.completion_tokens)
-            .where(turns.c.session_id == session_id, turns.c.prompt_tokens.is_not(None))
-            .order_by(turns.c.id.desc())
-            .limit(1)
-        )
-    ).first()
-    return None if row is None else (int(row[0]), int(row[1] or 0))
 
 
 def _session(row: RowMapping) -> SessionInfo:
