@@ -5,9 +5,11 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime
 
-from sqlalchemy import insert
+from sqlalchemy import insert, select
 
+from gateway.contracts.ids import UserId
 from gateway.store import Store
+from gateway.store.store import owner_key
 from gateway.store.tables import messages, sessions, users
 
 BATCH = 5000
@@ -87,10 +89,14 @@ async def seed_messages(
     rng = random.Random(seed)
     words = vocab or vocabulary(5000)
     now = datetime.now(UTC)
+    async with store.read() as conn:
+        pairs = (await conn.execute(select(sessions.c.id, sessions.c.user_id))).all()
+    owners = {int(r[0]): None if r[1] is None else owner_key(UserId(r[1])) for r in pairs}
     for start in range(0, count, BATCH):
         rows = [
             {
                 "session_id": session_ids[i % len(session_ids)],
+                "owner": owners[session_ids[i % len(session_ids)]],
                 "role": "user" if i % 2 == 0 else "assistant",
                 "content": sentence(rng, words),
                 "interrupted": False,

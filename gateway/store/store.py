@@ -477,40 +477,59 @@ class Store:
         words = _WORD.findall(query)
         if not words:
             return []
-        params: dict[str, Any] = {"limit": limit, "user_id": user_id}
-        owner = "AND s.user_id = :user_id" if user_id is not None else ""
+        params: dict[str, Any] = {"limit": limit}
+        # With a user, the owner token narrows the full-text match inside the index (a
+        # common word no longer means a walk over every user's messages), and `m.owner`,
+        # the same value exactly, keeps this user's rows whatever the tokenizer did.
+        owner = ""
+        if user_id is not None:
+            params["owner"] = owner_key(user_id)
+            owner = "AND m.owner = :owner"
         if self.dialect == "sqlite":
-            params["q"] = " ".join('"' + w.replace('"', "") + '"' for w in words)
+            terms = " ".join('"' + w.replace('"', "") + '"' for w in words)
+            params["q"] = f"content : ({terms})"
+            if user_id is not None:
+                params["q"] = f'owner : "{params["owner"]}" AND {params["q"]}'
+            # Not `ORDER BY rank` alone: FTS5 would take that over and rank every match
+            # before the filters apply. The second term leaves the sort to SQLite, after
+            # them, and breaks ties newest first as on PostgreSQL.
             sql = f"""
-                SELECT m.id, m.session_id, s.key, m.role, m.created_at,
-                       snippet(messages_fts, 0, '«', '»', '…', 16) AS snippet
-                FROM messages_fts
-                JOIN messages m ON m.id = messages_fts.rowid
-                JOIN sessions s ON s.id = m.session_id
-                WHERE messages_fts MATCH :q AND m.role IN ('user', 'assistant') {owner}
-                ORDER BY messages_fts.rank, m.id DESC
-                LIMIT :limit
+                SELECT hit.id, hit.session_id, s.key, hit.role, hit.created_at, hit.snippet
+                FROM (
+                    SELECT m.id, m.session_id, m.role, m.created_at,
+                           messages_fts.rank AS rank,
+                           snippet(messages_fts, 0, '«', '»', '…', 16) AS snippet
+                    FROM messages_fts
+                    JOIN messages m ON m.id = messages_fts.rowid
+                    WHERE messages_fts MATCH :q AND m.role IN ('user', 'assistant') {owner}
+                    ORDER BY messages_fts.rank, m.id DESC
+                    LIMIT :limit
+                ) hit
+                JOIN sessions s ON s.id = hit.session_id
+                ORDER BY hit.rank, hit.id DESC
             """
-            # Not `ORDER BY rank` alone: FTS5 would take that over and rank every match of
-            # every user before the join keeps this user's (seconds for a common word in a
-            # big database). The second term leaves the sort to SQLite, after the join, and
-            # breaks ties newest first as on PostgreSQL.
         else:
             params["q"] = " ".join(words)
+            matches = "q"
+            if user_id is not None:
+                params["owner_q"] = f"'@{params['owner']}'"
+                matches = "(q && CAST(:owner_q AS tsquery))"
+            # numnode: a query of stop words only is empty, and `empty && owner` would
+            # match every message of the user.
             sql = f"""
-                SELECT hit.id, hit.session_id, hit.key, hit.role, hit.created_at,
+                SELECT hit.id, hit.session_id, s.key, hit.role, hit.created_at,
                        ts_headline('english', hit.content, hit.q,
                                    'StartSel=«, StopSel=», MaxWords=24, MinWords=8') AS snippet
                 FROM (
-                    SELECT m.id, m.session_id, s.key, m.role, m.created_at, m.content, q,
+                    SELECT m.id, m.session_id, m.role, m.created_at, m.content, q,
                            ts_rank(m.search, q) AS rank
-                    FROM messages m
-                    JOIN sessions s ON s.id = m.session_id,
-                         plainto_tsquery('english', :q) q
-                    WHERE m.search @@ q AND m.role IN ('user', 'assistant') {owner}
+                    FROM messages m, plainto_tsquery('english', :q) q
+                    WHERE numnode(q) > 0 AND m.search @@ {matches}
+                          AND m.role IN ('user', 'assistant') {owner}
                     ORDER BY rank DESC, m.id DESC
                     LIMIT :limit
                 ) hit
+                JOIN sessions s ON s.id = hit.session_id
                 ORDER BY hit.rank DESC, hit.id DESC
             """
         async with self.read() as conn:
@@ -587,6 +606,16 @@ async def _insert_messages(
     items: Sequence[ChatMessage],
     now: datetime,
 ) -> list[MessageId]:
+    # No session row: the inserts below fail on the foreign key, as the caller expects.
+    user_id = (
+        await conn.execute(
+            update(sessions)
+            .where(sessions.c.id == session_id)
+            .values(updated_at=now, message_count=sessions.c.message_count + len(items))
+            .returning(sessions.c.user_id)
+        )
+    ).scalar()
+    owner = None if user_id is None else owner_key(UserId(user_id))
     ids: list[MessageId] = []
     for m in items:
         new_id = (
@@ -594,6 +623,7 @@ async def _insert_messages(
                 insert(messages)
                 .values(
                     session_id=session_id,
+                    owner=owner,
                     turn_id=turn_id,
                     role=str(m.role),
                     content=m.content,
@@ -607,12 +637,12 @@ async def _insert_messages(
             )
         ).scalar_one()
         ids.append(MessageId(new_id))
-    await conn.execute(
-        update(sessions)
-        .where(sessions.c.id == session_id)
-        .values(updated_at=now, message_count=sessions.c.message_count + len(items))
-    )
     return ids
+
+
+def owner_key(user_id: UserId) -> str:
+    """`messages.owner` for a session of `user_id`: lowercase hex of its UTF-8, one token."""
+    return user_id.encode().hex()
 
 
 def _session(row: RowMapping) -> SessionInfo:

@@ -13,6 +13,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    Text,
     UniqueConstraint,
 )
 from sqlalchemy import (
@@ -103,6 +104,10 @@ messages = Table(
     Column("name", SafeText, nullable=True),
     Column("interrupted", Boolean, nullable=False, default=False),
     Column("created_at", UTCDateTime, nullable=False),
+    Column("owner", Text, nullable=True),
+    # The session's user id as lowercase hex of its UTF-8 (`owner_key`), or NULL: one token in
+    # the full-text index, so a user's search narrows by it there. Set by the store on insert;
+    # a trigger on `sessions` rewrites it when the session's user changes (migration 0006).
     Index(None, "session_id", "id"),
 )
 

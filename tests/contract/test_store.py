@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from alembic import command
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, func, select, text
 from sqlalchemy.exc import IntegrityError, StatementError
 
 from gateway.contracts.history import ChatMessage, Role, SessionInfo, ToolCall, TurnResult
@@ -17,7 +17,8 @@ from gateway.contracts.ids import MessageId, SessionId, SessionKey, TurnId, User
 from gateway.contracts.messages import utcnow
 from gateway.store import Store
 from gateway.store import engine as engine_mod
-from gateway.store.tables import messages, turns
+from gateway.store.store import owner_key
+from gateway.store.tables import messages, sessions, turns, users
 
 KEY = SessionKey("test:acct:chat")
 
@@ -441,6 +442,88 @@ async def test_search_is_scoped_to_the_user(store: Store) -> None:
     assert await store.search_messages("pineapple", user_id=stranger) == []
     everyone = await store.search_messages("pineapple", user_id=None)
     assert {h.session_id for h in everyone} == {mine.id, theirs.id, nobody.id}
+
+
+async def assert_search_index_consistent(store: Store) -> None:
+    """Every message's owner is its session's user's key, and (SQLite) FTS5 agrees with it."""
+    async with store.read() as conn:
+        pairs = (
+            await conn.execute(
+                select(messages.c.owner, sessions.c.user_id).join(
+                    sessions, sessions.c.id == messages.c.session_id
+                )
+            )
+        ).all()
+        if store.dialect == "sqlite":
+            await conn.execute(
+                text("INSERT INTO messages_fts(messages_fts, rank) VALUES ('integrity-check', 1)")
+            )
+    assert pairs
+    for owner, user_id in pairs:
+        assert owner == (None if user_id is None else owner_key(UserId(user_id)))
+
+
+async def test_search_follows_linked_identities(store: Store) -> None:
+    ann = await store.resolve_user("telegram", "ann")
+    other = await store.resolve_user("slack", "U-ann")
+    hers = await open_session(store, SessionKey("test:acct:ann"), user_id=ann)
+    moved = await open_session(store, SessionKey("test:acct:ann-slack"), user_id=other)
+    await add_turn(store, hers.id, assistant("the walrus on telegram"))
+    await add_turn(store, moved.id, assistant("the walrus on slack"))
+    assert {h.session_id for h in await store.search_messages("walrus", user_id=ann)} == {hers.id}
+
+    assert await store.link_identities(("telegram", "ann"), ("slack", "U-ann")) == (ann, other)
+
+    found = await store.search_messages("walrus", user_id=ann)
+    assert {h.session_id for h in found} == {hers.id, moved.id}
+    assert await store.search_messages("walrus", user_id=other) == []
+    await assert_search_index_consistent(store)
+
+
+async def test_search_of_a_deleted_users_sessions_is_left_to_everyone(store: Store) -> None:
+    gone = await store.resolve_user("telegram", "gone")
+    session = await open_session(store, SessionKey("test:acct:gone"), user_id=gone)
+    await add_turn(store, session.id, assistant("an orphaned kumquat"))
+    async with store.write() as conn:
+        await conn.execute(users.delete().where(users.c.id == gone))
+
+    assert await store.search_messages("kumquat", user_id=gone) == []
+    assert [h.session_id for h in await store.search_messages("kumquat", user_id=None)] == [
+        session.id
+    ]
+    await assert_search_index_consistent(store)
+
+
+@pytest.mark.parametrize("query", ["the and", "a"])
+async def test_search_of_stop_words_for_a_user_finds_nothing(store: Store, query: str) -> None:
+    someone = await store.resolve_user("telegram", "someone")
+    session = await open_session(store, SessionKey("test:acct:someone"), user_id=someone)
+    await add_turn(store, session.id, assistant("nothing here but a message"))
+    hits = await store.search_messages(query, user_id=someone)
+    # PostgreSQL drops stop words, and an empty query must not become "all of the user's".
+    # FTS5 keeps them: "a" is a word there.
+    assert [h.session_id for h in hits] == (
+        [session.id] if store.dialect == "sqlite" and query == "a" else []
+    )
+
+
+async def test_search_owners_are_filled_by_the_migration(store: Store) -> None:
+    ann = await store.resolve_user("telegram", "ann")
+    session = await open_session(store, SessionKey("test:acct:ann"), user_id=ann)
+    anonymous = await open_session(store, SessionKey("test:acct:nobody"))
+    await add_turn(store, session.id, assistant("a yurt by the lake"))
+    await add_turn(store, anonymous.id, assistant("another yurt"))
+
+    await downgrade(store, "0005")
+    assert [h.session_id for h in await store.search_messages("yurt", user_id=None)] == [
+        anonymous.id,
+        session.id,
+    ]  # the old schema's index still answers (ties newest first)
+    await engine_mod.upgrade(store.engine)
+
+    assert [h.session_id for h in await store.search_messages("yurt", user_id=ann)] == [session.id]
+    assert len(await store.search_messages("yurt", user_id=None)) == 2
+    await assert_search_index_consistent(store)
 
 
 async def test_search_skips_tool_messages(store: Store) -> None:
