@@ -52,17 +52,31 @@ class MemoryFiles:
         self.root = root
         self.limits = limits
         self._lock = asyncio.Lock()
+        self._soul: tuple[tuple[int, int, int] | None, str] | None = None
 
     def soul(self) -> str:
-        """SOUL.md, or the built-in default persona when the file is absent or empty."""
+        """SOUL.md, or the built-in default persona when the file is absent or empty.
+
+        Read again only when the file's inode, size or modification time changed: every turn
+        asks for it, and an edit (or a replacement by rename) shows on the next turn.
+        """
         path = self.root / "SOUL.md"
+        try:
+            st = path.stat()
+            stamp: tuple[int, int, int] | None = (st.st_ino, st.st_size, st.st_mtime_ns)
+        except FileNotFoundError:
+            stamp = None
+        if self._soul is not None and self._soul[0] == stamp:
+            return self._soul[1]
         try:
             text = path.read_text(encoding="utf-8").strip()
         except FileNotFoundError:
             text = ""
-        if text:
-            return text
-        return resources.files("agent_core").joinpath("default_soul.md").read_text("utf-8").strip()
+        if not text:
+            default = resources.files("agent_core").joinpath("default_soul.md")
+            text = default.read_text("utf-8").strip()
+        self._soul = (stamp, text)
+        return text
 
     def path(self, scope: MemoryScope, user_id: UserId | None) -> Path:
         """Where the file of `scope` for `user_id` lives."""

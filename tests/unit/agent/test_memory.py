@@ -257,6 +257,23 @@ def test_soul_is_the_custom_file_when_present(memory: MemoryFiles) -> None:
     assert memory.soul() == "You are Jeeves, a butler."
 
 
+def test_soul_follows_edits_renames_and_removal(memory: MemoryFiles) -> None:
+    memory.root.mkdir(parents=True)
+    soul = memory.root / "SOUL.md"
+    assert memory.soul().startswith("You are Herald")
+    soul.write_text("You are Jeeves.", encoding="utf-8")
+    assert memory.soul() == "You are Jeeves."
+    assert memory.soul() == "You are Jeeves."  # unchanged file: the text read before
+    soul.write_text("You are Wooster!", encoding="utf-8")
+    assert memory.soul() == "You are Wooster!"
+    replacement = memory.root / "SOUL.md.new"
+    replacement.write_text("You are Psmith!!", encoding="utf-8")  # same size, new inode
+    replacement.replace(soul)
+    assert memory.soul() == "You are Psmith!!"
+    soul.unlink()
+    assert memory.soul().startswith("You are Herald")
+
+
 async def test_hand_written_lines_are_read_as_entries(memory: MemoryFiles) -> None:
     path = memory.path(USER, ADA)
     path.parent.mkdir(parents=True)
