@@ -518,7 +518,7 @@ async def test_search_owners_are_filled_by_the_migration(store: Store) -> None:
     assert [h.session_id for h in await store.search_messages("yurt", user_id=None)] == [
         anonymous.id,
         session.id,
-    ]  # the old schema's index still answers (ties newest first)
+    ]  # the old index still answers: shorter first (BM25), newer first (ts_rank tie)
     await engine_mod.upgrade(store.engine)
 
     assert [h.session_id for h in await store.search_messages("yurt", user_id=ann)] == [session.id]
