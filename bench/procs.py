@@ -91,9 +91,9 @@ async def fake_llm(workdir: Path, latency: float = 0.0) -> AsyncIterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def floor_app(workdir: Path, llm_url: str) -> AsyncIterator[str]:
+async def floor_app(workdir: Path, llm_url: str) -> AsyncIterator[tuple[str, int]]:
     """`bench.floor_app` (the HTTP stack and model client alone) in its own process; yields
-    its base URL."""
+    its base URL and process id."""
     port = free_port()
     async with process(
         str(PYTHON),
@@ -105,8 +105,8 @@ async def floor_app(workdir: Path, llm_url: str) -> AsyncIterator[str]:
         llm_url,
         log=workdir / "floor_app.log",
         ready_url=f"http://127.0.0.1:{port}/ready",
-    ):
-        yield f"http://127.0.0.1:{port}"
+    ) as proc:
+        yield f"http://127.0.0.1:{port}", proc.pid
 
 
 CHAT_TOKEN = "bench-token"
@@ -153,6 +153,13 @@ async def _admin(statement: str) -> None:
             await conn.exec_driver_sql(statement)
     finally:
         await engine.dispose()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time process `pid` has used, all its threads together."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
 
 
 @dataclass
@@ -219,9 +226,7 @@ class Herald:
     def cpu_seconds(self) -> float:
         """User + system CPU time the process has used."""
         assert self.proc is not None
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = os.sysconf("SC_CLK_TCK")
-        return (int(fields[11]) + int(fields[12])) / ticks
+        return cpu_seconds(self.proc.pid)
 
     async def stop(self) -> tuple[float, int]:
         """SIGTERM; return (seconds to exit, exit code)."""

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from bench.context import Context
-from bench.procs import API_KEY, database, fake_llm, floor_app, herald, process
+from bench.procs import API_KEY, cpu_seconds, database, fake_llm, floor_app, herald, process
 from bench.stats import fmt_spread, percentile, spread
 
 NAME = "api"
@@ -53,6 +53,7 @@ async def run(ctx: Context) -> dict[str, Any]:
                         await _one_run(
                             work,
                             daemon.url,
+                            daemon.proc.pid if daemon.proc else 0,
                             llm_url,
                             rate=rate,
                             duration=duration,
@@ -64,13 +65,14 @@ async def run(ctx: Context) -> dict[str, Any]:
         out[backend] = steps
     # The same load on the HTTP stack and model client alone: the ceiling of this machine.
     work = ctx.dir(NAME, FLOOR)
-    async with fake_llm(work) as llm_url, floor_app(work, llm_url) as url:
+    async with fake_llm(work) as llm_url, floor_app(work, llm_url) as (url, pid):
         steps = {}
         for rate in rates:
             runs = [
                 await _one_run(
                     work,
                     url,
+                    pid,
                     llm_url,
                     rate=rate,
                     duration=duration,
@@ -85,9 +87,19 @@ async def run(ctx: Context) -> dict[str, Any]:
 
 
 async def _one_run(
-    work: Path, url: str, llm_url: str, *, rate: int, duration: int, warmup: int, prefix: str
+    work: Path,
+    url: str,
+    pid: int,
+    llm_url: str,
+    *,
+    rate: int,
+    duration: int,
+    warmup: int,
+    prefix: str,
 ) -> dict[str, float]:
+    """One load generator run against the server at `url` (process `pid`)."""
     result = work / f"load-{prefix}json"
+    cpu_before = cpu_seconds(pid)
     async with process(
         sys.executable,
         "-m",
@@ -111,14 +123,15 @@ async def _one_run(
         log=work / "loadgen.log",
     ) as proc:
         await proc.wait()
+    cpu = cpu_seconds(pid) - cpu_before
     data = json.loads(result.read_text())
     async with httpx.AsyncClient() as client:
         llm_timings = (await client.get(llm_url.removesuffix("/v1") + "/bench/timings")).json()
-    return _measure(data, llm_timings["timings"], duration)
+    return _measure(data, llm_timings["timings"], duration, cpu)
 
 
 def _measure(
-    data: dict[str, Any], llm: dict[str, list[float]], duration: float
+    data: dict[str, Any], llm: dict[str, list[float]], duration: float, cpu: float
 ) -> dict[str, float]:
     rows = [r for r in data["results"] if not r[7]]
     ok = [r for r in rows if r[4] == 200]
@@ -144,6 +157,9 @@ def _measure(
         "latency_p99_ms": percentile(latency_ms, 99),
         "gen_lag_p99_ms": percentile(lag_ms, 99),
         "gen_cpu_share": data["cpu_seconds"] / max(data["wall_seconds"], 1e-9),
+        # The server's CPU over the whole run (warm-up included) per request it answered:
+        # every thread of the process, so SQLite's threads count too.
+        "server_cpu_ms": cpu * 1000 / max(sum(1 for r in data["results"] if r[4] == 200), 1),
     }
 
 
@@ -155,8 +171,9 @@ def table(data: dict[str, Any]) -> str:
     """Markdown rows: one per backend and offered rate."""
     head = (
         "| store | offered/s | achieved/s | Herald p50 ms | Herald p99 ms | outside p50 ms "
-        "| outside p99 ms | client p99 ms | refused (503) | errors | generator lag p99 ms |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|"
+        "| outside p99 ms | client p99 ms | refused (503) | errors | generator lag p99 ms "
+        "| server CPU ms per answer |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     rows = []
     for backend, steps in data.items():
@@ -167,7 +184,8 @@ def table(data: dict[str, Any]) -> str:
                 f"| {fmt_spread(s['outside_p50_ms'], 2)} | {fmt_spread(s['outside_p99_ms'], 2)} "
                 f"| {fmt_spread(s['latency_p99_ms'], 1)} | {fmt_spread(s['refused'], 0)} "
                 f"| {fmt_spread(s['errors'], 0)} "
-                f"| {fmt_spread(s['gen_lag_p99_ms'], 1)} |"
+                f"| {fmt_spread(s['gen_lag_p99_ms'], 1)} "
+                f"| {fmt_spread(s['server_cpu_ms'], 1) if 'server_cpu_ms' in s else '–'} |"
             )
     return "\n".join([head, *rows])
 
