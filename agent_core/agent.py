@@ -66,9 +66,20 @@ class Agent:
             context_window=s.context_window,
             threshold=s.compression_threshold,
             window=s.history_window,
-        ) and await compress(self.provider, self.store, session, history):
+        ) and await self._compress(session, history):
             history = await self.store.load_history(session.id, s.history_window)
         return build_context(self.memory.soul(), session, history)
+
+    async def _compress(self, session: SessionInfo, history: History) -> bool:
+        """Compress the history; a failure leaves it as it is (the turn goes on with the
+        window) rather than failing the turn."""
+        try:
+            return await compress(self.provider, self.store, session, history)
+        except LLMError as err:
+            logger.warning("compression of %s skipped: %s", session.key, err)
+        except Exception:
+            logger.exception("compression of %s failed; the turn goes on uncompressed", session.key)
+        return False
 
     async def run_turn(
         self,
@@ -96,7 +107,8 @@ class Agent:
         )
 
     async def memory_pass(self, session: SessionInfo, exchange: Sequence[ChatMessage]) -> None:
-        """Let the model save what the latest exchange taught it. Never raises LLMError."""
+        """Let the model save what the latest exchange taught it. Never raises (but for
+        cancellation): a failure is logged and the pass skipped."""
         if not self.settings.memory_pass or "memory" not in self.tools:
             return
         talk = "\n".join(
@@ -127,6 +139,8 @@ class Agent:
             )
         except LLMError as err:
             logger.warning("memory pass for %s skipped: %s", session.key, err)
+        except Exception:  # the answer is stored already; a failed pass only loses a note
+            logger.exception("memory pass for %s failed", session.key)
 
     async def answer_stateless(
         self, messages: Sequence[ChatMessage], *, on_token: TokenCallback | None = None

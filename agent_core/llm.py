@@ -13,6 +13,8 @@ import math
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any, Protocol
 
 import aiohttp
@@ -362,3 +364,103 @@ def _map_error(err: openai.OpenAIError) -> LLMError:
     return LLMRejected(
         f"the OpenAI client refused the request ({err}); check the llm configuration"
     )
+
+
+class ModelState(StrEnum):
+    """What the latest model calls said about the endpoint."""
+
+    UNKNOWN = "unknown"
+    """No call yet."""
+    OK = "ok"
+    UNREACHABLE = "unreachable"
+    """Unreachable, overloaded, 5xx or 429 after the SDK's retries: retry later."""
+    REJECTED = "rejected"
+    """The endpoint refused the key or the request: fix the configuration."""
+
+
+@dataclass(slots=True)
+class ModelHealth:
+    """The model endpoint's state as the calls see it, with when it last changed.
+
+    One line is logged per change of state (an outage is logged once, not once per call).
+    """
+
+    state: ModelState = ModelState.UNKNOWN
+    since: datetime | None = None
+    error: str | None = None
+    failures: int = 0
+    """Calls failed since the last success."""
+
+    def succeeded(self) -> None:
+        """A call was answered."""
+        if self.state in (ModelState.UNREACHABLE, ModelState.REJECTED):
+            logger.warning(
+                "the model endpoint answers again (after %d failed call(s) since %s)",
+                self.failures,
+                self.since.isoformat(timespec="seconds") if self.since else "?",
+            )
+        if self.state is not ModelState.OK:
+            self.state, self.since = ModelState.OK, datetime.now(UTC)
+        self.error, self.failures = None, 0
+
+    def failed(self, err: LLMError) -> None:
+        """A call failed with `err` (after the SDK's own retries)."""
+        state = ModelState.REJECTED if isinstance(err, LLMRejected) else ModelState.UNREACHABLE
+        self.failures += 1
+        self.error = str(err)
+        if state is not self.state:
+            self.state, self.since = state, datetime.now(UTC)
+            if state is ModelState.REJECTED:
+                logger.error("the model endpoint refuses Herald's requests: %s", err)
+            else:
+                logger.error("the model endpoint is unreachable: %s", err)
+
+    def describe(self) -> str:
+        """`ok`, or `unreachable since <UTC time>` (for /health and the CLI)."""
+        if self.since is None or self.state in (ModelState.OK, ModelState.UNKNOWN):
+            return str(self.state)
+        return f"{self.state} since {self.since.isoformat(timespec='seconds')}"
+
+
+class ObservedProvider:
+    """A provider whose calls update a `ModelHealth` and report each failure's kind
+    (`unreachable` or `rejected`) to `on_failure` (a metric). Otherwise the same provider."""
+
+    def __init__(
+        self,
+        inner: LLMProvider,
+        health: ModelHealth,
+        on_failure: Callable[[str], None] = lambda _: None,
+    ) -> None:
+        self.inner = inner
+        self.health = health
+        self.on_failure = on_failure
+        self.name = inner.name
+        self.model = inner.model
+
+    async def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        tools: Sequence[Mapping[str, Any]] = (),
+        on_token: TokenCallback | None = None,
+    ) -> Completion:
+        """See `LLMProvider.complete`."""
+        try:
+            completion = await self.inner.complete(messages, tools=tools, on_token=on_token)
+        except LLMError as err:
+            self.health.failed(err)
+            self.on_failure(
+                str(ModelState.REJECTED if isinstance(err, LLMRejected) else ModelState.UNREACHABLE)
+            )
+            raise
+        self.health.succeeded()
+        return completion
+
+    async def check(self) -> str:
+        """See `LLMProvider.check`."""
+        return await self.inner.check()
+
+    async def aclose(self) -> None:
+        """See `LLMProvider.aclose`."""
+        await self.inner.aclose()

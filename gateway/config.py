@@ -119,6 +119,13 @@ class SessionsConfig(Section):
     """On SIGTERM, how long running turns may finish before they are checkpointed."""
     ack_interval: float = Field(default=30.0, ge=0)
     """At most one busy-time acknowledgement per session in this many seconds."""
+    model_outage_max_wait: float = Field(default=1800.0, gt=0)
+    """While the model is unreachable, a message waits (retried with backoff) this many
+    seconds after it arrived; then it is dropped with a notice to its sender."""
+    model_retry_initial: float = Field(default=2.0, gt=0)
+    """The first wait before a turn is tried again after the model was unreachable."""
+    model_retry_max: float = Field(default=60.0, gt=0)
+    """The longest wait between two tries while the model stays unreachable."""
 
 
 class DeliveryConfig(Section):

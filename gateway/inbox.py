@@ -15,7 +15,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import RowMapping, func, select, update
+from sqlalchemy import RowMapping, case, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.contracts.ids import (
@@ -241,15 +241,23 @@ async def settle(
 
 
 async def requeue(
-    conn: AsyncConnection, ids: Sequence[InboxId], *, turn_id: TurnId | None = None
+    conn: AsyncConnection,
+    ids: Sequence[InboxId],
+    *,
+    turn_id: TurnId | None = None,
+    refund: bool = False,
 ) -> None:
     """running / steer → plain pending (the turn stopped before answering them).
 
     `turn_id`: the turn that already stored them in the history (not to be stored again).
+    `refund`: the try does not count towards the attempts after which a message is given up
+    (it failed for a reason outside the message, such as the model being unreachable).
     """
     values: dict[str, Any] = {"status": str(Status.PENDING), "steer": False}
     if turn_id is not None:
         values["turn_id"] = turn_id
+    if refund:
+        values["attempts"] = case((inbox.c.attempts > 0, inbox.c.attempts - 1), else_=0)
     await conn.execute(
         update(inbox)
         .where(inbox.c.id.in_(list(ids)), inbox.c.status != str(Status.DONE))

@@ -45,6 +45,19 @@ class Metrics:
             ["method", "route", "status"],
             registry=self.registry,
         )
+        self.model_failures = Counter(
+            "herald_model_failures",
+            "Turns that failed, by kind: unreachable (retried later), rejected (key or request "
+            "refused), timeout (past sessions.turn_timeout), internal",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.model_calls_failed = Counter(
+            "herald_model_call_failures",
+            "Model calls that failed after the client's retries, by kind (unreachable, rejected)",
+            ["kind"],
+            registry=self.registry,
+        )
         self.adapter_restarts = Counter(
             "herald_adapter_restarts",
             "Adapter restarts after an error",

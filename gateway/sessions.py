@@ -28,6 +28,7 @@ from agent_core.llm import Usage
 from agent_core.loop import TurnProgress
 from gateway import inbox as inbox_sql
 from gateway.access import Access, Verdict
+from gateway.backoff import Backoff
 from gateway.channels import Channels
 from gateway.cluster.bus import LocalBus, Signal
 from gateway.cluster.lanes import Claim, Lanes, LaneState, SoloLanes
@@ -35,7 +36,7 @@ from gateway.commands import HELP_TEXT, WITH_TEXT, Command, parse_command
 from gateway.config import SessionsConfig
 from gateway.contracts.adapter import Adapter, MessageEditor, TypingIndicator, WorkingIndicator
 from gateway.contracts.config import BusyMode, GroupSessions, PlatformSection
-from gateway.contracts.errors import LeaseLost, LLMError, LLMRejected, Overloaded, ShuttingDown
+from gateway.contracts.errors import LeaseLost, Overloaded, ShuttingDown
 from gateway.contracts.history import ChatMessage, Role, SessionInfo, TurnResult
 from gateway.contracts.ids import (
     AccountId,
@@ -58,6 +59,7 @@ from gateway.outbox import Chunk, Outbox, Target, enqueue, reply_chunks
 from gateway.store import Store
 from gateway.store.store import record_finish, record_start, set_setting
 from gateway.store.tables import sessions as sessions_table
+from gateway.turns import FailureKind, TurnFailure, TurnStatus, classify, log_failure
 
 logger = logging.getLogger(__name__)
 
@@ -202,7 +204,7 @@ class _Running:
     ids: list[InboxId]
     started: float
     steer: _Steer = field(default_factory=_Steer)
-    task: asyncio.Task[str] | None = None
+    task: asyncio.Task[BaseException | None] | None = None
     cancel_reason: str | None = None
     finishing: bool = False
 
@@ -230,6 +232,12 @@ class _Lane:
     claim: Claim | None = None
     """This instance's hold on the session (several instances share the database)."""
     claiming: asyncio.Lock = field(default_factory=asyncio.Lock)
+    retries: int = 0
+    """Tries in a row that failed because the model was unreachable (for the backoff)."""
+    retry_in: float = 0.0
+    """Seconds to wait before the next try, after such a failure; 0 when none."""
+    told_outage: bool = False
+    """Whether this session's sender was told of the outage that is going on."""
 
 
 INTERRUPTED_BY_NEWER = "interrupted by a newer message"
@@ -288,6 +296,10 @@ class SessionManager:
         self._idle = asyncio.Event()
         self._idle.set()
         self._closed = asyncio.Event()
+        self._draining = asyncio.Event()
+        self._model_backoff = Backoff(
+            initial=config.model_retry_initial, maximum=config.model_retry_max
+        )
         self._last_ack: dict[SessionKey, float] = {}
         self._recovered: list[SessionKey] = []
 
@@ -385,6 +397,7 @@ class SessionManager:
         start. Cancelled turns keep their partial output and are answered after a restart.
         """
         self._accepting = False
+        self._draining.set()
         self._scan.set()
         for lane in self._lanes.values():
             lane.wake.set()
@@ -591,28 +604,48 @@ class SessionManager:
             del self._lanes[key]
 
     async def _lane_worker(self, key: SessionKey, lane: _Lane) -> None:
+        failures = 0
         try:
             while self._accepting:
-                if lane.claim is None and await self._claim(key, lane) is None:
-                    break  # another instance runs this session; it was told
-                lane.wake.clear()
-                batch = await self._next_batch(key, lane)
-                if batch is None:
-                    if lane.wake.is_set():
-                        continue
-                    if await self._unclaim(lane, worker=True) and lane.wake.is_set():
-                        continue  # something arrived while letting go
-                    break
-                if batch:
-                    await self._run_batch(key, lane, batch)
+                try:
+                    if lane.claim is None and await self._claim(key, lane) is None:
+                        break  # another instance runs this session; it was told
+                    lane.wake.clear()
+                    batch = await self._next_batch(key, lane)
+                    if batch is None:
+                        if lane.wake.is_set():
+                            continue
+                        if await self._unclaim(lane, worker=True) and lane.wake.is_set():
+                            continue  # something arrived while letting go
+                        break
+                    if batch:
+                        await self._run_batch(key, lane, batch)
+                    failures = 0
+                except LeaseLost:
+                    raise
+                except Exception:
+                    # The database may be away for a moment: try again, slower each time.
+                    if failures == 0:
+                        logger.exception("lane %s failed; trying again with backoff", key)
+                    else:
+                        logger.debug("lane %s failed again (%d)", key, failures, exc_info=True)
+                    lane.retry_in = max(lane.retry_in, self._model_backoff.delay(failures))
+                    failures += 1
+                if lane.retry_in > 0:
+                    await self._pause(lane.retry_in)
+                    lane.retry_in = 0.0
         except LeaseLost as err:
             lane.claim = None
             logger.warning("%s; this instance stops working on it", err)
-        except Exception:
-            logger.exception("lane %s failed; its messages wait for the next start", key)
         finally:
             lane.worker = None
             self._release(key, lane)
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait `seconds`, cut short when draining begins."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._draining.wait()
 
     async def _claim(self, key: SessionKey, lane: _Lane) -> Claim | None:
         """Hold the session's lane (once per lane, whoever asks); None while another
@@ -882,37 +915,57 @@ class SessionManager:
         leftover = [i for i, _ in running.steer.waiting]
         notices: list[Chunk] = []
         outcomes: list[tuple[list[InboxId], Outcome, str | None]]
+        postponed: list[InboxId] = []
+        err = None if task.cancelled() else task.result()
         if task.cancelled():
             reason = running.cancel_reason or "cancelled"
-            status = "interrupted"
-            result = progress.result("interrupted", reason)
+            status = TurnStatus.INTERRUPTED
+            result = progress.result(status, reason)
             outcomes = [(ids + steered, Outcome.DROPPED, reason)]
-        elif task.exception() is not None:
-            err = task.exception()
-            if isinstance(err, TimeoutError):
-                error = f"the answer took longer than {self.config.turn_timeout:.0f}s"
-                status = "timed_out"
-            elif isinstance(err, LLMError):
-                error = str(err)
-                status = "failed"
+        elif err is not None:
+            failure = classify(err, self.config.turn_timeout)
+            log_failure(failure, err, f"turn {turn_id} of {key}")
+            self.metrics.model_failures.labels(kind=str(failure.kind)).inc()
+            status = failure.status
+            result = progress.result(TurnStatus.FAILED, failure.error)
+            waited = (utcnow() - min(r.accepted_at for r in batch)).total_seconds()
+            if failure.transient and waited < self.config.model_outage_max_wait:
+                # The messages wait for the model to come back; their sender hears it once.
+                outcomes = []
+                postponed = ids + steered
+                lane.retry_in = self._model_backoff.delay(lane.retries)
+                lane.retries += 1
+                if not lane.told_outage:
+                    lane.told_outage = True
+                    notices.append(
+                        Chunk(
+                            f"outage:{ids[0]}",
+                            target,
+                            "⏳ I can't reach my language model right now. Your message is "
+                            "saved; I'll answer as soon as the model is back.",
+                            session_id=session.id,
+                            turn_id=turn_id,
+                        )
+                    )
             else:
-                logger.error("turn for %s failed", key, exc_info=err)
-                error = f"internal error: {type(err).__name__}"
-                status = "failed"
-            result = progress.result("failed", error)
-            outcomes = [(ids + steered, Outcome.DROPPED, error)]
-            notices.append(
-                Chunk(
-                    f"fail:{turn_id}",
-                    target,
-                    f"⚠ I couldn't answer that ({error}). Please send it again later.",
-                    session_id=session.id,
-                    turn_id=turn_id,
+                if failure.transient:
+                    error = f"the model was unreachable for {waited / 60:.0f} min ({failure.error})"
+                    text = (
+                        f"⚠ I couldn't answer your message: my language model has been "
+                        f"unreachable for {waited / 60:.0f} minutes. Please send it again later."
+                    )
+                else:
+                    error = failure.error
+                    text = _failure_notice(failure)
+                outcomes = [(ids + steered, Outcome.DROPPED, error)]
+                lane.retries, lane.told_outage = 0, False
+                notices.append(
+                    Chunk(f"fail:{turn_id}", target, text, session_id=session.id, turn_id=turn_id)
                 )
-            )
         else:
-            status = "completed"
-            result = progress.result("completed")
+            status = TurnStatus.COMPLETED
+            lane.retries, lane.told_outage = 0, False
+            result = progress.result(status)
             outcomes = [
                 (ids[:1], Outcome.ANSWERED, None),
                 (ids[1:], Outcome.MERGED, None),
@@ -944,13 +997,15 @@ class SessionManager:
                     leftover=leftover,
                     notices=notices,
                 )
+                if postponed:
+                    await inbox_sql.requeue(conn, postponed, turn_id=turn_id, refund=True)
         except LeaseLost:
             self._count("interrupted", started)
             raise
         self._count(status, started)
         if notices:
             self.on_outbox()
-        if status != "completed":
+        if status != TurnStatus.COMPLETED:
             return None
         return session, [*new_messages, *progress.messages]
 
@@ -982,16 +1037,25 @@ class SessionManager:
         progress: TurnProgress,
         running: _Running,
         preview: _Preview | None,
-    ) -> str:
-        async with asyncio.timeout(self.config.turn_timeout):
-            text = await self.agent.run_turn(
-                session,
-                progress,
-                on_token=None if preview is None else preview.token,
-                steer=running.steer,
-            )
+    ) -> BaseException | None:
+        """Run the agent; return what it raised (None when it answered).
+
+        A child of the manager's TaskGroup, so nothing but cancellation may leave it: an
+        exception escaping here would stop every lane and the daemon with them.
+        """
+        try:
+            async with asyncio.timeout(self.config.turn_timeout):
+                await self.agent.run_turn(
+                    session,
+                    progress,
+                    on_token=None if preview is None else preview.token,
+                    steer=running.steer,
+                )
+        except Exception as err:
+            running.finishing = True
+            return err
         running.finishing = True
-        return text
+        return None
 
     async def _typing(self, target: Target, answering: PlatformMessageId | None) -> None:
         """Show that a turn is running until cancelled: "typing…" every few seconds, and a
@@ -1284,15 +1348,16 @@ class SessionManager:
         progress = TurnProgress()
         started = time.monotonic()
         self.metrics.running_turns.inc()
-        status, error, retryable = "completed", None, True
+        status, error, retryable = TurnStatus.COMPLETED, None, True
         try:
             async with asyncio.timeout(self.config.turn_timeout):
                 on_token = stream.token if request.stream else None
                 await self.agent.run_turn(session, progress, on_token=on_token)
-        except TimeoutError:
-            status, error = "timed_out", f"the turn took longer than {self.config.turn_timeout}s"
-        except LLMError as err:
-            status, error, retryable = "failed", str(err), not isinstance(err, LLMRejected)
+        except Exception as err:  # one turn's failure is its caller's answer, nothing more
+            failure = classify(err, self.config.turn_timeout)
+            log_failure(failure, err, f"API turn {turn_id} of {request.key}")
+            self.metrics.model_failures.labels(kind=str(failure.kind)).inc()
+            status, error, retryable = failure.status, failure.error, failure.transient
         except asyncio.CancelledError:
             # Keep the partial output, marked interrupted; then let the cancellation go on.
             result = progress.result("interrupted", "cancelled")
@@ -1301,7 +1366,10 @@ class SessionManager:
             self._count("interrupted", started)
             stream.finish(Finished("interrupted", turn_id=turn_id, error="interrupted"))
             raise
-        result = progress.result("completed" if status == "completed" else "failed", error=error)
+        result = progress.result(
+            TurnStatus.COMPLETED if status == TurnStatus.COMPLETED else TurnStatus.FAILED,
+            error=error,
+        )
         try:
             await self._finish_api_turn(claim, session.id, turn_id, result)
         except LeaseLost as err:
@@ -1345,10 +1413,14 @@ class SessionManager:
             try:
                 on_token = stream.token if tokens else None
                 progress = await self.agent.answer_stateless(history, on_token=on_token)
-            except LLMError as err:
-                self._count("failed", started)
-                retryable = not isinstance(err, LLMRejected)
-                stream.finish(Finished("failed", error=str(err), retryable=retryable))
+            except Exception as err:
+                failure = classify(err, self.config.turn_timeout)
+                log_failure(failure, err, "stateless answer")
+                self.metrics.model_failures.labels(kind=str(failure.kind)).inc()
+                self._count(failure.status, started)
+                stream.finish(
+                    Finished(failure.status, error=failure.error, retryable=failure.transient)
+                )
                 return
             except BaseException:
                 self._count("interrupted", started)
@@ -1369,6 +1441,18 @@ class SessionManager:
         self.metrics.running_turns.dec()
         self.metrics.turns.labels(status=status).inc()
         self.metrics.turn_seconds.observe(time.monotonic() - started)
+
+
+def _failure_notice(failure: TurnFailure) -> str:
+    """What the sender of a message dropped for `failure` is told."""
+    if failure.kind is FailureKind.REJECTED:
+        return (
+            "⚠ I couldn't answer that: my language model refused the request "
+            "(the operator can see why in Herald's log)."
+        )
+    if failure.kind is FailureKind.TIMEOUT:
+        return f"⚠ I couldn't answer that: {failure.error}. Please try again, perhaps shorter."
+    return "⚠ I couldn't answer that: something went wrong on my side. Please send it again later."
 
 
 def _user_message(row: InboxRow) -> ChatMessage:

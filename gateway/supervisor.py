@@ -21,7 +21,7 @@ import uvicorn
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_core.agent import Agent, AgentSettings
-from agent_core.llm import LLMProvider, make_provider
+from agent_core.llm import LLMProvider, ModelHealth, ObservedProvider, make_provider
 from agent_core.memory import MemoryFiles, MemoryLimits
 from agent_core.tools import (
     MemoryTool,
@@ -330,7 +330,13 @@ class Supervisor:
                         cfg.effective_database_url,
                     )
                 )
-                provider = make_provider(cfg.llm)
+                health = ModelHealth()
+                failed_calls = self.metrics.model_calls_failed
+                provider: LLMProvider = ObservedProvider(
+                    make_provider(cfg.llm),
+                    health,
+                    lambda kind: failed_calls.labels(kind=kind).inc(),
+                )
                 stack.push_async_callback(provider.aclose)
                 if provider.name == "echo":
                     logger.warning("*** %s ***", OFFLINE_WARNING.upper())
@@ -416,6 +422,7 @@ class Supervisor:
                     state=self.state,
                     webhooks=self._webhook_adapter,
                     jobs=jobs,
+                    llm_health=health,
                     cluster=lambda: {
                         "mode": "single" if node.solo else "cluster",
                         "holds": node.holds(),

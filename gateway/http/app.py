@@ -37,14 +37,24 @@ def create_app(deps: AppDeps) -> FastAPI:
 
     @app.get("/health", tags=["operations"])
     async def health() -> dict[str, Any]:
-        """Liveness: the process answers. Lists each adapter's state and the LLM provider."""
+        """Liveness: the process answers. Lists each adapter's state and the LLM's (a model
+        outage degrades answers, not the gateway: the status stays `ok`)."""
         adapters = {name: str(state) for name, state in deps.adapters().items()}
         body: dict[str, Any] = {
             "status": "draining" if deps.state.draining else "ok",
             "version": __version__,
             "instance": deps.config.effective_instance_id,
             "database": deps.store.dialect,
-            "llm": {"provider": deps.llm_provider, "model": deps.llm_model},
+            "llm": {
+                "provider": deps.llm_provider,
+                "model": deps.llm_model,
+                "state": str(deps.llm_health.state),
+                "detail": deps.llm_health.describe(),
+                "since": None
+                if deps.llm_health.since is None
+                else deps.llm_health.since.isoformat(timespec="seconds"),
+                "error": deps.llm_health.error,
+            },
             "adapters": adapters,
             "turns": {"active": deps.manager.active_turns},
             "cluster": dict(deps.cluster()),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from agent_core.llm import ModelHealth
 from gateway.config import HeraldConfig
 from gateway.contracts.adapter import AdapterState, WebhookAdapter
 from gateway.cron.service import JobService
@@ -38,4 +39,6 @@ class AppDeps:
     jobs: JobService | None = None
     """Scheduled jobs (`/api/jobs`); None: the routes answer 503."""
     cluster: Callable[[], Mapping[str, object]] = dict
+    llm_health: ModelHealth = field(default_factory=ModelHealth)
+    """The model endpoint's state as the turns' calls saw it."""
     """This instance among the others: mode, leases held, sessions running here."""

@@ -78,16 +78,23 @@ def herald_config(
     extra: dict[str, Any] | None = None,
 ) -> HeraldConfig:
     """A config: SQLite under tmp_path, the fake LLM, one platform section (plus `extra`
-    top-level sections, replacing the defaults here)."""
+    top-level sections, replacing the defaults here; an `llm` section there means `llm` is
+    not read, so it may be a server not started)."""
+    extra = extra or {}
+    llm_section = extra.get("llm") or {
+        "base_url": llm.base_url,
+        "api_key": "k",
+        "memory_pass": False,
+    }
     return HeraldConfig.model_validate(
         {
             "state_dir": str(tmp_path / "state"),
             "api": {"host": "127.0.0.1", "port": port},
-            "llm": {"base_url": llm.base_url, "api_key": "k", "memory_pass": False},
             "sessions": {"drain_timeout": 2, "ack_interval": 0},
             "delivery": {"backoff_initial": 0.2, "backoff_max": 1, "flush_timeout": 2},
             "platforms": {platform: section},
-            **(extra or {}),
+            **extra,
+            "llm": llm_section,
         }
     )
 

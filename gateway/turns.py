@@ -1,0 +1,83 @@
+"""What a turn's end means: its status, and how a failure is told apart and worded.
+
+Every caller that runs a turn (inbox turns, API turns, stateless answers, cron runs) maps
+what the agent raised through `classify`, so a failure has one status, one wording and one
+decision (retry later or give up) wherever it happened.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gateway.contracts.errors import LLMError, LLMRejected, LLMUnavailable
+
+logger = logging.getLogger(__name__)
+
+
+class TurnStatus(StrEnum):
+    """How a turn ended (the `turns.status` column)."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    TIMED_OUT = "timed_out"
+
+
+class FailureKind(StrEnum):
+    """Why a turn failed; the label of `herald_model_failures` for the model's kinds."""
+
+    UNREACHABLE = "unreachable"
+    """The model could not be reached or was overloaded: retry later."""
+    REJECTED = "rejected"
+    """The model endpoint refused the key or the request: fix the configuration."""
+    TIMEOUT = "timeout"
+    """The turn ran past `sessions.turn_timeout`."""
+    INTERNAL = "internal"
+    """A bug or a store error inside the turn."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFailure:
+    """A failed turn, as the person, the log and the caller see it."""
+
+    kind: FailureKind
+    status: TurnStatus
+    error: str
+    """One line saying what went wrong (no traceback, no secret)."""
+
+    @property
+    def transient(self) -> bool:
+        """Whether the same turn may succeed if tried again later."""
+        return self.kind is FailureKind.UNREACHABLE
+
+
+def classify(err: BaseException, turn_timeout: float) -> TurnFailure:
+    """The failure a turn that raised `err` ended with (never for CancelledError)."""
+    if isinstance(err, TimeoutError):
+        return TurnFailure(
+            FailureKind.TIMEOUT,
+            TurnStatus.TIMED_OUT,
+            f"the answer took longer than {turn_timeout:g}s",
+        )
+    if isinstance(err, LLMUnavailable):
+        return TurnFailure(FailureKind.UNREACHABLE, TurnStatus.FAILED, str(err))
+    if isinstance(err, LLMRejected):
+        return TurnFailure(FailureKind.REJECTED, TurnStatus.FAILED, str(err))
+    if isinstance(err, LLMError):
+        return TurnFailure(FailureKind.UNREACHABLE, TurnStatus.FAILED, str(err))
+    return TurnFailure(
+        FailureKind.INTERNAL, TurnStatus.FAILED, f"internal error: {type(err).__name__}"
+    )
+
+
+def log_failure(failure: TurnFailure, err: BaseException, what: str) -> None:
+    """Log a failed turn once, at the level its kind deserves (a traceback for bugs only)."""
+    if failure.kind is FailureKind.INTERNAL:
+        logger.error("%s failed: %s", what, failure.error, exc_info=err)
+    elif failure.kind is FailureKind.UNREACHABLE:
+        logger.info("%s: the model is unreachable: %s", what, failure.error)
+    else:
+        logger.warning("%s failed: %s", what, failure.error)
