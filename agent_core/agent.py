@@ -88,18 +88,20 @@ class Agent:
         *,
         on_token: TokenCallback | None = None,
         steer: SteerSource | None = None,
+        operator: bool = False,
     ) -> str:
         """Answer the messages already stored for the session; return the final text.
 
         Messages produced are appended to `progress`; on cancellation the caller keeps what
-        is there. Raises LLMError when the model cannot answer.
+        is there. `operator`: the person asking operates Herald (tools may reach other
+        chats). Raises LLMError when the model cannot answer.
         """
         context = await self.load_context(session)
         return await run_tool_loop(
             self.provider,
             context,
             self.tools,
-            ToolContext(session=session, user_id=session.user_id),
+            ToolContext(session=session, user_id=session.user_id, operator=operator),
             progress,
             max_iterations=self.settings.max_tool_iterations,
             on_token=on_token,
@@ -116,10 +118,11 @@ class Agent:
             for m in exchange
             if m.role in (Role.USER, Role.ASSISTANT) and m.content
         )
-        if not talk:
+        owner = self.memory.owner(session.key, session.user_id)
+        if not talk or owner is None:
             return
-        user_md = self.memory.read(MemoryScope.USER, session.user_id)
-        memory_md = self.memory.read(MemoryScope.MEMORY, session.user_id)
+        user_md = self.memory.read(MemoryScope.USER, owner)
+        memory_md = self.memory.read(MemoryScope.MEMORY, owner)
         context = [
             ChatMessage(Role.SYSTEM, MEMORY_PROMPT),
             ChatMessage(

@@ -1,4 +1,10 @@
-"""The agent's files: SOUL.md (persona), and per user USER.md and MEMORY.md (size-capped)."""
+"""The agent's files: SOUL.md (persona), and per memory scope USER.md and MEMORY.md.
+
+A memory scope is a person (their Herald user, shared by linked identities) or, for a
+session that belongs to no one person, its group chat: each group has its own files, never
+shared with another group or with the people in it. A session with neither (a stateless call,
+a job without an owner) has no memory at all.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +17,34 @@ from dataclasses import dataclass
 from enum import StrEnum
 from importlib import resources
 from pathlib import Path
+from typing import NewType
 from urllib.parse import quote
 
-from gateway.contracts.ids import UserId
+from gateway.contracts.ids import SessionKey, UserId
 
-SHARED_SCOPE = "_shared"
+MemoryOwner = NewType("MemoryOwner", str)
+"""Whose memory files: `u-<user>` for a person, `g-<chat>` for a group chat (path-safe)."""
+
+
+def memory_owner(
+    key: SessionKey | str | None, user_id: UserId | None, *, groups: bool = True
+) -> MemoryOwner | None:
+    """The memory scope of a session: its person's, else its group chat's (`groups`), else
+    None (no memory)."""
+    if user_id:
+        return person(user_id)
+    if not groups or not key:
+        return None
+    parts = str(key).split(":")
+    if len(parts) < 3 or parts[0] in ("api", "cron", "cli"):
+        return None
+    # platform:account:chat — the whole group, whichever of its threads the session is.
+    return MemoryOwner("g-" + quote(":".join(parts[:3]), safe=""))
+
+
+def person(user_id: UserId) -> MemoryOwner:
+    """The memory scope of a person (shared by their linked identities)."""
+    return MemoryOwner("u-" + quote(user_id, safe=""))
 
 
 class MemoryScope(StrEnum):
@@ -42,15 +71,19 @@ class MemoryLimits:
 class MemoryFiles:
     """Reads and edits the memory files under `root` (the state directory).
 
-    Layout: `SOUL.md`, and `memory/<user>/USER.md` + `memory/<user>/MEMORY.md`. A file holds one
-    entry per line, written as a Markdown list item. Writes are atomic (temp file + rename),
-    and edits are serialized across processes (a lock file), so instances sharing a state
-    directory never lose each other's edits.
+    Layout: `SOUL.md`, and `memory/<owner>/USER.md` + `memory/<owner>/MEMORY.md` (see
+    `memory_owner`). A file holds one entry per line, written as a Markdown list item. Writes
+    are atomic (temp file + rename), and edits are serialized across processes (a lock file),
+    so instances sharing a state directory never lose each other's edits. `group_memory`:
+    whether group chats get memory files of their own (else they have none).
     """
 
-    def __init__(self, root: Path, limits: MemoryLimits = MemoryLimits()) -> None:
+    def __init__(
+        self, root: Path, limits: MemoryLimits = MemoryLimits(), *, group_memory: bool = True
+    ) -> None:
         self.root = root
         self.limits = limits
+        self.group_memory = group_memory
         self._lock = asyncio.Lock()
         self._soul: tuple[tuple[int, int, int] | None, str] | None = None
 
@@ -78,67 +111,79 @@ class MemoryFiles:
         self._soul = (stamp, text)
         return text
 
-    def path(self, scope: MemoryScope, user_id: UserId | None) -> Path:
-        """Where the file of `scope` for `user_id` lives."""
-        # One-to-one and path-safe: every user folder has a prefix the shared one lacks.
-        folder = "u-" + quote(user_id, safe="") if user_id else SHARED_SCOPE
-        name = "USER.md" if scope is MemoryScope.USER else "MEMORY.md"
-        return self.root / "memory" / folder / name
+    def owner(self, key: SessionKey | str | None, user_id: UserId | None) -> MemoryOwner | None:
+        """The memory scope of a session of `key` belonging to `user_id` (None: no memory)."""
+        return memory_owner(key, user_id, groups=self.group_memory)
 
-    def read(self, scope: MemoryScope, user_id: UserId | None) -> str:
-        """The file's text ("" when it does not exist yet)."""
+    def path(self, scope: MemoryScope, owner: MemoryOwner) -> Path:
+        """Where the file of `scope` for `owner` lives."""
+        name = "USER.md" if scope is MemoryScope.USER else "MEMORY.md"
+        return self.root / "memory" / owner / name
+
+    def read(self, scope: MemoryScope, owner: MemoryOwner | None) -> str:
+        """The file's text ("" when it does not exist yet, or there is no scope)."""
+        if owner is None:
+            return ""
         try:
-            return self.path(scope, user_id).read_text(encoding="utf-8")
+            return self.path(scope, owner).read_text(encoding="utf-8")
         except FileNotFoundError:
             return ""
 
-    async def snapshot(self, user_id: UserId | None) -> tuple[str, str]:
-        """(USER.md, MEMORY.md) as they are now; taken when a session starts."""
-        return self.read(MemoryScope.USER, user_id), self.read(MemoryScope.MEMORY, user_id)
+    async def snapshot(self, key: SessionKey, user_id: UserId | None) -> tuple[str, str]:
+        """(USER.md, MEMORY.md) of the session's scope as they are now; taken when a
+        session starts."""
+        owner = self.owner(key, user_id)
+        return self.read(MemoryScope.USER, owner), self.read(MemoryScope.MEMORY, owner)
 
-    async def add(self, scope: MemoryScope, user_id: UserId | None, entry: str) -> str:
+    async def add(self, scope: MemoryScope, owner: MemoryOwner | None, entry: str) -> str:
         """Append an entry. Raises MemoryEditError when empty, duplicate or over the cap."""
+        target = _writable(owner)
         entry = _one_line(entry)
         async with self._exclusive():
-            entries = self._entries(scope, user_id)
+            entries = self._entries(scope, target)
             if entry in entries:
                 raise MemoryEditError("that entry is already saved")
             entries.append(entry)
-            self._write(scope, user_id, entries)
+            self._write(scope, target, entries)
         return f"saved to {scope}"
 
-    async def replace(self, scope: MemoryScope, user_id: UserId | None, old: str, new: str) -> str:
+    async def replace(
+        self, scope: MemoryScope, owner: MemoryOwner | None, old: str, new: str
+    ) -> str:
         """Replace the one entry containing `old` by `new`."""
+        target = _writable(owner)
         new = _one_line(new)
         async with self._exclusive():
-            entries = self._entries(scope, user_id)
+            entries = self._entries(scope, target)
             index = _find(entries, old)
             entries[index] = new
-            self._write(scope, user_id, entries)
+            self._write(scope, target, entries)
         return f"replaced in {scope}"
 
-    async def remove(self, scope: MemoryScope, user_id: UserId | None, old: str) -> str:
+    async def remove(self, scope: MemoryScope, owner: MemoryOwner | None, old: str) -> str:
         """Remove the one entry containing `old`."""
+        target = _writable(owner)
         async with self._exclusive():
-            entries = self._entries(scope, user_id)
+            entries = self._entries(scope, target)
             del entries[_find(entries, old)]
-            self._write(scope, user_id, entries)
+            self._write(scope, target, entries)
         return f"removed from {scope}"
 
     async def merge(self, source: UserId, into: UserId) -> None:
         """Move `source`'s entries into `into`'s files (no duplicates; caps not enforced, so
         nothing is lost) and delete `source`'s folder. Used when two identities are linked."""
+        old, new = person(source), person(into)
         async with self._exclusive():
             for scope in MemoryScope:
-                moved = self._entries(scope, source)
+                moved = self._entries(scope, old)
                 if not moved:
                     continue
-                entries = self._entries(scope, into)
+                entries = self._entries(scope, new)
                 entries.extend(e for e in moved if e not in entries)
-                self._write(scope, into, entries, enforce_cap=False)
-            folder = self.path(MemoryScope.USER, source).parent
+                self._write(scope, new, entries, enforce_cap=False)
+            folder = self.path(MemoryScope.USER, old).parent
             for scope in MemoryScope:
-                self.path(scope, source).unlink(missing_ok=True)
+                self.path(scope, old).unlink(missing_ok=True)
             with contextlib.suppress(OSError):
                 folder.rmdir()
 
@@ -154,14 +199,14 @@ class MemoryFiles:
                 await asyncio.to_thread(fcntl.flock, handle.fileno(), fcntl.LOCK_EX)
                 yield  # closing the file releases the lock
 
-    def _entries(self, scope: MemoryScope, user_id: UserId | None) -> list[str]:
-        lines = self.read(scope, user_id).splitlines()
+    def _entries(self, scope: MemoryScope, owner: MemoryOwner) -> list[str]:
+        lines = self.read(scope, owner).splitlines()
         return [ln.removeprefix("- ").strip() for ln in lines if ln.strip()]
 
     def _write(
         self,
         scope: MemoryScope,
-        user_id: UserId | None,
+        owner: MemoryOwner,
         entries: list[str],
         *,
         enforce_cap: bool = True,
@@ -177,11 +222,19 @@ class MemoryFiles:
                 f"{scope} memory is full ({len(text)} of {cap} characters); "
                 "replace or remove an entry first"
             )
-        path = self.path(scope, user_id)
+        path = self.path(scope, owner)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
+
+
+def _writable(owner: MemoryOwner | None) -> MemoryOwner:
+    if owner is None:
+        raise MemoryEditError(
+            "this conversation has no memory (it belongs to no known person or group)"
+        )
+    return owner
 
 
 def _one_line(entry: str) -> str:

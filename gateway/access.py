@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.config import AccessConfig
 from gateway.contracts.config import PlatformSection
+from gateway.contracts.ids import UserId
 from gateway.contracts.messages import InboundMessage, utcnow
 from gateway.store import Store
 from gateway.store.sql import insert_ignore
@@ -85,6 +86,21 @@ class Access:
         self.sections = dict(sections)
         self.config = config
         self._replied: dict[tuple[str, str], float] = {}
+
+    def is_operator(self, platform: str, external_id: str) -> bool:
+        """Whether this sender operates Herald (listed in `access.operators`)."""
+        return f"{platform}:{external_id}" in self.config.operators
+
+    async def is_operator_user(self, user_id: UserId | None) -> bool:
+        """Whether this Herald user operates it: the local owner (the CLI and the API key
+        holder), or a person one of whose identities is listed in `access.operators`."""
+        if user_id is None:
+            return False
+        identities = await self.store.identities_of(user_id)
+        return any(
+            (platform, external) == ("local", "owner") or self.is_operator(platform, external)
+            for platform, external in identities
+        )
 
     def governed(self, platform: str) -> bool:
         """Whether the platform's senders are subject to allowlists."""

@@ -144,13 +144,32 @@ class DeliveryConfig(Section):
 
 
 class AccessConfig(Section):
-    """Pairing codes for unknown senders in direct messages."""
+    """Who operates Herald, and pairing codes for unknown senders in direct messages."""
+
+    operators: tuple[str, ...] = ()
+    """`platform:id` of the people who operate Herald from a chat (besides the CLI and the
+    API key holder): only they set home channels and send jobs or messages to other chats."""
 
     pairing_ttl: float = Field(default=3600.0, gt=0)
     max_pending_pairings: int = Field(default=3, ge=1)
     """Pending codes per platform; further unknown senders are told to try later."""
     pairing_reply_interval: float = Field(default=600.0, ge=0)
     """At most one pairing reply per unknown sender in this many seconds."""
+
+    @field_validator("operators", mode="before")
+    @classmethod
+    def _operators(cls, value: object) -> object:
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            return value
+        out = []
+        for item in items:
+            text = str(item).strip()
+            platform, sep, ident = text.partition(":")
+            if not sep or not platform or not ident:
+                raise ValueError(f"{text!r} is not of the form platform:id (e.g. telegram:123)")
+            out.append(f"{platform.lower()}:{ident}")
+        return tuple(out)
 
 
 class HomeConfig(Section):
@@ -230,6 +249,9 @@ class MemoryConfig(Section):
 
     user_max_chars: int = Field(default=4_000, ge=100)
     memory_max_chars: int = Field(default=8_000, ge=100)
+    group_memory: bool = True
+    """Whether each group chat has memory files of its own (never shared with another
+    group); false: sessions of groups have no memory at all."""
 
 
 class PlatformsConfig(Section):

@@ -92,6 +92,9 @@ class TurnRequest:
     stream: bool = True
     """Whether the caller reads tokens as they come; if not, the model is not asked to
     stream (cheaper), and the stream carries only the final event."""
+    operator: bool = False
+    """Whether the caller operates Herald (the API key holder): its tools may reach other
+    chats."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +160,7 @@ class TurnStream:
         raise AssertionError("a turn stream always ends with Finished")
 
 
-SnapshotReader = Callable[[UserId | None], Awaitable[tuple[str, str]]]
+SnapshotReader = Callable[[SessionKey, UserId | None], Awaitable[tuple[str, str]]]
 
 
 def derive_session_key(message: InboundMessage, group_sessions: GroupSessions) -> SessionKey:
@@ -878,8 +881,13 @@ class SessionManager:
         assert self._tg is not None
         self.metrics.running_turns.inc()
         started = time.monotonic()
+        # The turn may reach other chats only when everyone it answers operates Herald.
+        operator = self.access is not None and all(
+            self.access.is_operator(r.platform, r.sender_id) for r in batch
+        )
         running.task = self._tg.create_task(
-            self._agent_turn(session, progress, running, preview), name=f"turn {key}"
+            self._agent_turn(session, progress, running, preview, operator=operator),
+            name=f"turn {key}",
         )
         if running.cancel_reason is not None:
             running.task.cancel()
@@ -1037,6 +1045,8 @@ class SessionManager:
         progress: TurnProgress,
         running: _Running,
         preview: _Preview | None,
+        *,
+        operator: bool = False,
     ) -> BaseException | None:
         """Run the agent; return what it raised (None when it answered).
 
@@ -1050,6 +1060,7 @@ class SessionManager:
                     progress,
                     on_token=None if preview is None else preview.token,
                     steer=running.steer,
+                    operator=operator,
                 )
         except Exception as err:
             running.finishing = True
@@ -1127,6 +1138,7 @@ class SessionManager:
         lane = self._lanes.get(key)
         running = lane.running if lane else None
         cancel: str | None = None
+        outcome, detail = Outcome.ANSWERED, None
         section = self.platforms.get(row.platform)
         if (
             parsed is None or parsed.command is Command.HELP
@@ -1189,7 +1201,14 @@ class SessionManager:
             reply = await self._status(key, section, running)
         elif parsed.command is Command.CRON:
             reply = await self._jobs(row)
-        else:  # SETHOME
+        elif self.access is not None and not self.access.is_operator(row.platform, row.sender_id):
+            # The home channel receives the operator's reports: nobody else may redirect them.
+            outcome, detail = Outcome.REJECTED, "/sethome: not an operator"
+            reply = (
+                "🚫 Only Herald's operator can choose where scheduled reports go. "
+                f"(An operator lists {row.platform}:{row.sender_id} in access.operators.)"
+            )
+        else:  # SETHOME by an operator
             home = ":".join(p for p in (row.platform, row.chat_id, row.thread_id) if p)
             async with self.store.write() as conn:
                 await set_setting(conn, HOME_SETTING, home)
@@ -1198,11 +1217,11 @@ class SessionManager:
             await inbox_sql.settle(
                 conn,
                 [row.id],
-                Outcome.ANSWERED,
-                detail=f"/{parsed.command}" if parsed else "command",
+                outcome,
+                detail=detail or (f"/{parsed.command}" if parsed else "command"),
             )
             await enqueue(conn, [Chunk(f"cmd:{row.id}", target, reply, format=TextFormat.PLAIN)])
-        self.metrics.outcomes.labels(outcome=str(Outcome.ANSWERED)).inc()
+        self.metrics.outcomes.labels(outcome=str(outcome)).inc()
         self.on_outbox()
         if cancel is not None and running is not None:
             running.cancel(cancel)
@@ -1352,7 +1371,9 @@ class SessionManager:
         try:
             async with asyncio.timeout(self.config.turn_timeout):
                 on_token = stream.token if request.stream else None
-                await self.agent.run_turn(session, progress, on_token=on_token)
+                await self.agent.run_turn(
+                    session, progress, on_token=on_token, operator=request.operator
+                )
         except Exception as err:  # one turn's failure is its caller's answer, nothing more
             failure = classify(err, self.config.turn_timeout)
             log_failure(failure, err, f"API turn {turn_id} of {request.key}")

@@ -260,6 +260,7 @@ def build_agent(
     memory = MemoryFiles(
         config.state_dir,
         MemoryLimits(config.memory.user_max_chars, config.memory.memory_max_chars),
+        group_memory=config.memory.group_memory,
     )
     tools: list[Tool] = [
         MemoryTool(memory),
@@ -375,6 +376,7 @@ class Supervisor:
                         delivery.wake()
 
                 node.bus.subscribe(on_signal)
+                access = Access(store, sections, cfg.access)
                 manager = await stack.enter_async_context(
                     SessionManager(
                         store,
@@ -383,7 +385,7 @@ class Supervisor:
                         self.metrics,
                         memory.snapshot,
                         channels=channels,
-                        access=Access(store, sections, cfg.access),
+                        access=access,
                         platforms=sections,
                         on_outbox=on_outbox,
                         lanes=node.lanes,
@@ -409,6 +411,7 @@ class Supervisor:
                     if cfg.cron.enabled
                     else None,
                     lease_ttl=cfg.cluster.lease_ttl,
+                    operator=access.is_operator_user,
                 )
                 jobs.on_change = scheduler.wake
                 deps = AppDeps(

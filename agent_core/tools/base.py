@@ -24,6 +24,8 @@ class ToolContext:
 
     session: SessionInfo | None
     user_id: UserId | None
+    operator: bool = False
+    """Whether the person acting operates Herald (may reach chats other than this one)."""
 
 
 class Tool(Protocol):

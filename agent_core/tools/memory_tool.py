@@ -9,7 +9,8 @@ from agent_core.tools.base import ToolContext, ToolError, str_arg
 
 
 class MemoryTool:
-    """Edits the memory files of the session's user. Changes show in the next session."""
+    """Edits the memory files of the session's scope (its person, or its group chat).
+    Changes show in the next session."""
 
     name = "memory"
     description = (
@@ -44,15 +45,17 @@ class MemoryTool:
             scope = MemoryScope(str_arg(args, "target"))
         except ValueError as err:
             raise ToolError("target must be 'user' or 'memory'") from err
+        # Only the scope of the session the call runs in: its person's, or its group's.
+        owner = self.files.owner(None if ctx.session is None else ctx.session.key, ctx.user_id)
         try:
             if action == "add":
-                return await self.files.add(scope, ctx.user_id, str_arg(args, "content"))
+                return await self.files.add(scope, owner, str_arg(args, "content"))
             if action == "replace":
                 return await self.files.replace(
-                    scope, ctx.user_id, str_arg(args, "old_text"), str_arg(args, "content")
+                    scope, owner, str_arg(args, "old_text"), str_arg(args, "content")
                 )
             if action == "remove":
-                return await self.files.remove(scope, ctx.user_id, str_arg(args, "old_text"))
+                return await self.files.remove(scope, owner, str_arg(args, "old_text"))
         except MemoryEditError as err:
             raise ToolError(str(err)) from err
         raise ToolError("action must be 'add', 'replace' or 'remove'")

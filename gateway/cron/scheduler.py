@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,7 +36,7 @@ from gateway.config import CronConfig
 from gateway.contracts.config import PlatformSection
 from gateway.contracts.errors import LeaseLost, LLMError
 from gateway.contracts.history import ChatMessage, Role
-from gateway.contracts.ids import Platform, SessionId, SessionKey, TurnId, session_key
+from gateway.contracts.ids import Platform, SessionId, SessionKey, TurnId, UserId, session_key
 from gateway.cron.clock import Clock
 from gateway.cron.schedule import ScheduleError, stored_schedule
 from gateway.cron.store import (
@@ -119,7 +119,10 @@ class CronScheduler:
         on_outbox: Callable[[], None] = lambda: None,
         right: SchedulingRight | None = None,
         lease_ttl: float = 15.0,
+        operator: Callable[[UserId | None], Awaitable[bool]] | None = None,
     ) -> None:
+        """`operator`: whether a job's owner operates Herald (its runs may then reach other
+        chats through tools); by default nobody does."""
         self.store = store
         self.jobs = JobStore(store)
         self.agent = agent
@@ -134,6 +137,7 @@ class CronScheduler:
         self.on_outbox = on_outbox
         self.right: SchedulingRight = right or AlwaysSchedule()
         self.lease_ttl = lease_ttl
+        self._operator = operator
         self._wake = asyncio.Event()
         self._slots = asyncio.Semaphore(config.max_concurrent_runs)
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -354,8 +358,10 @@ class CronScheduler:
         timeout = job.timeout or self.config.run_timeout
         status, error = RunStatus.OK, None
         try:
+            # A run has its owner's rights and scope, never more.
+            operator = self._operator is not None and await self._operator(job.user_id)
             async with asyncio.timeout(timeout):
-                await self.agent.run_turn(session, progress)
+                await self.agent.run_turn(session, progress, operator=operator)
         except TimeoutError:
             status, error = RunStatus.TIMED_OUT, f"the run took longer than {timeout:g}s"
         except LLMError as err:

@@ -58,6 +58,10 @@ class JobService:
         self.on_change: Callable[[], None] = lambda: None
         """Called after every committed change (the scheduler sets it to its wake-up)."""
 
+    def normalize(self, targets: Sequence[str]) -> tuple[str, ...]:
+        """Targets in their stored form (`home`, `all`, `telegram:123`…). Raises JobError."""
+        return self._targets(targets)
+
     def _targets(self, targets: Sequence[str]) -> tuple[str, ...]:
         try:
             return normalize_targets(targets, self.configured)
@@ -246,10 +250,30 @@ class AgentJobs:
         timezone: str | None,
         targets: Sequence[str] | None,
     ) -> str:
-        """Create a job for the asking user; the session's chat is the default target."""
+        """Create a job for the asking user; the session's chat is the default target.
+
+        Only an operator may send a job's reports to another chat, `home` or `all`; anyone
+        else schedules for the chat they are in.
+        """
         session = ctx.session
         chat = session_chat(session.key) if session is not None else None
         created_by = ctx.user_id or (session.key if session is not None else "agent")
+        if not ctx.operator:
+            if chat is None:
+                raise ToolError(
+                    "only Herald's operator may schedule jobs from here (there is no chat "
+                    "to send the reports to)"
+                )
+            try:
+                asked = self.service.normalize(targets) if targets else (chat,)
+            except JobError as err:
+                raise ToolError(str(err)) from err
+            others = [t for t in asked if t != chat]
+            if others:
+                raise ToolError(
+                    f"you may schedule reports only to this chat ({chat}); "
+                    f"{', '.join(others)} is for Herald's operator to choose"
+                )
         try:
             job = await self.service.create(
                 JobSpec(

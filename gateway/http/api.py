@@ -185,7 +185,13 @@ async def chat_completions(
         if user_id is None:
             user_id = await deps.store.resolve_user("local", "owner")
         turn = TurnRequest(
-            key, str(Platform.API), _new_input(body.messages), user_id, stream=body.stream
+            key,
+            str(Platform.API),
+            _new_input(body.messages),
+            user_id,
+            stream=body.stream,
+            # The key holder operates Herald; without a key, callers are not trusted so far.
+            operator=deps.config.api.key is not None,
         )
     else:
         key = SessionKey(f"api:stateless:{uuid.uuid4().hex}")

@@ -37,7 +37,8 @@ from gateway.store.tables import (
 )
 from gateway.store.types import aware
 
-SnapshotFactory = Callable[[UserId | None], Awaitable[tuple[str, str]]]
+SnapshotFactory = Callable[[SessionKey, UserId | None], Awaitable[tuple[str, str]]]
+"""(USER.md, MEMORY.md) for a new session of that key and user, frozen into the session."""
 """Returns (USER.md, MEMORY.md) as they are now, for a new session of that user."""
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -223,7 +224,7 @@ class Store:
             if current is not None and not new_epoch:
                 return current
             epoch = current.epoch + 1 if current is not None else 0
-            user_md, memory_md = await snapshot(user_id)
+            user_md, memory_md = await snapshot(key, user_id)
             now = utcnow()
             try:
                 async with self.write() as conn:

@@ -16,7 +16,6 @@ from gateway.contracts.ids import (
     SessionId,
     SessionKey,
     TurnId,
-    UserId,
 )
 from gateway.contracts.messages import SendLimits, TextFormat, utcnow
 from gateway.outbox import (
@@ -44,7 +43,7 @@ def chunk(key: str, target: Target = A, text: str = "hello") -> Chunk:
     return Chunk(key, target, text)
 
 
-async def no_snapshot(_: UserId | None) -> tuple[str, str]:
+async def no_snapshot(*_: object) -> tuple[str, str]:
     return "", ""
 
 

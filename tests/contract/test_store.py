@@ -29,7 +29,7 @@ class Snapshots:
     def __init__(self) -> None:
         self.calls: list[UserId | None] = []
 
-    async def __call__(self, user_id: UserId | None) -> tuple[str, str]:
+    async def __call__(self, _key: SessionKey, user_id: UserId | None) -> tuple[str, str]:
         self.calls.append(user_id)
         n = len(self.calls)
         return f"USER.md v{n}", f"MEMORY.md v{n}"

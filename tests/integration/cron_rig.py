@@ -175,7 +175,7 @@ async def cron_rig(
     sections = {"test": PlatformSection(account="acct", allowed_users=("*",))}
     service = JobService(store, configured=sections, clock=clock)
 
-    async def no_snapshot(_: object) -> tuple[str, str]:
+    async def no_snapshot(*_: object) -> tuple[str, str]:
         return "", ""
 
     scheduler = CronScheduler(

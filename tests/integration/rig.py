@@ -138,7 +138,7 @@ async def running_rig(
     )
     platforms = {"test": section}
 
-    async def no_snapshot(_: object) -> tuple[str, str]:
+    async def no_snapshot(*_: object) -> tuple[str, str]:
         return "", ""
 
     manager = SessionManager(

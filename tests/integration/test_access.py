@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select, update
 
-from agent_core.memory import MemoryFiles, MemoryScope
+from agent_core.memory import MemoryFiles, MemoryScope, person
 from gateway.access import CODE_ALPHABET, CODE_LENGTH, Pairings
 from gateway.config import AccessConfig
 from gateway.contracts.config import GroupSessions, PlatformSection
@@ -507,7 +507,7 @@ async def test_linking_a_new_identity_makes_it_the_same_user(store: Store) -> No
     assert await store.link_identities(("email", "a@x"), ("test", "1")) == (kept, None)
 
 
-async def no_snapshot(_: UserId | None) -> tuple[str, str]:
+async def no_snapshot(*_: object) -> tuple[str, str]:
     return "", ""
 
 
@@ -549,25 +549,25 @@ async def test_a_linked_identity_talks_as_the_kept_user(store: Store, tmp_path: 
 async def test_memory_merge_moves_entries_without_duplicates(tmp_path: Path) -> None:
     memory = MemoryFiles(tmp_path)
     source, into = UserId("u_source"), UserId("u_into")
-    await memory.add(MemoryScope.USER, into, "Name: Alice")
-    await memory.add(MemoryScope.USER, into, "Prefers tea")
-    await memory.add(MemoryScope.USER, source, "Prefers tea")
-    await memory.add(MemoryScope.USER, source, "Lives in Lisbon")
-    await memory.add(MemoryScope.MEMORY, source, "Working on the budget")
-    folder = memory.path(MemoryScope.USER, source).parent
+    await memory.add(MemoryScope.USER, person(into), "Name: Alice")
+    await memory.add(MemoryScope.USER, person(into), "Prefers tea")
+    await memory.add(MemoryScope.USER, person(source), "Prefers tea")
+    await memory.add(MemoryScope.USER, person(source), "Lives in Lisbon")
+    await memory.add(MemoryScope.MEMORY, person(source), "Working on the budget")
+    folder = memory.path(MemoryScope.USER, person(source)).parent
     assert folder.is_dir()
 
     await memory.merge(source, into)
 
-    assert memory.read(MemoryScope.USER, into) == (
+    assert memory.read(MemoryScope.USER, person(into)) == (
         "- Name: Alice\n- Prefers tea\n- Lives in Lisbon\n"
     )
-    assert memory.read(MemoryScope.MEMORY, into) == "- Working on the budget\n"
-    assert memory.read(MemoryScope.USER, source) == ""
-    assert memory.read(MemoryScope.MEMORY, source) == ""
+    assert memory.read(MemoryScope.MEMORY, person(into)) == "- Working on the budget\n"
+    assert memory.read(MemoryScope.USER, person(source)) == ""
+    assert memory.read(MemoryScope.MEMORY, person(source)) == ""
     assert not folder.exists()
     # The kept user's snapshot is what a new session of any linked identity starts with.
-    user_md, memory_md = await memory.snapshot(into)
+    user_md, memory_md = await memory.snapshot(SessionKey("telegram:default:1"), into)
     assert "Lives in Lisbon" in user_md
     assert "budget" in memory_md
 
@@ -575,11 +575,11 @@ async def test_memory_merge_moves_entries_without_duplicates(tmp_path: Path) -> 
 async def test_memory_merge_of_a_user_without_files_changes_nothing(tmp_path: Path) -> None:
     memory = MemoryFiles(tmp_path)
     into = UserId("u_into")
-    await memory.add(MemoryScope.USER, into, "Name: Alice")
+    await memory.add(MemoryScope.USER, person(into), "Name: Alice")
 
     await memory.merge(UserId("u_nobody"), into)
 
-    assert memory.read(MemoryScope.USER, into) == "- Name: Alice\n"
+    assert memory.read(MemoryScope.USER, person(into)) == "- Name: Alice\n"
 
 
 async def test_the_pending_limit_holds_when_strangers_write_at_once(

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.timeout(60)
 KEY = "admission-key"
 
 
-async def _no_snapshot(_: object) -> tuple[str, str]:
+async def _no_snapshot(*_: object) -> tuple[str, str]:
     return "", ""
 
 

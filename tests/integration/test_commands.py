@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gateway.commands import HELP_TEXT, Command
-from gateway.config import SessionsConfig
+from gateway.config import AccessConfig, SessionsConfig
 from gateway.contracts.config import BusyMode
 from gateway.contracts.history import ChatMessage, Role
 from gateway.contracts.ids import SessionKey
@@ -30,6 +30,10 @@ KEY = SessionKey("test:acct:c1")
 # helpers ---------------------------------------------------------------------------------------
 
 
+OPERATOR = AccessConfig(operators=("test:c1",))
+"""The sender of `inbound()` messages in c1 operates Herald."""
+
+
 def busy_config(mode: BusyMode = BusyMode.QUEUE) -> SessionsConfig:
     """Sessions config for these tests: no debounce, an ack per busy message, short drain."""
     return SessionsConfig(
@@ -38,18 +42,24 @@ def busy_config(mode: BusyMode = BusyMode.QUEUE) -> SessionsConfig:
 
 
 async def command(
-    rig: Rig, text: str, *, chat: str = "c1", thread: str | None = None, direct: bool = True
+    rig: Rig,
+    text: str,
+    *,
+    chat: str = "c1",
+    thread: str | None = None,
+    direct: bool = True,
+    sender: str | None = None,
 ) -> str:
     """Send a command and return its reply, as delivered to the chat.
 
-    `accept` runs the command before it returns, so the row is answered by then.
+    `accept` runs the command before it returns, so the row is answered (or refused) by then.
     """
     key = f"test:acct:{chat}" + (f":{thread}" if thread else "")
-    sender = chat if direct else "u1"  # a direct chat's id is its sender's
+    sender = sender or (chat if direct else "u1")  # a direct chat's id is its sender's
     await rig.manager.accept(inbound(text, chat=chat, thread=thread, direct=direct, sender=sender))
     rows = await rig.rows(key)
     row = next(r for r in reversed(rows) if r.is_command and r.text == text)
-    assert row.outcome is Outcome.ANSWERED, f"{text!r} was not answered at once"
+    assert row.outcome in (Outcome.ANSWERED, Outcome.REJECTED), f"{text!r} was not answered"
     assert row.status is Status.DONE
     reply = await wait_key(rig, f"cmd:{row.id}")
     return reply.text
@@ -137,7 +147,7 @@ def assert_commands_answered(rows: list[InboxRow]) -> None:
 async def test_commands_are_answered_while_a_turn_is_still_running(
     store: Store, tmp_path: Path
 ) -> None:
-    async with running_rig(store, tmp_path, sessions=busy_config()) as rig:
+    async with running_rig(store, tmp_path, sessions=busy_config(), access=OPERATOR) as rig:
         await rig.manager.accept(inbound("long question"))
         await rig.llm.wait_started("long question")
         await rig.manager.accept(inbound("queued question"))
@@ -503,16 +513,31 @@ async def test_status_reports_idle_busy_and_the_waiting_count(store: Store, tmp_
 
 
 async def test_sethome_stores_the_home_target(store: Store, tmp_path: Path) -> None:
-    async with running_rig(store, tmp_path, sessions=busy_config()) as rig:
+    async with running_rig(store, tmp_path, sessions=busy_config(), access=OPERATOR) as rig:
         assert await store.get_setting(HOME_SETTING) is None
         reply = await command(rig, "/sethome")
         assert "test:c1" in reply
         assert await store.get_setting(HOME_SETTING) == "test:c1"
 
         # From a thread of a group: the thread is part of the target; last one wins.
-        await command(rig, "/sethome", chat="g1", thread="t9", direct=False)
+        await command(rig, "/sethome", chat="g1", thread="t9", direct=False, sender="c1")
         assert await store.get_setting(HOME_SETTING) == "test:g1:t9"
         assert_commands_answered([*await rig.rows(KEY), *await rig.rows("test:acct:g1:t9")])
+
+
+async def test_sethome_from_anyone_but_an_operator_is_refused(
+    store: Store, tmp_path: Path
+) -> None:
+    async with running_rig(store, tmp_path, sessions=busy_config(), access=OPERATOR) as rig:
+        reply = await command(rig, "/sethome", chat="c2")
+        assert "Only Herald's operator" in reply
+        assert "test:c2" in reply  # what the operator would list
+        # In a group too, even addressed to the bot.
+        await command(rig, "/sethome", chat="g1", direct=False, sender="u2")
+        assert await store.get_setting(HOME_SETTING) is None
+        [row] = await rig.rows("test:acct:c2")
+        assert row.outcome is Outcome.REJECTED
+        assert row.outcome_detail == "/sethome: not an operator"
 
 
 async def test_help_lists_every_command(store: Store, tmp_path: Path) -> None:

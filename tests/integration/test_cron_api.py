@@ -77,6 +77,7 @@ async def daemon(tmp_path: Path) -> AsyncIterator[Rig]:
         extra = {
             "api": {"host": "127.0.0.1", "port": port, "key": KEY},
             "cron": {"poll_interval": 0.1},
+            "access": {"operators": ["test:owner"]},
         }
         async with (
             running_daemon(

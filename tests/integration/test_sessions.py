@@ -74,7 +74,7 @@ class GatedProvider:
         return None
 
 
-async def _no_snapshot(_: object) -> tuple[str, str]:
+async def _no_snapshot(*_: object) -> tuple[str, str]:
     return "", ""
 
 

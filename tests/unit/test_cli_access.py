@@ -12,7 +12,7 @@ import re
 import pytest
 from sqlalchemy import select
 
-from agent_core.memory import MemoryFiles, MemoryScope
+from agent_core.memory import MemoryFiles, MemoryScope, person
 from gateway.access import CODE_ALPHABET, CODE_LENGTH, Access, Pairings, Verdict
 from gateway.config import AccessConfig
 from gateway.contracts.config import PlatformSection
@@ -199,16 +199,16 @@ async def test_users_link_merges_two_users_and_their_memory(herald: Herald) -> N
         kept = await store.resolve_user("telegram", "1")
         merged = await store.resolve_user("email", "a@x")
     memory = MemoryFiles(herald.state_dir)
-    await memory.add(MemoryScope.USER, kept, "Name: Alice")
-    await memory.add(MemoryScope.USER, merged, "Name: Alice")
-    await memory.add(MemoryScope.USER, merged, "Prefers tea")
+    await memory.add(MemoryScope.USER, person(kept), "Name: Alice")
+    await memory.add(MemoryScope.USER, person(merged), "Name: Alice")
+    await memory.add(MemoryScope.USER, person(merged), "Prefers tea")
 
     result = await herald.invoke("users", "link", "TELEGRAM:1", "email:a@x")
 
     assert result.exit_code == 0, result.output
     assert result.stdout == f"user {kept}: telegram:1, email:a@x\n"
-    assert memory.read(MemoryScope.USER, kept) == "- Name: Alice\n- Prefers tea\n"
-    assert not memory.path(MemoryScope.USER, merged).parent.exists()
+    assert memory.read(MemoryScope.USER, person(kept)) == "- Name: Alice\n- Prefers tea\n"
+    assert not memory.path(MemoryScope.USER, person(merged)).parent.exists()
     async with Store.open(herald.database_url) as store, store.read() as conn:
         assert set((await conn.execute(select(users.c.id))).scalars()) == {kept}
 

@@ -12,11 +12,11 @@ from agent_core.compress import MARKER
 from agent_core.context import system_prompt
 from agent_core.llm import Usage
 from agent_core.loop import TurnProgress
-from agent_core.memory import MemoryFiles, MemoryScope
+from agent_core.memory import MemoryFiles, MemoryScope, person
 from agent_core.tools import MemoryTool, SessionSearchTool, ToolContext, ToolRegistry
 from gateway.contracts.errors import LLMError, LLMRejected, LLMUnavailable
 from gateway.contracts.history import ChatMessage, Role, SessionInfo
-from gateway.contracts.ids import SessionKey
+from gateway.contracts.ids import SessionKey, UserId
 from gateway.store import Store
 from tests.unit.agent.fakes import (
     EchoTool,
@@ -48,6 +48,11 @@ def files(tmp_path: Path) -> MemoryFiles:
     root.mkdir()
     (root / "SOUL.md").write_text(SOUL + "\n", encoding="utf-8")
     return MemoryFiles(root)
+
+
+def _uid(user_id: UserId | None) -> UserId:
+    assert user_id is not None
+    return user_id
 
 
 def make_agent(
@@ -116,11 +121,11 @@ async def test_the_memory_snapshot_is_the_one_taken_when_the_session_started(
     sql_store: Store, files: MemoryFiles
 ) -> None:
     ada = await sql_store.resolve_user("telegram", "1", "Ada")
-    await files.add(MemoryScope.USER, ada, "Name: Ada")
+    await files.add(MemoryScope.USER, person(ada), "Name: Ada")
     session = await sql_store.open_session(
         SessionKey("telegram:bot:1"), platform="test", user_id=ada, snapshot=files.snapshot
     )
-    await files.add(MemoryScope.USER, ada, "LATER-FACT")
+    await files.add(MemoryScope.USER, person(ada), "LATER-FACT")
     await start_user_turn(sql_store, session, "hi")
     provider = ScriptedProvider(answer("hello"))
 
@@ -135,8 +140,8 @@ async def test_another_users_memory_never_reaches_the_prompt(
 ) -> None:
     ada = await sql_store.resolve_user("telegram", "1", "Ada")
     bob = await sql_store.resolve_user("telegram", "2", "Bob")
-    await files.add(MemoryScope.USER, ada, "ADA-PRIVATE allergy")
-    await files.add(MemoryScope.MEMORY, ada, "ADA-PRIVATE project")
+    await files.add(MemoryScope.USER, person(ada), "ADA-PRIVATE allergy")
+    await files.add(MemoryScope.MEMORY, person(ada), "ADA-PRIVATE project")
     session = await sql_store.open_session(
         SessionKey("telegram:bot:2"), platform="test", user_id=bob, snapshot=files.snapshot
     )
@@ -162,7 +167,7 @@ async def test_tools_act_for_the_sessions_user(sql_store: Store, files: MemoryFi
     await agent.run_turn(session, TurnProgress())
 
     assert echo.calls == [({"x": 1}, ToolContext(session=session, user_id=session.user_id))]
-    assert files.read(MemoryScope.USER, session.user_id) == "- Name: Ada\n"
+    assert files.read(MemoryScope.USER, person(_uid(session.user_id))) == "- Name: Ada\n"
 
 
 async def test_a_turn_streams_and_takes_steer(sql_store: Store, files: MemoryFiles) -> None:
@@ -340,14 +345,17 @@ async def test_the_memory_pass_saves_what_the_model_asks(
     sql_store: Store, files: MemoryFiles
 ) -> None:
     session = await ada_session(sql_store)
-    await files.add(MemoryScope.MEMORY, session.user_id, "existing note")
+    await files.add(MemoryScope.MEMORY, person(_uid(session.user_id)), "existing note")
     add = {"action": "add", "target": "user", "content": "Name: Ada; studies ferns"}
     provider = ScriptedProvider(use_tools(call("m1", "memory", add)), answer("saved"))
     registry = ToolRegistry([MemoryTool(files), EchoTool(), SessionSearchTool(sql_store)])
 
     await make_agent(provider, sql_store, files, registry).memory_pass(session, EXCHANGE)
 
-    assert files.read(MemoryScope.USER, session.user_id) == "- Name: Ada; studies ferns\n"
+    assert (
+        files.read(MemoryScope.USER, person(_uid(session.user_id)))
+        == "- Name: Ada; studies ferns\n"
+    )
     first = provider.calls[0]
     assert first.system.startswith(MEMORY_MARKER)
     assert first.tool_names == ["memory"]
@@ -370,9 +378,8 @@ async def test_the_memory_pass_writes_only_the_sessions_user(
 
     await make_agent(provider, sql_store, files).memory_pass(session, EXCHANGE)
 
-    assert files.read(MemoryScope.USER, bob) == ""
-    assert files.read(MemoryScope.USER, None) == ""
-    assert files.read(MemoryScope.USER, session.user_id) == "- likes ferns\n"
+    assert files.read(MemoryScope.USER, person(bob)) == ""
+    assert files.read(MemoryScope.USER, person(_uid(session.user_id))) == "- likes ferns\n"
 
 
 async def test_a_memory_pass_with_nothing_to_save(sql_store: Store, files: MemoryFiles) -> None:
@@ -382,7 +389,7 @@ async def test_a_memory_pass_with_nothing_to_save(sql_store: Store, files: Memor
     await make_agent(provider, sql_store, files).memory_pass(session, EXCHANGE)
 
     assert len(provider.calls) == 1
-    assert files.read(MemoryScope.USER, session.user_id) == ""
+    assert files.read(MemoryScope.USER, person(_uid(session.user_id))) == ""
 
 
 async def test_a_memory_pass_that_keeps_calling_tools_is_capped(

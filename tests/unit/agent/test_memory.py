@@ -8,11 +8,29 @@ from pathlib import Path
 
 import pytest
 
-from agent_core.memory import SHARED_SCOPE, MemoryEditError, MemoryFiles, MemoryLimits, MemoryScope
-from gateway.contracts.ids import UserId
+from agent_core.memory import (
+    MemoryEditError,
+    MemoryFiles,
+    MemoryLimits,
+    MemoryOwner,
+    MemoryScope,
+    memory_owner,
+)
+from gateway.contracts.ids import SessionKey, UserId
 
-ADA = UserId("u_ada")
-BOB = UserId("u_bob")
+
+def owner(user: str) -> MemoryOwner:
+    """The memory scope of a person."""
+    found = memory_owner(None, UserId(user))
+    assert found is not None
+    return found
+
+
+ADA_ID = UserId("u_ada")
+ADA = owner("u_ada")
+BOB = owner("u_bob")
+GROUP_A = SessionKey("telegram:default:-100111")
+GROUP_B = SessionKey("telegram:default:-100222")
 USER = MemoryScope.USER
 NOTES = MemoryScope.MEMORY
 
@@ -22,7 +40,7 @@ async def test_add_appends_entries_as_list_items(memory: MemoryFiles) -> None:
     await memory.add(USER, ADA, "Prefers  short\nanswers ")
 
     assert memory.read(USER, ADA) == "- Name: Ada\n- Prefers short answers\n"
-    assert memory.path(USER, ADA).parent == memory.root / "memory" / f"u-{ADA}"
+    assert memory.path(USER, ADA).parent == memory.root / "memory" / "u-u_ada"
 
 
 async def test_read_of_a_missing_file_is_empty(memory: MemoryFiles) -> None:
@@ -171,8 +189,8 @@ async def test_one_users_files_are_never_visible_to_another(memory: MemoryFiles)
 
     assert memory.read(USER, BOB) == ""
     assert memory.read(NOTES, BOB) == ""
-    assert await memory.snapshot(BOB) == ("", "")
-    assert await memory.snapshot(None) == ("", "")
+    assert await memory.snapshot(SessionKey("telegram:default:2"), UserId("u_bob")) == ("", "")
+    assert await memory.snapshot(GROUP_A, None) == ("", "")
     assert memory.path(USER, ADA) != memory.path(USER, BOB)
     # Bob cannot reach Ada's entries by editing either.
     with pytest.raises(MemoryEditError, match="no entry contains"):
@@ -187,18 +205,41 @@ async def test_the_same_entry_may_be_saved_for_two_users(memory: MemoryFiles) ->
     assert memory.read(USER, ADA) == memory.read(USER, BOB) == "- likes tea\n"
 
 
-async def test_no_user_means_the_shared_scope(memory: MemoryFiles) -> None:
-    await memory.add(NOTES, None, "team standup at 9")
+async def test_each_group_chat_has_its_own_scope_never_shared(memory: MemoryFiles) -> None:
+    group_a = memory.owner(GROUP_A, None)
+    group_b = memory.owner(GROUP_B, None)
+    assert group_a is not None
+    assert group_b is not None
+    await memory.add(USER, group_a, "Carol has asthma")
 
-    assert memory.path(NOTES, None) == memory.root / "memory" / SHARED_SCOPE / "MEMORY.md"
-    assert memory.read(NOTES, None) == "- team standup at 9\n"
-    assert memory.read(NOTES, ADA) == ""
+    assert memory.read(USER, group_a) == "- Carol has asthma\n"
+    assert memory.read(USER, group_b) == ""
+    assert memory.read(USER, ADA) == ""
+    assert await memory.snapshot(GROUP_B, None) == ("", "")
+    # A thread of group A is group A; its people's own sessions are theirs.
+    assert memory.owner(SessionKey(f"{GROUP_A}:77"), None) == group_a
+    assert memory.owner(GROUP_A, ADA_ID) == ADA
+
+
+async def test_no_person_and_no_group_means_no_memory(memory: MemoryFiles) -> None:
+    for key in ("api:stateless:1", "cron:job:abc", None):
+        assert memory.owner(key, None) is None
+    assert await memory.snapshot(SessionKey("cron:job:abc"), None) == ("", "")
+    with pytest.raises(MemoryEditError, match="no memory"):
+        await memory.add(NOTES, None, "team standup at 9")
+    assert not (memory.root / "memory" / "_shared").exists()
+
+
+async def test_group_memory_can_be_switched_off(tmp_path: Path) -> None:
+    memory = MemoryFiles(tmp_path, group_memory=False)
+    assert memory.owner(GROUP_A, None) is None
+    assert memory.owner(GROUP_A, ADA_ID) == ADA
 
 
 async def test_user_ids_with_unsafe_characters_stay_inside_the_memory_folder(
     memory: MemoryFiles,
 ) -> None:
-    path = memory.path(USER, UserId("../../etc/passwd"))
+    path = memory.path(USER, owner("../../etc/passwd"))
     assert path.parent.parent == memory.root / "memory"
     assert "/" not in path.parent.name
 
@@ -207,16 +248,14 @@ async def test_user_ids_with_unsafe_characters_stay_inside_the_memory_folder(
     ("one", "other"),
     [
         ("telegram:42", "telegram_42"),
-        ("_shared", None),
         ("..", "."),
     ],
 )
 def test_distinct_users_never_share_a_memory_folder(
-    memory: MemoryFiles, one: str, other: str | None
+    memory: MemoryFiles, one: str, other: str
 ) -> None:
-    other_id = None if other is None else UserId(other)
-    first = memory.path(USER, UserId(one))
-    second = memory.path(USER, other_id)
+    first = memory.path(USER, owner(one))
+    second = memory.path(USER, owner(other))
     assert first.parent != second.parent
     for path in (first, second):
         assert path.resolve().parent.parent == (memory.root / "memory").resolve()
@@ -226,17 +265,19 @@ async def test_snapshot_reads_both_files_of_the_user(memory: MemoryFiles) -> Non
     await memory.add(USER, ADA, "Name: Ada")
     await memory.add(NOTES, ADA, "working on: thesis")
 
-    assert await memory.snapshot(ADA) == ("- Name: Ada\n", "- working on: thesis\n")
+    key = SessionKey("telegram:default:1")
+    assert await memory.snapshot(key, ADA_ID) == ("- Name: Ada\n", "- working on: thesis\n")
 
 
 async def test_a_snapshot_does_not_follow_later_edits(memory: MemoryFiles) -> None:
     await memory.add(USER, ADA, "Name: Ada")
-    taken = await memory.snapshot(ADA)
+    key = SessionKey("telegram:default:1")
+    taken = await memory.snapshot(key, ADA_ID)
 
     await memory.add(USER, ADA, "likes tea")
 
     assert taken == ("- Name: Ada\n", "")
-    assert await memory.snapshot(ADA) == ("- Name: Ada\n- likes tea\n", "")
+    assert await memory.snapshot(key, ADA_ID) == ("- Name: Ada\n- likes tea\n", "")
 
 
 def test_soul_is_the_builtin_persona_when_absent(memory: MemoryFiles) -> None:
@@ -291,7 +332,7 @@ from agent_core.memory import MemoryFiles, MemoryScope
 async def main():
     memory = MemoryFiles(Path(sys.argv[1]))
     for i in range(60):
-        await memory.add(MemoryScope.MEMORY, None, f"{sys.argv[2]} fact {i}")
+        await memory.add(MemoryScope.MEMORY, "g-shared", f"{sys.argv[2]} fact {i}")
 asyncio.run(main())
 """
 
@@ -307,6 +348,6 @@ async def test_two_processes_editing_one_state_directory_never_lose_an_edit(
     async with asyncio.timeout(60):
         codes = [await p.wait() for p in editors]
     assert codes == [0, 0]
-    saved = MemoryFiles(tmp_path).read(MemoryScope.MEMORY, None).splitlines()
+    saved = MemoryFiles(tmp_path).read(MemoryScope.MEMORY, MemoryOwner("g-shared")).splitlines()
     expected = [f"- {name} fact {i}" for name in ("first", "second") for i in range(60)]
     assert sorted(saved) == sorted(expected)

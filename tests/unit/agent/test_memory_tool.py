@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agent_core.memory import MemoryFiles, MemoryLimits, MemoryScope
+from agent_core.memory import MemoryFiles, MemoryLimits, MemoryScope, person
 from agent_core.tools import MemoryTool, ToolContext, ToolError, ToolRegistry
-from gateway.contracts.ids import UserId
+from gateway.contracts.ids import SessionKey, UserId
+from gateway.store import Store
 from tests.unit.agent.fakes import call
 
 ADA = UserId("u_ada")
@@ -19,21 +21,31 @@ AS_BOB = ToolContext(session=None, user_id=BOB)
 SHARED = ToolContext(session=None, user_id=None)
 
 
+async def empty(*_: object) -> tuple[str, str]:
+    return "", ""
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    async with Store.open(f"sqlite+aiosqlite:///{tmp_path / 'herald.db'}") as opened:
+        yield opened
+
+
 async def test_add_saves_to_the_users_file(memory: MemoryFiles) -> None:
     tool = MemoryTool(memory)
     result = await tool({"action": "add", "target": "user", "content": "Name: Ada"}, AS_ADA)
 
     assert result == "saved to user"
-    assert memory.read(MemoryScope.USER, ADA) == "- Name: Ada\n"
-    assert memory.read(MemoryScope.USER, BOB) == ""
+    assert memory.read(MemoryScope.USER, person(ADA)) == "- Name: Ada\n"
+    assert memory.read(MemoryScope.USER, person(BOB)) == ""
 
 
 async def test_add_to_memory_goes_to_memory_md(memory: MemoryFiles) -> None:
     tool = MemoryTool(memory)
     await tool({"action": "add", "target": "memory", "content": "thesis due in May"}, AS_ADA)
 
-    assert memory.read(MemoryScope.MEMORY, ADA) == "- thesis due in May\n"
-    assert memory.read(MemoryScope.USER, ADA) == ""
+    assert memory.read(MemoryScope.MEMORY, person(ADA)) == "- thesis due in May\n"
+    assert memory.read(MemoryScope.USER, person(ADA)) == ""
 
 
 async def test_replace_and_remove(memory: MemoryFiles) -> None:
@@ -48,15 +60,30 @@ async def test_replace_and_remove(memory: MemoryFiles) -> None:
     removed = await tool({"action": "remove", "target": "user", "old_text": "Lyon"}, AS_ADA)
 
     assert (replaced, removed) == ("replaced in user", "removed from user")
-    assert memory.read(MemoryScope.USER, ADA) == "- likes coffee\n"
+    assert memory.read(MemoryScope.USER, person(ADA)) == "- likes coffee\n"
 
 
-async def test_without_a_user_edits_the_shared_scope(memory: MemoryFiles) -> None:
+async def test_without_a_user_or_group_there_is_no_memory(memory: MemoryFiles) -> None:
     tool = MemoryTool(memory)
-    await tool({"action": "add", "target": "memory", "content": "team uses Postgres"}, SHARED)
+    with pytest.raises(ToolError, match="no memory"):
+        await tool({"action": "add", "target": "memory", "content": "team uses Postgres"}, SHARED)
+    assert not (memory.root / "memory" / "_shared").exists()
 
-    assert memory.read(MemoryScope.MEMORY, None) == "- team uses Postgres\n"
-    assert memory.read(MemoryScope.MEMORY, ADA) == ""
+
+async def test_in_a_group_edits_that_groups_own_scope(memory: MemoryFiles, store: Store) -> None:
+    tool = MemoryTool(memory)
+    group_a = await store.open_session(
+        SessionKey("telegram:default:-100111"), platform="telegram", user_id=None, snapshot=empty
+    )
+    group_b = await store.open_session(
+        SessionKey("telegram:default:-100222"), platform="telegram", user_id=None, snapshot=empty
+    )
+    in_a = ToolContext(session=group_a, user_id=None)
+    await tool({"action": "add", "target": "user", "content": "Carol has asthma"}, in_a)
+
+    assert await memory.snapshot(group_a.key, None) == ("- Carol has asthma\n", "")
+    assert await memory.snapshot(group_b.key, None) == ("", "")
+    assert memory.read(MemoryScope.USER, person(ADA)) == ""
 
 
 async def test_one_user_cannot_edit_anothers_entries(memory: MemoryFiles) -> None:
@@ -66,7 +93,7 @@ async def test_one_user_cannot_edit_anothers_entries(memory: MemoryFiles) -> Non
     with pytest.raises(ToolError, match="no entry contains"):
         await tool({"action": "remove", "target": "user", "old_text": "pin"}, AS_BOB)
 
-    assert memory.read(MemoryScope.USER, ADA) == "- Ada's pin is 1234\n"
+    assert memory.read(MemoryScope.USER, person(ADA)) == "- Ada's pin is 1234\n"
 
 
 @pytest.mark.parametrize(
@@ -90,7 +117,7 @@ async def test_invalid_arguments_are_refused(
 ) -> None:
     with pytest.raises(ToolError, match=message):
         await MemoryTool(memory)(args, AS_ADA)
-    assert not memory.path(MemoryScope.USER, ADA).exists()
+    assert not memory.path(MemoryScope.USER, person(ADA)).exists()
 
 
 async def test_refused_edits_become_tool_errors(tmp_path: Path) -> None:
@@ -105,7 +132,7 @@ async def test_refused_edits_become_tool_errors(tmp_path: Path) -> None:
     with pytest.raises(ToolError, match="no entry contains 'coffee'"):
         await tool({"action": "remove", "target": "user", "old_text": "coffee"}, AS_ADA)
 
-    assert files.read(MemoryScope.USER, ADA) == "- likes tea\n"
+    assert files.read(MemoryScope.USER, person(ADA)) == "- likes tea\n"
 
 
 async def test_through_the_registry_a_refusal_is_text_for_the_model(memory: MemoryFiles) -> None:

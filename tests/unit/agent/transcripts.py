@@ -17,7 +17,7 @@ class FixedSnapshot:
         self.texts = (user_md, memory_md)
         self.calls: list[UserId | None] = []
 
-    async def __call__(self, user_id: UserId | None) -> tuple[str, str]:
+    async def __call__(self, _key: SessionKey, user_id: UserId | None) -> tuple[str, str]:
         self.calls.append(user_id)
         return self.texts
 
