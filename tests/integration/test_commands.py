@@ -525,9 +525,7 @@ async def test_sethome_stores_the_home_target(store: Store, tmp_path: Path) -> N
         assert_commands_answered([*await rig.rows(KEY), *await rig.rows("test:acct:g1:t9")])
 
 
-async def test_sethome_from_anyone_but_an_operator_is_refused(
-    store: Store, tmp_path: Path
-) -> None:
+async def test_sethome_from_anyone_but_an_operator_is_refused(store: Store, tmp_path: Path) -> None:
     async with running_rig(store, tmp_path, sessions=busy_config(), access=OPERATOR) as rig:
         reply = await command(rig, "/sethome", chat="c2")
         assert "Only Herald's operator" in reply

@@ -75,9 +75,7 @@ async def test_a_groups_memory_never_reaches_another_group(
         tg.inject_message(GROUP_A, "/new", **in_group())
         await tg.wait_for_sent(lambda s: s.chat_id == GROUP_A and "new conversation" in s.text)
         tg.inject_message(GROUP_A, f"@{BOT_USERNAME} who has asthma?", **in_group())
-        await tg.wait_for_sent(
-            lambda s: s.chat_id == GROUP_A and "who has asthma" in s.plain_text
-        )
+        await tg.wait_for_sent(lambda s: s.chat_id == GROUP_A and "who has asthma" in s.plain_text)
         assert "Carol: asthma" in prompt_text(llm.requests[-1])
 
 
