@@ -34,7 +34,7 @@ from gateway.channels import Channels
 from gateway.chunking import split_chunks
 from gateway.config import CronConfig
 from gateway.contracts.config import PlatformSection
-from gateway.contracts.errors import LeaseLost, LLMError
+from gateway.contracts.errors import LeaseLost
 from gateway.contracts.history import ChatMessage, Role
 from gateway.contracts.ids import Platform, SessionId, SessionKey, TurnId, UserId, session_key
 from gateway.cron.clock import Clock
@@ -54,6 +54,7 @@ from gateway.store import Store
 from gateway.store.store import SnapshotFactory, record_finish, record_start
 from gateway.store.tables import job_runs
 from gateway.store.tables import jobs as jobs_table
+from gateway.turns import FailureKind, TurnStatus, classify, log_failure
 
 logger = logging.getLogger(__name__)
 
@@ -362,19 +363,21 @@ class CronScheduler:
             operator = self._operator is not None and await self._operator(job.user_id)
             async with asyncio.timeout(timeout):
                 await self.agent.run_turn(session, progress, operator=operator)
-        except TimeoutError:
-            status, error = RunStatus.TIMED_OUT, f"the run took longer than {timeout:g}s"
-        except LLMError as err:
-            status, error = RunStatus.FAILED, str(err)
         except asyncio.CancelledError:
             async with self.store.write() as conn:
                 await record_finish(
-                    conn, session.id, turn_id, progress.result("interrupted", "process stopping")
+                    conn,
+                    session.id,
+                    turn_id,
+                    progress.result(TurnStatus.INTERRUPTED, "process stopping"),
                 )
             raise
-        except Exception as err:
-            logger.exception("job %s: the agent failed", job.id)
-            status, error = RunStatus.FAILED, f"internal error: {type(err).__name__}"
+        except Exception as err:  # a failed run is recorded; the scheduler goes on
+            failure = classify(err, timeout)
+            log_failure(failure, err, f"job {job.id}: run {run.id}")
+            timed_out = failure.kind is FailureKind.TIMEOUT
+            status = RunStatus.TIMED_OUT if timed_out else RunStatus.FAILED
+            error = failure.error
         output = progress.final_text if status is RunStatus.OK else None
         await self._finish(job, run, session.id, turn_id, progress, status, error, output)
 
