@@ -46,7 +46,7 @@ def wrapped(cause: BaseException) -> RuntimeError:
             WriteProblem.READ_ONLY,
         ),
         (PgError("could not extend file", "53100"), WriteProblem.DISK_FULL),
-        (PgError("cannot execute INSERT in a read-only transaction", "25006"), WriteProblem.READ_ONLY),
+        (PgError("cannot execute INSERT in a transaction", "25006"), WriteProblem.READ_ONLY),
         (wrapped(sqlite_error("database or disk is full", "SQLITE_FULL")), WriteProblem.DISK_FULL),
         (sqlite3.OperationalError("database is locked"), None),
         (PgError("duplicate key", "23505"), None),
