@@ -11,6 +11,7 @@ from typing import Protocol, TypeVar
 
 import aiohttp
 
+from gateway.contracts.adapter import InboundSink, ScreeningSink
 from gateway.contracts.errors import NotReady, PermanentSendError
 from gateway.contracts.messages import Attachment, InboundMessage
 
@@ -25,20 +26,36 @@ class Named(Protocol):
 RefT = TypeVar("RefT", bound=Named)
 
 
+NOT_ALLOWED = "not downloaded: the sender is not allowed"
+
+
+async def may_fetch(sink: InboundSink, message: InboundMessage) -> bool:
+    """Whether the files of `message` may be downloaded: its sender is allowed (asked of a
+    `ScreeningSink` before any byte is fetched), or the sink does not screen."""
+    return not isinstance(sink, ScreeningSink) or await sink.may_fetch(message)
+
+
 async def with_files(
     message: InboundMessage,
     files: Sequence[RefT],
     download: Callable[[int, RefT], Awaitable[Attachment]],
+    *,
+    sink: InboundSink,
 ) -> InboundMessage:
     """`message` with its files downloaded as attachments, in order.
 
-    A file `download` refuses for good (PermanentSendError) becomes a note in the text;
-    NotReady propagates, so the message is delivered again later.
+    Nothing is downloaded for a sender `sink` does not allow (each file becomes a note: the
+    message is rejected anyway, and a stranger's files would only cost disk). A file
+    `download` refuses for good (PermanentSendError) becomes a note in the text; NotReady
+    propagates, so the message is delivered again later.
     """
     if not files:
         return message
     attachments: list[Attachment] = []
     notes: list[str] = []
+    if not await may_fetch(sink, message):
+        notes = [f"[file {ref.filename} {NOT_ALLOWED}]" for ref in files]
+        files = ()
     for index, ref in enumerate(files):
         try:
             attachments.append(await download(index, ref))

@@ -106,26 +106,24 @@ class Access:
         """Whether the platform's senders are subject to allowlists."""
         return platform in self.sections
 
+    async def permits(self, message: InboundMessage) -> bool:
+        """Whether `decide` would allow `message` now; reads only (no pairing row, no reply
+        throttling). Adapters ask before downloading a message's files."""
+        static = self._by_rules(message)
+        if static is not None:
+            return static.verdict is Verdict.ALLOW
+        async with self.store.read() as conn:
+            return await self._granted(conn, message)
+
     async def decide(self, conn: AsyncConnection, message: InboundMessage) -> Decision:
         """Allow, or reject with a pairing reply, or ignore. May insert a pairing row."""
+        static = self._by_rules(message)
+        if static is not None:
+            return static
         platform = str(message.platform)
-        section = self.sections.get(platform)
-        if section is None:
-            return Decision(Verdict.ALLOW)
+        section = self.sections[platform]
         sender = str(message.sender.id)
-        refusal = section.refusal(message)
-        if refusal is not None:
-            return Decision(Verdict.IGNORE, detail=refusal)
-        if section.admits(message):
-            return Decision(Verdict.ALLOW)
-        if message.sender.is_bot:  # `*` means any person: two bots must not talk forever
-            return Decision(Verdict.IGNORE, detail="messages from bots are ignored")
-        if "*" in section.allowed_users:
-            return Decision(Verdict.ALLOW)
-        granted = await conn.scalar(
-            select(grants.c.id).where(grants.c.platform == platform, grants.c.external_id == sender)
-        )
-        if granted is not None:
+        if await self._granted(conn, message):
             return Decision(Verdict.ALLOW)
         if not message.is_direct or not section.pairing:
             return Decision(Verdict.IGNORE, detail="sender not allowed")
@@ -189,6 +187,33 @@ class Access:
                     Verdict.PAIR, self._pair_text(code), "sender not allowed; code sent"
                 )
         raise RuntimeError("could not draw a unique pairing code")
+
+    def _by_rules(self, message: InboundMessage) -> Decision | None:
+        """The decision config alone makes (no section, refusal, allowlist, bot), or None
+        when it depends on the grants in the database."""
+        section = self.sections.get(str(message.platform))
+        if section is None:
+            return Decision(Verdict.ALLOW)
+        refusal = section.refusal(message)
+        if refusal is not None:
+            return Decision(Verdict.IGNORE, detail=refusal)
+        if section.admits(message):
+            return Decision(Verdict.ALLOW)
+        if message.sender.is_bot:  # `*` means any person: two bots must not talk forever
+            return Decision(Verdict.IGNORE, detail="messages from bots are ignored")
+        if "*" in section.allowed_users:
+            return Decision(Verdict.ALLOW)
+        return None
+
+    @staticmethod
+    async def _granted(conn: AsyncConnection, message: InboundMessage) -> bool:
+        granted = await conn.scalar(
+            select(grants.c.id).where(
+                grants.c.platform == str(message.platform),
+                grants.c.external_id == str(message.sender.id),
+            )
+        )
+        return granted is not None
 
     def _pair_text(self, code: str) -> str:
         minutes = max(1, round(self.config.pairing_ttl / 60))

@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
-from gateway.backoff import Backoff
+from sqlalchemy.exc import DBAPIError
+
+from gateway.backoff import Backoff, FailureLog
 from gateway.channels import Channels
 from gateway.chunking import markdown_to_plain
 from gateway.config import DeliveryConfig
@@ -27,6 +29,9 @@ from gateway.outbox import Outbox, OutboxRow
 logger = logging.getLogger(__name__)
 
 Chat = tuple[str, str, str]
+
+STORE_ERRORS = (DBAPIError, OSError)
+"""What a database that is away, full or read-only raises: worth retrying the same write."""
 
 
 class DeliveryWorker:
@@ -42,9 +47,11 @@ class DeliveryWorker:
         clock: Callable[[], datetime] = utcnow,
         owner: str = "",
         lease_ttl: float | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         """`owner` is this instance's id; `lease_ttl` is set when several instances share the
-        database (the chunks of one that is gone that long are recovered here)."""
+        database (the chunks of one that is gone that long are recovered here). `sleep`
+        waits out a backoff while the database fails."""
         self.outbox = outbox
         self.channels = channels
         self.config = config
@@ -53,6 +60,13 @@ class DeliveryWorker:
         self.owner = owner
         self.lease_ttl = lease_ttl
         self.backoff = Backoff(initial=config.backoff_initial, maximum=config.backoff_max)
+        self.sleep = sleep
+        self.failures = FailureLog(logger, "delivery (the outbox in the database)")
+        """The current run of database failures; each one backs the worker off further."""
+        self._chat_failed = False
+        """A chat's task failed since the last look (the next look backs off first)."""
+        self._served = 0
+        """Chat tasks started so far."""
         self._wake = asyncio.Event()
         self._busy: set[Chat] = set()
         self._idle = asyncio.Event()
@@ -70,15 +84,35 @@ class DeliveryWorker:
         return len(self._busy)
 
     async def run(self) -> None:
-        """Recover unknown-outcome chunks, then deliver until cancelled."""
-        await self._recover(started=True)
+        """Recover unknown-outcome chunks, then deliver until cancelled.
+
+        While the database fails (away, disk full, read-only), each look waits a growing,
+        jittered backoff first, and the failure is logged once per interval, not per try.
+        """
+        recovered = False
         async with asyncio.TaskGroup() as tg:
             while True:
+                if self._chat_failed:
+                    self._chat_failed = False
+                    await self._back_off()
                 self._wake.clear()
-                if self.lease_ttl is not None:
-                    await self._look_for_orphans()
-                skipped = await self._dispatch(tg)
-                await self._pause(skipped)
+                try:
+                    if not recovered:
+                        await self._recover(started=True)
+                        recovered = True
+                    if self.lease_ttl is not None:
+                        await self._look_for_orphans()
+                    served = self._served
+                    skipped = await self._dispatch(tg)
+                    if served == self._served and not skipped and not self._chat_failed:
+                        self.failures.recovered()  # looked, and nothing is left failing
+                    await self._pause(skipped)
+                except Exception as err:
+                    self.failures.failed(err)
+                    await self._back_off()
+
+    async def _back_off(self) -> None:
+        await self.sleep(self.backoff.delay(max(0, self.failures.failures - 1)))
 
     async def _recover(self, *, started: bool) -> None:
         resend, dead = await self.outbox.recover(
@@ -126,6 +160,7 @@ class DeliveryWorker:
                 break
             free -= 1
             self._busy.add(chat)
+            self._served += 1
             self._idle.clear()
             tg.create_task(self._serve(chat), name=f"deliver {chat[0]}:{chat[2]}")
         return skipped
@@ -174,12 +209,14 @@ class DeliveryWorker:
                 )
                 if taken is None:
                     return
+                self.failures.recovered()
                 if isinstance(taken, float):
                     await asyncio.sleep(taken)
                     continue
                 await self._deliver(taken)
-        except Exception:
-            logger.exception("delivery to %s failed unexpectedly", chat)
+        except Exception as err:
+            self.failures.failed(err)
+            self._chat_failed = True
         finally:
             self._busy.discard(chat)
             if not self._busy:
@@ -199,11 +236,9 @@ class DeliveryWorker:
         adapter = self.channels.adapter(target.platform, target.account)
         if adapter is None:
             # Not an attempt: the adapter is reconnecting. Freshness still bounds the wait.
-            await self.outbox.retry_at(
-                row.id,
-                now + timedelta(seconds=self.backoff.delay(0)),
-                "adapter not connected",
-                attempt=False,
+            at = now + timedelta(seconds=self.backoff.delay(0))
+            await self._record(
+                lambda: self.outbox.retry_at(row.id, at, "adapter not connected", attempt=False)
             )
             return
         attempts = row.attempts
@@ -219,19 +254,20 @@ class DeliveryWorker:
             logger.info(
                 "%s:%s rate-limited for %.1fs", target.platform, target.chat_id, err.retry_after
             )
-            await self.outbox.retry_at(
-                row.id, now + timedelta(seconds=err.retry_after), str(err), attempt=False
-            )
+            at, error = now + timedelta(seconds=err.retry_after), str(err)
+            await self._record(lambda: self.outbox.retry_at(row.id, at, error, attempt=False))
         except MarkupRejected as err:
             if row.format is TextFormat.PLAIN:
                 await self._dead(row, f"refused even as plain text: {err}")
             else:
                 logger.info("markup refused for chunk %d; resending as plain text", row.id)
-                await self.outbox.as_plain(row.id, markdown_to_plain(row.text))
+                plain = markdown_to_plain(row.text)
+                await self._record(lambda: self.outbox.as_plain(row.id, plain))
         except PermanentSendError as err:
             if row.edit_of is not None:
                 # The preview to replace is gone; send the text as a new message instead.
-                await self.outbox.without_edit(row.id, str(err))
+                reason = str(err)
+                await self._record(lambda: self.outbox.without_edit(row.id, reason))
             else:
                 await self._dead(row, str(err))
         except Exception as err:  # transient by default: NotReady, timeouts, surprises
@@ -241,11 +277,27 @@ class DeliveryWorker:
                 await self._dead(row, f"gave up after {attempts} tries: {error}")
             else:
                 self.metrics.deliveries.labels(outcome="retry").inc()
-                delay = self.backoff.delay(attempts - 1)
-                await self.outbox.retry_at(row.id, now + timedelta(seconds=delay), error)
+                at = now + timedelta(seconds=self.backoff.delay(attempts - 1))
+                await self._record(lambda: self.outbox.retry_at(row.id, at, error))
         else:
             self.metrics.deliveries.labels(outcome="sent").inc()
-            await self.outbox.sent(row.id, receipt.platform_message_id, receipt.delivered_at)
+            await self._record(
+                lambda: self.outbox.sent(row.id, receipt.platform_message_id, receipt.delivered_at)
+            )
+
+    async def _record(self, write: Callable[[], Awaitable[None]]) -> None:
+        """Store what became of a chunk this worker holds (`sending`), retrying with backoff
+        while the database fails: only this worker knows the outcome, and the chat waits
+        for it (a crash meanwhile leaves the chunk to the restart's recovery)."""
+        while True:
+            try:
+                await write()
+            except STORE_ERRORS as err:
+                self.failures.failed(err)
+                await self._back_off()
+            else:
+                self.failures.recovered()
+                return
 
     async def _dead(self, row: OutboxRow, reason: str) -> None:
         self.metrics.deliveries.labels(outcome="dead").inc()
@@ -256,4 +308,4 @@ class DeliveryWorker:
             row.target.chat_id,
             reason,
         )
-        await self.outbox.dead(row.id, reason)
+        await self._record(lambda: self.outbox.dead(row.id, reason))

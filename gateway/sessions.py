@@ -567,6 +567,11 @@ class SessionManager:
         """Record a platform's later report on a sent chunk (see `Outbox.delivery_report`)."""
         return await self.outbox.delivery_report(platform, account, message, status, error)
 
+    async def may_fetch(self, message: InboundMessage) -> bool:
+        """Whether `message`'s sender is allowed, so its files may be downloaded (reads only;
+        `accept` still decides)."""
+        return self.access is None or await self.access.permits(message)
+
     def _may_ack(self, key: SessionKey) -> bool:
         now = time.monotonic()
         interval = self.config.ack_interval

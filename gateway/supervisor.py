@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import socket
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -34,7 +35,7 @@ from agent_core.tools import (
     ToolRegistry,
 )
 from gateway.access import Access
-from gateway.backoff import Backoff
+from gateway.backoff import Backoff, FailureLog
 from gateway.channels import Channels
 from gateway.checkpoints import StoreCheckpoints
 from gateway.cluster.bus import Signal
@@ -96,8 +97,10 @@ class LeaseRight:
 class AdapterRunner:
     """Keeps one adapter running: reconnects on NotReady, stops for good on AuthError.
 
-    Any other error is treated like NotReady (logged with its traceback). A failure of one
-    adapter never reaches the others or the supervisor.
+    Any other error is treated like NotReady (logged with its traceback). Reconnects back off
+    until a connection has lasted `stable` seconds (one that fails at once, say because the
+    database is full, keeps backing off); a repeated failure is logged once per interval. A
+    failure of one adapter never reaches the others or the supervisor.
     """
 
     def __init__(
@@ -110,6 +113,8 @@ class AdapterRunner:
         backoff: Backoff = Backoff(),
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         limits: SendLimits = SendLimits(),
+        clock: Callable[[], float] = time.monotonic,
+        stable: float = 30.0,
     ) -> None:
         self.name = name
         self.factory = factory
@@ -118,6 +123,9 @@ class AdapterRunner:
         self.metrics = metrics
         self.backoff = backoff
         self.sleep = sleep
+        self.clock = clock
+        self.stable = stable
+        self.failures = FailureLog(logger, f"adapter {name}", clock=clock)
         self.state = AdapterState.STARTING
         self.adapter: Adapter | None = None
         self.last_error: str | None = None
@@ -137,11 +145,12 @@ class AdapterRunner:
         """Run until cancelled, or until the adapter's credentials are refused."""
         attempt = 0
         while True:
+            connected_at: float | None = None
             try:
                 async with self.factory() as adapter:
                     self.adapter = adapter
                     self.state = AdapterState.RECEIVING
-                    attempt = 0
+                    connected_at = self.clock()
                     await adapter.run(self.sink)
                 raise NotReady("the receive loop ended")
             except asyncio.CancelledError:
@@ -158,15 +167,17 @@ class AdapterRunner:
                     self.state = AdapterState.FAILED
                     logger.error("adapter %s stopped: credentials refused: %s", self.name, group)
                     return
-                logger.error("adapter %s failed", self.name, exc_info=group)
+                error: Exception = group
             except NotReady as err:
-                self.last_error = str(err)
-                logger.warning("adapter %s not ready: %s", self.name, err)
+                self.last_error, error = str(err), err
             except Exception as err:
-                self.last_error = f"{type(err).__name__}: {err}"
-                logger.exception("adapter %s failed", self.name)
+                self.last_error, error = f"{type(err).__name__}: {err}", err
             finally:
                 self.adapter = None
+            if connected_at is not None and self.clock() - connected_at >= self.stable:
+                attempt = 0  # it received for a while: a new run of failures starts
+                self.failures.recovered()
+            self.failures.failed(error, expected=isinstance(error, NotReady))
             self.state = AdapterState.RECONNECTING
             self.restarts += 1
             self.metrics.adapter_restarts.labels(adapter=self.name).inc()

@@ -31,7 +31,7 @@ from adapters.email.convert import (
     unreadable,
 )
 from adapters.email.imap import ImapSession, MailReceiver, tls_context
-from adapters.files import attachment_path, save_file
+from adapters.files import NOT_ALLOWED, attachment_path, may_fetch, save_file
 from gateway.contracts.adapter import AdapterState, Checkpoints, InboundSink
 from gateway.contracts.errors import AuthError, NotReady, PermanentSendError
 from gateway.contracts.ids import AccountId, ChatId, Platform, PlatformMessageId, ThreadId
@@ -161,7 +161,11 @@ class EmailAdapter:
             await self.checkpoints.set(
                 thread_key(message.chat_id, message.thread_id), json.dumps(state.to_json())
             )
-        if mail.files:
+        if mail.files and not await may_fetch(sink, message):
+            # The mail is rejected anyway: a stranger's attachments are not written to disk.
+            notes = [f"[file {f.filename} {NOT_ALLOWED}]" for f in mail.files]
+            message = replace(message, text="\n".join([message.text, *notes]))
+        elif mail.files:
             where = f"{message.chat_id}:{key}"
             attachments = [await self._save(where, i, f) for i, f in enumerate(mail.files)]
             message = replace(message, attachments=tuple(attachments))

@@ -259,7 +259,10 @@ class SlackAdapter:
             return
         key = incoming.message.platform_message_id
         message = await with_files(
-            incoming.message, incoming.files, lambda i, ref: self._download(key, i, ref)
+            incoming.message,
+            incoming.files,
+            lambda i, ref: self._download(key, i, ref),
+            sink=sink,
         )
         await sink.accept(message)
 

@@ -212,6 +212,7 @@ class TwilioAdapter:
                 incoming.message,
                 incoming.media,
                 lambda i, ref: self._download(incoming.message, i, ref),
+                sink=sink,
             )
             await sink.accept(message)
         return WebhookResponse(200, EMPTY_TWIML, "text/xml")

@@ -24,6 +24,7 @@ from typing import IO, Self
 
 from sqlalchemy.engine import make_url
 
+from gateway.backoff import FailureLog
 from gateway.cluster.bus import LocalBus, PgBus, Signal
 from gateway.cluster.lanes import Lanes, SoloLanes, SqlLanes
 from gateway.cluster.leases import Lease, Leases
@@ -65,6 +66,7 @@ class Node:
         self._running: list[asyncio.Task[None]] = []
         self._wanted: dict[str, Lease] = {}
         self._outbox = asyncio.Event()
+        self._beats = FailureLog(logger, "heartbeat")
         self._database_url = database_url
         self._lock: IO[bytes] | None = None
 
@@ -175,7 +177,9 @@ class Node:
                         if self._wanted.get(lease.name) is not lease:
                             await self._let_go(lease)  # forgotten while being renewed
             except Exception as err:  # the database may be away; leases lapse on their own
-                logger.warning("heartbeat failed: %s", err)
+                self._beats.failed(err, expected=True)
+            else:
+                self._beats.recovered()
             await asyncio.sleep(max(0.0, interval - (time.monotonic() - began)))
 
     async def _rejoin(self) -> bool:

@@ -72,6 +72,19 @@ class SettlingSink(Protocol):
 
 
 @runtime_checkable
+class ScreeningSink(Protocol):
+    """A sink that tells an adapter, before it downloads anything, whether a sender's files
+    are wanted (a stranger's message is rejected, so its files would only cost disk)."""
+
+    async def may_fetch(self, message: InboundMessage) -> bool:
+        """Whether `message`'s sender is allowed now, so its files may be downloaded.
+
+        Writes nothing; `accept` still makes the access decision. Raises like `accept`.
+        """
+        ...
+
+
+@runtime_checkable
 class ReceiptSink(Protocol):
     """A sink that records what a platform reports later about a message it accepted."""
 

@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_core.agent import Agent
 from agent_core.loop import TurnProgress
+from gateway.backoff import Backoff, FailureLog
 from gateway.channels import Channels
 from gateway.chunking import split_chunks
 from gateway.config import CronConfig
@@ -139,6 +140,9 @@ class CronScheduler:
         self.right: SchedulingRight = right or AlwaysSchedule()
         self.lease_ttl = lease_ttl
         self._operator = operator
+        self.backoff = Backoff(initial=1.0, maximum=60.0)
+        self.failures = FailureLog(logger, "looking at the scheduled jobs")
+        """The current run of failures to read or write the jobs (each backs off further)."""
         self._wake = asyncio.Event()
         self._slots = asyncio.Semaphore(config.max_concurrent_runs)
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -176,8 +180,14 @@ class CronScheduler:
                         next_fire = await self._tick()
                 except LeaseLost as err:  # another instance schedules now
                     logger.warning("not scheduling: %s", err)
-                except Exception:  # the database may be briefly away: look again later
-                    logger.exception("looking at the scheduled jobs failed; trying again")
+                except Exception as err:  # the database may be away or full: back off
+                    self.failures.failed(err)
+                    self.ticks += 1
+                    delay = self.backoff.delay(self.failures.failures - 1)
+                    await self.clock.sleep_until(self.clock.now() + timedelta(seconds=delay))
+                    continue
+                else:
+                    self.failures.recovered()
                 self.ticks += 1
                 await self._pause(next_fire)
 

@@ -38,13 +38,16 @@ def create_app(deps: AppDeps) -> FastAPI:
     @app.get("/health", tags=["operations"])
     async def health() -> dict[str, Any]:
         """Liveness: the process answers. Lists each adapter's state and the LLM's (a model
-        outage degrades answers, not the gateway: the status stays `ok`)."""
+        outage degrades answers, not the gateway: the status stays `ok`); `degraded` while
+        the database refuses writes (disk full, read-only)."""
         adapters = {name: str(state) for name, state in deps.adapters().items()}
+        store_ok = deps.store.health.degraded is None
         body: dict[str, Any] = {
-            "status": "draining" if deps.state.draining else "ok",
+            "status": "draining" if deps.state.draining else "ok" if store_ok else "degraded",
             "version": __version__,
             "instance": deps.config.effective_instance_id,
             "database": deps.store.dialect,
+            "store": deps.store.health.describe(),
             "llm": {
                 "provider": deps.llm_provider,
                 "model": deps.llm_model,
@@ -65,19 +68,22 @@ def create_app(deps: AppDeps) -> FastAPI:
 
     @app.get("/ready", tags=["operations"], responses={503: {"description": "Not ready"}})
     async def ready() -> JSONResponse:
-        """200 when serving and every enabled adapter is receiving; 503 otherwise."""
+        """200 when serving, every enabled adapter is receiving and the database takes writes
+        (messages can be accepted); 503 otherwise."""
         adapters = deps.adapters()
         waiting = sorted(
             n
             for n, s in adapters.items()
             if s not in (AdapterState.RECEIVING, AdapterState.STANDBY)
         )
-        ok = deps.state.serving and not deps.state.draining and not waiting
+        store_ok = deps.store.health.degraded is None
+        ok = deps.state.serving and not deps.state.draining and not waiting and store_ok
         body = {
             "ready": ok,
             "serving": deps.state.serving,
             "draining": deps.state.draining,
             "not_receiving": waiting,
+            "store": deps.store.health.describe(),
         }
         return JSONResponse(body, status_code=200 if ok else 503)
 

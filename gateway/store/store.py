@@ -26,6 +26,7 @@ from gateway.contracts.history import (
 from gateway.contracts.ids import MessageId, SessionId, SessionKey, TurnId, UserId
 from gateway.contracts.messages import utcnow
 from gateway.store import engine as engine_mod
+from gateway.store.health import StoreHealth
 from gateway.store.tables import (
     identities,
     messages,
@@ -97,6 +98,8 @@ class Store:
         # its timeout fails with "database is locked").
         self._writer = asyncio.Lock() if engine.dialect.name == "sqlite" else None
         self._writing: asyncio.Task[Any] | None = None
+        self.health = StoreHealth()
+        """Whether writes commit (a full disk or a read-only database makes them fail)."""
 
     @classmethod
     @asynccontextmanager
@@ -122,20 +125,27 @@ class Store:
         On SQLite, one at a time per process; a write opened inside another one of the same
         task raises RuntimeError (it could never start).
         """
-        if self._writer is None:
-            async with self._transaction(write=True) as conn:
-                yield conn
-            return
-        task = asyncio.current_task()
-        if task is not None and task is self._writing:
-            raise RuntimeError("a write transaction inside another one on the same database")
-        async with self._writer:
-            self._writing = task
-            try:
+        try:
+            if self._writer is None:
                 async with self._transaction(write=True) as conn:
                     yield conn
-            finally:
-                self._writing = None
+            else:
+                task = asyncio.current_task()
+                if task is not None and task is self._writing:
+                    raise RuntimeError(
+                        "a write transaction inside another one on the same database"
+                    )
+                async with self._writer:
+                    self._writing = task
+                    try:
+                        async with self._transaction(write=True) as conn:
+                            yield conn
+                    finally:
+                        self._writing = None
+        except Exception as err:
+            self.health.failed(err)
+            raise
+        self.health.succeeded()
 
     @asynccontextmanager
     async def _transaction(self, *, write: bool) -> AsyncIterator[AsyncConnection]:

@@ -178,6 +178,8 @@ class FakeDiscordServer(Served, Waitable):
         self._sessions: dict[str, _Session] = {}
         self._sockets: list[_Gateway] = []
         self._files: dict[str, bytes] = {}
+        self.downloads: list[str] = []
+        """The key of every attachment downloaded, in order."""
         self.channels: dict[str, FakeChannel] = {}
         self.users: dict[str, JSON] = {}
         self.posted: list[Posted] = []
@@ -609,6 +611,7 @@ class FakeDiscordServer(Served, Waitable):
         content = self._files.get(request.path_params["key"])
         if content is None:
             return Response(status_code=404)
+        self.downloads.append(str(request.path_params["key"]))
         return Response(content, media_type="application/octet-stream")
 
     # -- the gateway ----------------------------------------------------------------------------

@@ -1092,6 +1092,8 @@ class FakeTelegramServer(Served, Waitable):
         """(chat_id, message_id) of every accepted deleteMessage."""
         self.calls: list[Call] = []
         """Every Bot API request with the right token (faulted ones included), in order."""
+        self.downloads: list[str] = []
+        """The `file_path` of every file download (`GET /file/bot<token>/...`), in order."""
         self.rejected: list[Rejected] = []
         """Every Bot API request answered with an error, in order."""
         self.confirmed: list[int] = []
@@ -2041,6 +2043,7 @@ class FakeTelegramServer(Served, Waitable):
         stored = next((f for f in self._files.values() if f.file_path == path), None)
         if not self._authorized(request) or stored is None:
             return _api_error(404, "Not Found")
+        self.downloads.append(path)
         return Response(stored.content, media_type=stored.mime_type or "application/octet-stream")
 
     async def _set_webhook(self, request: Request, params: _Params) -> Any:

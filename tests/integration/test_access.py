@@ -364,6 +364,27 @@ async def test_an_approved_sender_is_allowed_in_groups_too(store: Store, tmp_pat
         await answered(rig, "g1", "hi all", group_sender="mallory")
 
 
+async def test_may_fetch_answers_like_accept_decides_and_writes_nothing(
+    store: Store, tmp_path: Path
+) -> None:
+    async with running_rig(
+        store, tmp_path, section=ALLOW_ALICE, access=EVERYONE, gated=False
+    ) as rig:
+        manager = rig.manager
+        assert await manager.may_fetch(inbound("file", chat="alice"))
+        assert not await manager.may_fetch(inbound("file", chat="mallory"))
+        in_group = inbound("file", chat="g1", sender="mallory", direct=False)
+        assert not await manager.may_fetch(in_group)
+        assert not await manager.may_fetch(inbound("file", chat="bot", sender="robot", is_bot=True))
+        assert await pending_count(store) == 0  # asking wrote no pairing row
+        assert await rig.rows("test:acct:mallory") == []
+
+        await Pairings(store).approve(await pair(rig, "mallory"))
+        assert await manager.may_fetch(inbound("file", chat="mallory"))
+        await Pairings(store).revoke("test:mallory")
+        assert not await manager.may_fetch(inbound("file", chat="mallory"))
+
+
 @pytest.mark.parametrize("by", ["code", "platform:user_id"])
 async def test_a_revoked_sender_is_rejected_again(store: Store, tmp_path: Path, by: str) -> None:
     async with running_rig(

@@ -135,6 +135,26 @@ async def test_configured_channels_and_allowed_roles(
         assert not any("no role" in t for t in discord.texts_in(GENERAL))
 
 
+async def test_a_strangers_attachments_are_never_downloaded(
+    tmp_path: Path, discord: FakeDiscordServer, llm: FakeLLM
+) -> None:
+    def pdf(n: int) -> dict[str, Any]:
+        url = discord.add_file(b"%PDF" + bytes([n]) * 100)
+        name, mime = f"d{n}.pdf", "application/pdf"
+        return {"id": str(n), "filename": name, "size": 104, "url": url, "content_type": mime}
+
+    async with running_herald(tmp_path, discord, llm) as herald:
+        strangers = [pdf(n) for n in range(5)]
+        discord.inject_message(GENERAL, "hi", author=CAROL, mention_bot=True, attachments=strangers)
+        discord.inject_message(DM, "mine", author=ANN, attachments=[pdf(9)])
+        await discord.wait_for_posted(lambda p: p.channel_id == DM)
+        rows = await herald.answered(2)
+        assert [r["outcome"] for r in rows] == ["rejected", "answered"]
+        assert len(discord.downloads) == 1  # Ann's only
+        saved = list((tmp_path / "state" / "files" / "discord").rglob("*.pdf"))
+        assert [p.name.endswith("d9.pdf") for p in saved] == [True]
+
+
 async def test_a_long_answer_is_chunked_with_code_blocks_intact(
     tmp_path: Path, discord: FakeDiscordServer, llm: FakeLLM
 ) -> None:

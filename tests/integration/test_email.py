@@ -245,6 +245,26 @@ async def test_disallowed_automatic_bounced_and_own_mail_is_recorded_and_not_ans
         assert all("\\Seen" in f for f in flags.values())  # every one handled for good
 
 
+async def test_a_strangers_attachments_are_not_written_to_disk(
+    tmp_path: Path, dovecot: Dovecot, smtp: SmtpServer, llm: FakeLLM
+) -> None:
+    pdf = b"%PDF-1.4 " + b"x" * 2000
+    async with running_daemon(tmp_path, llm, "email", section(dovecot, smtp)) as herald:
+        data, stranger_id = mail(
+            "read this", sender="eve@elsewhere.test", attachment=("a.pdf", "application/pdf", pdf)
+        )
+        await dovecot.append(data)
+        data, ann_id = mail("mine", attachment=("b.pdf", "application/pdf", pdf))
+        await dovecot.append(data)
+        await smtp.wait_for_mail(to(ANN))
+        rows = {r["platform_message_id"]: r for r in await rows_with_outcome(herald, 2)}
+        assert rows[stranger_id]["outcome"] == "rejected"
+        assert "[file a.pdf not downloaded: the sender is not allowed]" in rows[stranger_id]["text"]
+        saved = list((tmp_path / "state" / "files" / "email").rglob("*.pdf"))
+        assert [p.name[-5:] for p in saved] == ["b.pdf"]
+        assert rows[ann_id]["outcome"] == "answered"
+
+
 async def test_mail_that_arrives_while_stopped_is_answered_once_after_restart(
     tmp_path: Path, dovecot: Dovecot, smtp: SmtpServer, llm: FakeLLM
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -168,13 +169,29 @@ class Rig:
     metrics: Metrics
 
 
-def rig(*attempts: Attempt, name: str = "fake", backoff: Backoff = BACKOFF) -> Rig:
+class Clock:
+    """The runner's monotonic clock: each reading is `step` seconds after the previous one."""
+
+    def __init__(self, step: float = 0.0) -> None:
+        self.now = 0.0
+        self.step = step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def rig(
+    *attempts: Attempt, name: str = "fake", backoff: Backoff = BACKOFF, clock: Clock | None = None
+) -> Rig:
     """A runner named `name` whose adapter connections follow `attempts`, then hold."""
     probe = Probe()
     adapters = Adapters(probe, *attempts)
     sleeper = Sleeper(probe)
     metrics = Metrics()
-    runner = AdapterRunner(name, adapters, Sink(), metrics, backoff=backoff, sleep=sleeper)
+    runner = AdapterRunner(
+        name, adapters, Sink(), metrics, backoff=backoff, sleep=sleeper, clock=clock or Clock()
+    )
     return Rig(runner, adapters, sleeper, probe, metrics)
 
 
@@ -267,13 +284,14 @@ async def test_a_receive_loop_that_returns_is_reconnected() -> None:
     await stop(task)
 
 
-async def test_the_attempt_counter_resets_after_a_successful_connection() -> None:
+async def test_the_attempt_counter_resets_after_a_connection_that_lasted() -> None:
     r = rig(
         Attempt(on_enter=NotReady("down")),
         Attempt(on_enter=NotReady("down")),
         Attempt(on_enter=NotReady("down")),
         Attempt(on_run=NotReady("dropped")),
         Attempt(on_enter=NotReady("down")),
+        clock=Clock(step=60.0),  # every connection lasts longer than `stable`
     )
     task = asyncio.create_task(r.runner.run())
 
@@ -283,6 +301,25 @@ async def test_the_attempt_counter_resets_after_a_successful_connection() -> Non
     for delay, base in zip(r.sleeper.delays, bases, strict=True):
         assert_jittered(delay, base)
     assert r.runner.restarts == 5
+    await stop(task)
+
+
+async def test_a_connection_that_fails_at_once_keeps_backing_off(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Say the database is full: each connection works, and the first message it hands the
+    # sink fails. Reconnecting at the first delay every time would spin and flood the log.
+    r = rig(*[Attempt(on_run=RuntimeError("database or disk is full")) for _ in range(6)])
+    with caplog.at_level(logging.INFO, logger="gateway.supervisor"):
+        task = asyncio.create_task(r.runner.run())
+        await r.probe.until(lambda: r.adapters.receiving(7))
+
+    for delay, base in zip(r.sleeper.delays, [1.0, 2.0, 4.0, 5.0, 5.0, 5.0], strict=True):
+        assert_jittered(delay, base)
+    [logged] = caplog.records  # the first failure, with its traceback; the repeats counted
+    assert logged.exc_info is not None
+    assert "adapter fake failed: database or disk is full" in logged.getMessage()
+    assert r.runner.failures.failures == 6
     await stop(task)
 
 
