@@ -265,6 +265,22 @@ async def requeue(
     )
 
 
+async def restore_pending(conn: AsyncConnection, key: SessionKey) -> int:
+    """The session's waiting rows that an earlier turn already stored in the history (cut
+    off, or tried while the model was away) are stored again by their next turn: for a new
+    conversation (`/new`), whose history does not hold them. Returns how many."""
+    result = await conn.execute(
+        update(inbox)
+        .where(
+            inbox.c.session_key == key,
+            inbox.c.status == str(Status.PENDING),
+            inbox.c.turn_id.is_not(None),
+        )
+        .values(turn_id=None)
+    )
+    return int(result.rowcount or 0)
+
+
 class Inbox:
     """Queries of the inbox table that are their own transactions."""
 

@@ -241,9 +241,16 @@ class _Lane:
     """Seconds to wait before the next try, after such a failure; 0 when none."""
     told_outage: bool = False
     """Whether this session's sender was told of the outage that is going on."""
+    stops: int = 0
+    """/stop and /new requests seen; a turn that failed for an unreachable model while one
+    came drops its messages instead of trying them again."""
+    settling: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held while a turn decides and stores its outcome, and while /stop or /new runs."""
 
 
 INTERRUPTED_BY_NEWER = "interrupted by a newer message"
+_STOPPING = (Command.STOP, Command.NEW, Command.RESET)
+"""Commands that end what the session is doing."""
 
 
 class _BatchChanged(Exception):
@@ -696,6 +703,8 @@ class SessionManager:
         key = SessionKey(signal.key)
         lane = self._lanes.get(key)
         running = lane.running if lane is not None else None
+        if signal.action == "cancel" and lane is not None:
+            lane.stops += 1
         if signal.action == "cancel" and running is not None:
             running.cancel(signal.reason or "cancelled")
         elif signal.action == "interrupt" and running is not None:
@@ -864,6 +873,7 @@ class SessionManager:
         claim = lane.claim
         assert claim is not None
         # Busy from here on, so a /stop or an interrupt during the commit below is not lost.
+        stops = lane.stops
         running = _Running(TurnId(0), [r.id for r in batch], time.monotonic())
         lane.running = running
         try:
@@ -922,99 +932,114 @@ class SessionManager:
             typing.cancel()
             if preview is not None:
                 await preview.close()
-        task = running.task
-        ids = running.ids
-        steered = running.steer.taken
-        leftover = [i for i, _ in running.steer.waiting]
-        notices: list[Chunk] = []
-        outcomes: list[tuple[list[InboxId], Outcome, str | None]]
-        postponed: list[InboxId] = []
-        err = None if task.cancelled() else task.result()
-        if task.cancelled():
-            reason = running.cancel_reason or "cancelled"
-            status = TurnStatus.INTERRUPTED
-            result = progress.result(status, reason)
-            outcomes = [(ids + steered, Outcome.DROPPED, reason)]
-        elif err is not None:
-            failure = classify(err, self.config.turn_timeout)
-            log_failure(failure, err, f"turn {turn_id} of {key}")
-            self.metrics.model_failures.labels(kind=str(failure.kind)).inc()
-            status = failure.status
-            result = progress.result(TurnStatus.FAILED, failure.error)
-            waited = (utcnow() - min(r.accepted_at for r in batch)).total_seconds()
-            if failure.transient and waited < self.config.model_outage_max_wait:
-                # The messages wait for the model to come back; their sender hears it once.
-                outcomes = []
-                postponed = ids + steered
-                lane.retry_in = self._model_backoff.delay(lane.retries)
-                lane.retries += 1
-                if not lane.told_outage:
-                    lane.told_outage = True
+        await lane.settling.acquire()
+        try:
+            task = running.task
+            ids = running.ids
+            steered = running.steer.taken
+            leftover = [i for i, _ in running.steer.waiting]
+            notices: list[Chunk] = []
+            outcomes: list[tuple[list[InboxId], Outcome, str | None]]
+            postponed: list[InboxId] = []
+            err = None if task.cancelled() else task.result()
+            if task.cancelled():
+                reason = running.cancel_reason or "cancelled"
+                status = TurnStatus.INTERRUPTED
+                result = progress.result(status, reason)
+                outcomes = [(ids + steered, Outcome.DROPPED, reason)]
+            elif err is not None:
+                failure = classify(err, self.config.turn_timeout)
+                log_failure(failure, err, f"turn {turn_id} of {key}")
+                self.metrics.model_failures.labels(kind=str(failure.kind)).inc()
+                status = failure.status
+                result = progress.result(TurnStatus.FAILED, failure.error)
+                waited = (utcnow() - min(r.accepted_at for r in batch)).total_seconds()
+                if failure.transient and lane.stops != stops:
+                    # A /stop or /new came while this try was ending: no further try.
+                    outcomes = [
+                        (ids + steered, Outcome.DROPPED, "stopped while the model was away")
+                    ]
+                    lane.retries, lane.told_outage = 0, False
+                elif failure.transient and waited < self.config.model_outage_max_wait:
+                    # The messages wait for the model to come back; their sender hears it once.
+                    outcomes = []
+                    postponed = ids + steered
+                    lane.retry_in = self._model_backoff.delay(lane.retries)
+                    lane.retries += 1
+                    if not lane.told_outage:
+                        lane.told_outage = True
+                        notices.append(
+                            Chunk(
+                                f"outage:{ids[0]}",
+                                target,
+                                "⏳ I can't reach my language model right now. Your message is "
+                                "saved; I'll answer as soon as the model is back.",
+                                session_id=session.id,
+                                turn_id=turn_id,
+                            )
+                        )
+                else:
+                    if failure.transient:
+                        error = (
+                            f"the model was unreachable for {waited / 60:.0f} min ({failure.error})"
+                        )
+                        text = (
+                            "⚠ I couldn't answer your message: my language model has been "
+                            f"unreachable for {waited / 60:.0f} minutes. "
+                            "Please send it again later."
+                        )
+                    else:
+                        error = failure.error
+                        text = _failure_notice(failure)
+                    outcomes = [(ids + steered, Outcome.DROPPED, error)]
+                    lane.retries, lane.told_outage = 0, False
                     notices.append(
                         Chunk(
-                            f"outage:{ids[0]}",
-                            target,
-                            "⏳ I can't reach my language model right now. Your message is "
-                            "saved; I'll answer as soon as the model is back.",
-                            session_id=session.id,
-                            turn_id=turn_id,
+                            f"fail:{turn_id}", target, text, session_id=session.id, turn_id=turn_id
                         )
                     )
             else:
-                if failure.transient:
-                    error = f"the model was unreachable for {waited / 60:.0f} min ({failure.error})"
-                    text = (
-                        f"⚠ I couldn't answer your message: my language model has been "
-                        f"unreachable for {waited / 60:.0f} minutes. Please send it again later."
-                    )
-                else:
-                    error = failure.error
-                    text = _failure_notice(failure)
-                outcomes = [(ids + steered, Outcome.DROPPED, error)]
+                status = TurnStatus.COMPLETED
                 lane.retries, lane.told_outage = 0, False
-                notices.append(
-                    Chunk(f"fail:{turn_id}", target, text, session_id=session.id, turn_id=turn_id)
+                result = progress.result(status)
+                outcomes = [
+                    (ids[:1], Outcome.ANSWERED, None),
+                    (ids[1:], Outcome.MERGED, None),
+                    (steered, Outcome.STEERED, None),
+                ]
+                limits = self.channels.limits(target.platform, target.account)
+                notices.extend(
+                    reply_chunks(
+                        target,
+                        progress.final_text,
+                        limits,
+                        session_id=session.id,
+                        turn_id=turn_id,
+                        inbox_id=ids[0],
+                        reply_to=None if head.is_direct else head.platform_message_id,
+                        edit_of=None if preview is None else preview.message_id,
+                        not_before=None if preview is None else preview.next_edit_at(),
+                    )
                 )
-        else:
-            status = TurnStatus.COMPLETED
-            lane.retries, lane.told_outage = 0, False
-            result = progress.result(status)
-            outcomes = [
-                (ids[:1], Outcome.ANSWERED, None),
-                (ids[1:], Outcome.MERGED, None),
-                (steered, Outcome.STEERED, None),
-            ]
-            limits = self.channels.limits(target.platform, target.account)
-            notices.extend(
-                reply_chunks(
-                    target,
-                    progress.final_text,
-                    limits,
-                    session_id=session.id,
-                    turn_id=turn_id,
-                    inbox_id=ids[0],
-                    reply_to=None if head.is_direct else head.platform_message_id,
-                    edit_of=None if preview is None else preview.message_id,
-                    not_before=None if preview is None else preview.next_edit_at(),
-                )
-            )
-        try:
-            async with self.store.write() as conn:
-                await self.lane_store.check(conn, claim, None)
-                await self._finish(
-                    conn,
-                    session_id=session.id,
-                    turn_id=turn_id,
-                    result=result,
-                    outcomes=outcomes,
-                    leftover=leftover,
-                    notices=notices,
-                )
-                if postponed:
-                    await inbox_sql.requeue(conn, postponed, turn_id=turn_id, refund=True)
-        except LeaseLost:
-            self._count("interrupted", started)
-            raise
+            try:
+                async with self.store.write() as conn:
+                    await self.lane_store.check(conn, claim, None)
+                    await self._finish(
+                        conn,
+                        session_id=session.id,
+                        turn_id=turn_id,
+                        result=result,
+                        outcomes=outcomes,
+                        leftover=leftover,
+                        notices=notices,
+                    )
+                    if postponed:
+                        await inbox_sql.requeue(conn, postponed, turn_id=turn_id, refund=True)
+            except LeaseLost:
+                self._count("interrupted", started)
+                raise
+        finally:
+            lane.settling.release()
         self._count(status, started)
         if notices:
             self.on_outbox()
@@ -1137,10 +1162,22 @@ class SessionManager:
             async with self.store.write() as conn:
                 if not await inbox_sql.take_command(conn, row.id, self.instance):
                     return
+        lane = self._lanes.get(row.session_key)
+        parsed = parse_command(row.text)
+        if lane is None or parsed is None or parsed.command not in _STOPPING:
+            await self._command(row, lane)
+            return
+        # Not while a turn of this lane is settling its outcome: either that turn sees this
+        # stop (and drops what it would have tried again), or its rows are back in the queue
+        # before this command clears it.
+        async with lane.settling:
+            lane.stops += 1
+            await self._command(row, lane)
+
+    async def _command(self, row: InboxRow, lane: _Lane | None) -> None:
         parsed = parse_command(row.text)
         key = row.session_key
         target = Target(row.platform, row.account, row.chat_id, row.thread_id)
-        lane = self._lanes.get(key)
         running = lane.running if lane else None
         cancel: str | None = None
         outcome, detail = Outcome.ANSWERED, None
@@ -1163,7 +1200,11 @@ class SessionManager:
             if n:
                 self.metrics.outcomes.labels(outcome=str(Outcome.DROPPED)).inc(n)
             remote = None if running is not None else await self._elsewhere(key)
-            busy = running is not None or (remote is not None and remote.running)
+            busy = (
+                running is not None
+                or (lane is not None and lane.worker is not None and n == 0)
+                or (remote is not None and remote.running)
+            )
             stopped = "Stopped." if busy else "Nothing was running."
             reply = f"⏹ {stopped} Cleared {n} queued message{'s' if n != 1 else ''}."
         elif parsed.command in (Command.NEW, Command.RESET):
@@ -1178,6 +1219,9 @@ class SessionManager:
             )
             if old is not None and old.busy_mode:
                 await self.store.set_busy_mode(key, old.busy_mode)
+            async with self.store.write() as conn:
+                # What still waits is answered in the new conversation, so it goes there too.
+                await inbox_sql.restore_pending(conn, key)
             reply = "✨ Started a new conversation. Earlier messages stay searchable."
         elif parsed.command is Command.MODE:
             async with self.store.read() as conn:

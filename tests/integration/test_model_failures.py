@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -237,12 +238,32 @@ async def test_other_chats_and_commands_work_during_an_outage(setup: Setup) -> N
         assert status.startswith("Session telegram:")
         setup.tg.inject_message(ANN, "/stop", sender_id=ANN)
         texts = await sent_to(setup.tg, ANN, 2)
-        assert "Cleared 1 queued message" in texts[1]
+        # Waiting for its next try, or in a try right now: either way it is stopped.
+        assert "Cleared 1 queued message" in texts[1] or texts[1].startswith("⏹ Stopped.")
         rows = [r for r in await h.answered(3) if r["chat_id"] == str(ANN)]
         assert [(r["text"], r["outcome"]) for r in rows] == [
             ("hello", "dropped"),
             ("/stop", "answered"),
         ]
+
+
+async def test_a_message_waiting_through_new_is_answered_in_the_new_conversation(
+    setup: Setup,
+) -> None:
+    async with herald(setup, model_retry_initial=0.3, model_retry_max=0.3) as h:
+        setup.tg.inject_message(ANN, "remember me", sender_id=ANN)
+        await sent_to(setup.tg, ANN, 1)
+        setup.tg.inject_message(ANN, "/new", sender_id=ANN)
+        texts = await sent_to(setup.tg, ANN, 2)
+        assert "new conversation" in texts[1]
+        async with FakeLLM(port=setup.llm_port) as llm:
+            rows = [r for r in await h.answered(2) if r["text"] == "remember me"]
+            if rows[0]["outcome"] == "answered":  # /new came between two tries
+                [asked] = llm.requests
+                assert "remember me" in json.dumps(asked["messages"])
+                assert (await sent_to(setup.tg, ANN, 3))[2] == "You said: remember me"
+            else:  # /new stopped a try under way: dropped, as a running turn is
+                assert rows[0]["outcome"] == "dropped"
 
 
 async def test_api_turns_fail_with_a_retryable_error_during_an_outage(setup: Setup) -> None:
