@@ -90,6 +90,18 @@ class APIConfig(Section):
     model_name: str = "herald"
     """The model id `GET /v1/models` lists."""
     keepalive_seconds: float = Field(default=15.0, gt=0)
+    max_connections: int = Field(default=500, ge=1)
+    """Open connections at most; one more is answered 503 and closed at once."""
+    header_timeout: float = Field(default=10.0, gt=0)
+    """Seconds a request's line and headers may take to arrive; then 408 and closed."""
+    max_header_bytes: int = Field(default=32_768, ge=1024)
+    """Request line and headers, in bytes, at most; larger gets 431 and closed."""
+    max_headers: int = Field(default=100, ge=8)
+    """Header fields per request at most; more gets 431 and closed."""
+    idle_timeout: int = Field(default=5, ge=1)
+    """Seconds an idle keep-alive connection stays open between requests."""
+    backlog: int = Field(default=2048, ge=1)
+    """Connections the kernel queues before they are accepted."""
 
     _key = field_validator("key")(_not_empty)
 

@@ -129,6 +129,8 @@ class TurnStream:
     key: SessionKey
     _queue: asyncio.Queue[TurnEvent] = field(default_factory=asyncio.Queue)
     _finished: Finished | None = None
+    task: asyncio.Task[None] | None = None
+    """The task running the turn (set by `submit`): cancelling it stops the turn."""
 
     async def token(self, text: str) -> None:
         """Deliver a streamed piece of the reply."""
@@ -1338,7 +1340,7 @@ class SessionManager:
         self.admit()
         stream = TurnStream(request.key)
         self._waiting += 1
-        self._spawn(self._run(request, stream), f"turn {request.key}")
+        stream.task = self._spawn(self._run(request, stream), f"turn {request.key}")
         return stream
 
     async def _run(self, request: TurnRequest, stream: TurnStream) -> None:

@@ -59,6 +59,7 @@ from gateway.cron.service import AgentJobs, JobService
 from gateway.delivery import DeliveryWorker
 from gateway.http.app import OFFLINE_WARNING, create_app
 from gateway.http.deps import AppDeps, ServingState
+from gateway.http.server import server_config
 from gateway.metrics import Metrics
 from gateway.outbox import Outbox
 from gateway.sdnotify import SystemdNotifier
@@ -482,15 +483,8 @@ class Supervisor:
             background: list[asyncio.Task[None]] = []
             if cfg.api.enabled:
                 app = create_app(deps)
-                server = _Server(
-                    uvicorn.Config(
-                        app.state.asgi,
-                        lifespan="off",
-                        log_config=None,
-                        access_log=False,
-                        timeout_graceful_shutdown=int(cfg.sessions.drain_timeout) + 5,
-                    )
-                )
+                graceful = int(cfg.sessions.drain_timeout) + 5
+                server = _Server(server_config(app.state.asgi, cfg.api, graceful_timeout=graceful))
                 sock = _bind(cfg.api.host, cfg.api.port)
                 server_task = tg.create_task(server.serve(sockets=[sock]), name="http")
                 while not server.started:

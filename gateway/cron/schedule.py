@@ -1,8 +1,9 @@
 """Schedules: parsing the text a user gives and computing fire times in a time zone.
 
 Four forms: a 5-field cron expression (`0 9 * * 1-5`, day of week 0 or 7 = Sunday, as in
-crontab), `every <n><unit>` (units s, m, h, d; at least a minute), `in <n><unit>` (once, that
-long after creation; stored as the absolute time) and an ISO 8601 timestamp (once; without an
+crontab; one that can never fire is refused), `every <n><unit>` (units s, m, h, d; at least a
+minute, at most ten years), `in <n><unit>` (once, that long after creation, at most ten years;
+stored as the absolute time) and an ISO 8601 timestamp (once, within ten years; without an
 offset it is read in the job's time zone). Fire times come from APScheduler 3's triggers.
 
 Daylight saving: a wall-clock time that does not exist (clocks go forward) fires at the
@@ -25,6 +26,10 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 TICK = timedelta(microseconds=1)
 MIN_INTERVAL = timedelta(minutes=1)
+MAX_AHEAD = timedelta(days=3650)
+"""The longest interval, and the furthest ahead a one-shot may be: about ten years."""
+CRON_HORIZON = timedelta(days=366 * 50)
+"""A cron expression must fire within this span (February 29th on a Monday waits 28 years)."""
 MAX_STEPS = 100_000
 """Fire times looked at in one enumeration at most (a long downtime of a frequent job)."""
 
@@ -189,7 +194,10 @@ def parse_schedule(text: str, timezone: str, *, now: datetime) -> Schedule:
         word, amount, unit = relative.groups()
         if unit not in _UNITS:
             raise ScheduleError(f"unknown unit {unit!r} in {spec!r}; use s, m, h or d")
-        delta = timedelta(seconds=int(amount) * _UNITS[unit])
+        seconds = int(amount[:16]) * _UNITS[unit]  # 16 digits: past any limit already
+        if len(amount) > 16 or seconds > MAX_AHEAD.total_seconds():
+            raise ScheduleError(f"{spec!r} is too long; at most {MAX_AHEAD.days}d (ten years)")
+        delta = timedelta(seconds=seconds)
         if word == "every":
             if delta < MIN_INTERVAL:
                 raise ScheduleError(f"{spec!r} is too frequent; the shortest interval is 1m")
@@ -206,9 +214,17 @@ def parse_schedule(text: str, timezone: str, *, now: datetime) -> Schedule:
     if len(spec.split()) == 5:
         try:
             schedule = Schedule(spec, Kind.CRON, tz)
-            schedule._trigger(now)
+            trigger = schedule._trigger(now)
         except ValueError as err:
             raise ScheduleError(f"invalid cron expression {spec!r}: {err}") from err
+        # Bounded: unbounded, APScheduler walks to the year 9999 (a third of a second).
+        trigger.end_date = now + CRON_HORIZON
+        if trigger.get_next_fire_time(None, now) is None:
+            raise ScheduleError(
+                f"the cron expression {spec!r} never fires: no date in the next "
+                f"{CRON_HORIZON.days // 365} years matches it (check the day of month "
+                "against the month)"
+            )
         return schedule
     try:
         at = datetime.fromisoformat(spec)
@@ -221,6 +237,8 @@ def parse_schedule(text: str, timezone: str, *, now: datetime) -> Schedule:
         at = at.replace(tzinfo=tz)
     if at <= now:
         raise ScheduleError(f"{spec!r} is in the past")
+    if at - now > MAX_AHEAD:
+        raise ScheduleError(f"{spec!r} is too far ahead; at most {MAX_AHEAD.days} days (ten years)")
     return Schedule(at.isoformat(), Kind.ONCE, tz, run_at=at)
 
 

@@ -7,9 +7,11 @@ import hmac
 import json
 import math
 import time
+import unicodedata
 import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -89,19 +91,34 @@ class ChatCompletionRequest(BaseModel):
 
 
 def _check_id(name: str, value: str) -> str:
+    """A session or user name from the body: any text but control characters."""
     if len(value) > MAX_ID_LENGTH:
         raise HTTPException(400, f"{name} is longer than {MAX_ID_LENGTH} characters")
-    if not value or any(ord(c) < 32 or ord(c) == 127 for c in value):
+    if not value or any(unicodedata.category(c) in ("Cc", "Cs") for c in value):
         raise HTTPException(400, f"{name} is empty or contains control characters")
     return value
 
 
 def _header(request: Request, names: tuple[str, ...]) -> tuple[str, str] | None:
+    """The first of the headers `names` that is present, checked: printable ASCII only."""
     for name in names:
         value = request.headers.get(name)
         if value is not None:
-            return name, _check_id(name, value)
+            _check_id(name, value)
+            if not all(" " <= c <= "~" for c in value):
+                raise HTTPException(
+                    400,
+                    f"{name} must be printable ASCII; name a session with other characters "
+                    "in the `user` field of the body",
+                )
+            return name, value
     return None
+
+
+def _echo(session_id: str) -> str:
+    """The session id for the `X-Herald-Session-Id` response header: as it is when ASCII,
+    else percent-encoded UTF-8 (a header carries only Latin-1)."""
+    return session_id if session_id.isascii() else quote(session_id, safe="")
 
 
 def require_key(request: Request) -> AppDeps:
@@ -144,6 +161,7 @@ async def list_models(deps: Deps) -> dict[str, Any]:
         400: {"description": "Invalid request"},
         401: {"description": "Missing or wrong API key"},
         403: {"description": "Session or user headers without an API key configured"},
+        409: {"description": "The session belongs to another user"},
         413: {"description": "Body too large"},
         503: {
             "description": "Shutting down, too many turns waiting (see Retry-After), or the "
@@ -163,8 +181,10 @@ async def chat_completions(
     The session is named by `X-Herald-Session-Id` (or `X-Hermes-Session-Id`) or the `user`
     field. Without one, the request is stateless and `messages` is the whole conversation.
     """
+    # Everything the request names is checked before anything runs or is stored.
     session_header = _header(request, SESSION_HEADERS)
     user_header = _header(request, USER_HEADERS)
+    user_field = _check_id("user", body.user) if body.user is not None else None
     if (session_header or user_header) and deps.config.api.key is None:
         raise HTTPException(
             403, "session and user headers need an API key; set api.key in the config"
@@ -173,21 +193,18 @@ async def chat_completions(
         deps.manager.admit()  # before any database work: refusing must stay cheap
     except Overloaded as err:
         return _overloaded(err)
-    session_id = session_header[1] if session_header else None
-    if session_id is None and body.user is not None:
-        session_id = _check_id("user", body.user)
-    user_id: UserId | None = None
-    if user_header is not None:
-        user_id = await deps.store.resolve_user(str(Platform.API), user_header[1])
+    session_id = session_header[1] if session_header else user_field
 
     if session_id is not None:
         key = session_key(Platform.API, API_ACCOUNT, session_id)
-        if user_id is None:
-            user_id = await deps.store.resolve_user("local", "owner")
+        name = user_header[1] if user_header else user_field
+        identity = (str(Platform.API), name) if name is not None else OWNER_IDENTITY
+        text = _new_input(body.messages)
+        user_id = await _session_user(deps, key, identity, session_id)
         turn = TurnRequest(
             key,
             str(Platform.API),
-            _new_input(body.messages),
+            text,
             user_id,
             stream=body.stream,
             # The key holder operates Herald; without a key, callers are not trusted so far.
@@ -204,18 +221,19 @@ async def chat_completions(
         return error_response(503, str(err), headers={"Retry-After": "5"})
     except Overloaded as err:
         return _overloaded(err)
-    headers = {"X-Herald-Session-Id": session_id} if session_id else {}
+    stateless = turn.history is not None
+    headers = {"X-Herald-Session-Id": _echo(session_id)} if session_id else {}
     model = body.model or deps.config.api.model_name
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        events = _sse(stream, completion_id, model, include_usage, deps)
+        events = _sse(stream, completion_id, model, include_usage, deps, stateless=stateless)
         return StreamingResponse(
             events,
             media_type="text/event-stream",
             headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
-    done = await stream.result()
+    done = await _result(request, stream, stateless=stateless)
     headers["Server-Timing"] = _server_timing(request, done, deps)
     if done.status != "completed":
         return _failure(done, headers)
@@ -235,6 +253,37 @@ async def chat_completions(
             "usage": _usage(done),
         },
         headers=headers,
+    )
+
+
+OWNER_IDENTITY = ("local", "owner")
+"""Who a session named by header alone belongs to: the key holder, the local owner."""
+
+
+async def _session_user(
+    deps: AppDeps, key: SessionKey, identity: tuple[str, str], session_id: str
+) -> UserId:
+    """The user the session `key` runs as: its creator. 409 when `identity` is someone else.
+
+    An unknown session is created here, for `identity`, so that two first requests naming
+    different users cannot both take it; a request refused with 409 writes nothing.
+    """
+    existing = await deps.store.get_session(key)
+    if existing is None:
+        user_id = await deps.store.resolve_user(*identity)
+        existing = await deps.store.open_session(
+            key, platform=str(Platform.API), user_id=user_id, snapshot=deps.manager.snapshot
+        )
+        if existing.user_id == user_id:
+            return user_id
+    elif existing.user_id is not None and identity in await deps.store.identities_of(
+        existing.user_id
+    ):
+        return existing.user_id
+    raise HTTPException(
+        409,
+        f"session {session_id!r} belongs to another user; name a session of your own "
+        "(or send the user it belongs to)",
     )
 
 
@@ -304,7 +353,58 @@ def _failure(done: Finished, headers: dict[str, str]) -> JSONResponse:
     return error_response(502, f"the model refused the request: {done.error}", headers=headers)
 
 
+async def _result(request: Request, stream: TurnStream, *, stateless: bool) -> Finished:
+    """The end of the turn. A stateless turn is cancelled when its client goes away first
+    (nobody could read its answer); a session turn runs on and is stored."""
+    if not stateless:
+        return await stream.result()
+    result = asyncio.ensure_future(stream.result())
+    gone = asyncio.ensure_future(_client_gone(request))
+    try:
+        await asyncio.wait({result, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not result.done():
+            result.cancel()
+            _cancel(stream)
+    if result.cancelled():
+        return Finished("interrupted", error="the client went away")
+    return result.result()
+
+
+async def _client_gone(request: Request) -> None:
+    """Return when the client disconnects (the body has been read already)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _cancel(stream: TurnStream) -> None:
+    if stream.task is not None:
+        stream.task.cancel()
+
+
 async def _sse(
+    stream: TurnStream,
+    completion_id: str,
+    model: str,
+    include_usage: bool,
+    deps: AppDeps,
+    *,
+    stateless: bool,
+) -> AsyncIterator[bytes]:
+    """The turn as server-sent events. When the client goes away (the server cancels this
+    generator), a stateless turn is cancelled; a session turn runs on and is stored."""
+    finished = False
+    try:
+        async for event in _events(stream, completion_id, model, include_usage, deps):
+            yield event
+        finished = True
+    finally:
+        if stateless and not finished:
+            _cancel(stream)
+
+
+async def _events(
     stream: TurnStream, completion_id: str, model: str, include_usage: bool, deps: AppDeps
 ) -> AsyncIterator[bytes]:
     created = int(time.time())

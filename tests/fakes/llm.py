@@ -131,6 +131,8 @@ class FakeLLM(Served):
         """The headers of each request in `requests` (lower-case names)."""
         self.model_listings = 0
         """How many times `GET /v1/models` was called."""
+        self.abandoned = 0
+        """Delayed or hanging requests whose client went away before the answer."""
         self.responder: Responder = you_said
         """Answers a request when no scripted reply is queued."""
         self._port = port
@@ -321,7 +323,9 @@ class FakeLLM(Served):
             left.cancel()
             stopping.cancel()
             await asyncio.gather(left, stopping, return_exceptions=True)
-        return left.done() and not left.cancelled()
+        gone = left.done() and not left.cancelled()
+        self.abandoned += gone
+        return gone
 
 
 async def _main(port: int, delay: float) -> None:

@@ -148,6 +148,9 @@ async def test_the_api_validates_and_changes_nothing_on_errors(tmp_path: Path) -
             ({**good, "schedule": "every 10s"}, "too frequent"),
             ({**good, "schedule": "2020-01-01T00:00"}, "in the past"),
             ({**good, "schedule": "whenever"}, "cannot read 'whenever'"),
+            ({**good, "schedule": "every 999999999999d"}, "too long"),
+            ({**good, "schedule": "in 999999999999d"}, "too long"),
+            ({**good, "schedule": "0 0 31 2 *"}, "never fires"),
             ({**good, "timezone": "Mars/Olympus"}, "unknown time zone 'Mars/Olympus'"),
             ({**good, "targets": ["telegram:123"]}, "platform telegram is not configured"),
             ({**good, "targets": ["nowhere"]}, "is not a target"),
@@ -175,6 +178,10 @@ async def test_the_api_validates_and_changes_nothing_on_errors(tmp_path: Path) -
         patched = await rig.api.patch(f"/api/jobs/{job_id}", json={"schedule": "every day"})
         assert patched.status_code == 400
         assert "cannot read 'every day'" in error(patched)
+        for schedule, reason in (("every 999999999999d", "too long"), ("0 0 30 2 *", "never")):
+            patched = await rig.api.patch(f"/api/jobs/{job_id}", json={"schedule": schedule})
+            assert patched.status_code == 400
+            assert reason in error(patched)
         assert (await rig.api.get(f"/api/jobs/{job_id}")).json()["schedule"] == "every 30m"
         patched = await rig.api.patch(
             f"/api/jobs/{job_id}", json={"schedule": "0 7 * * *", "timezone": "Asia/Tokyo"}

@@ -47,6 +47,9 @@ async def test_create_list_remove_for_the_asking_user(store: Store) -> None:
         await tool({"action": "remove", "job_id": job.id}, bob)
     with pytest.raises(ToolError, match="too frequent"):
         await tool({"action": "create", "prompt": "x", "schedule": "every 1s"}, ada)
+    for schedule, reason in (("every 999999999999d", "too long"), ("0 0 31 2 *", "never fires")):
+        with pytest.raises(ToolError, match=reason):
+            await tool({"action": "create", "prompt": "x", "schedule": schedule}, ada)
     with pytest.raises(ToolError, match="not configured"):
         await tool(
             {"action": "create", "prompt": "x", "schedule": "in 5m", "targets": ["slack:C1"]},

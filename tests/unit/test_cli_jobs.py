@@ -81,6 +81,10 @@ async def test_bad_input_is_refused_with_the_reason(herald: Herald) -> None:
     bad = await herald.invoke("jobs", "add", "--schedule", "every 5s", "--prompt", "x")
     assert bad.exit_code == 1
     assert "too frequent" in bad.output
+    for schedule, reason in (("every 999999999999d", "too long"), ("0 0 31 2 *", "never fires")):
+        refused = await herald.invoke("jobs", "add", "--schedule", schedule, "--prompt", "x")
+        assert refused.exit_code == 1, refused.output
+        assert reason in refused.output
     zone = await herald.invoke(
         "jobs", "add", "--schedule", "0 9 * * *", "--prompt", "x", "--tz", "Nowhere/Land"
     )

@@ -110,6 +110,16 @@ def test_slots_lists_the_fire_times_in_a_window_and_caps_them() -> None:
         ("in 0m", "not in the future"),
         ("2020-01-01T00:00", "in the past"),
         ("tomorrow at noon", "cannot read"),
+        ("every 999999999999d", "too long; at most 3650d"),
+        ("in 999999999999d", "too long"),
+        ("every " + "9" * 5000 + "d", "too long"),
+        ("every 3651d", "too long"),
+        ("in 87601h", "too long"),
+        ("2040-01-01T00:00", "too far ahead"),
+        ("0 0 31 2 *", "never fires"),
+        ("0 0 30 2 *", "never fires"),
+        ("0 12 31 4,6,9,11 *", "never fires"),
+        ("0 0 31 2 1", "never fires"),
     ],
 )
 def test_bad_schedules_say_why(text: str, reason: str) -> None:
@@ -120,3 +130,9 @@ def test_bad_schedules_say_why(text: str, reason: str) -> None:
 def test_an_unknown_time_zone_is_refused() -> None:
     with pytest.raises(ScheduleError, match="unknown time zone 'Mars/Olympus'"):
         parse_schedule("0 9 * * *", "Mars/Olympus", now=NOW)
+
+
+@pytest.mark.parametrize("text", ["every 3650d", "in 3650d", "0 0 29 2 *", "0 0 29 2 1"])
+def test_the_longest_and_rarest_schedules_still_pass(text: str) -> None:
+    schedule = parse_schedule(text, BERLIN, now=NOW)
+    assert schedule.next_after(NOW, NOW) is not None
