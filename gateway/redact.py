@@ -51,6 +51,13 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # user:password@host in any URL.
     (re.compile(r"(\b[a-z][\w+.-]*://[^\s:/@]+:)[^\s@/]+@"), r"\1" + MASK + "@"),
     (re.compile(r"(\bBearer\s+)[^\s'\",]+"), r"\1" + MASK),
+    # Credentials in a query string.
+    (
+        re.compile(
+            r"([?&](?:api[-_]?key|key|token|access_token|password|secret)=)[^&#\s'\"]+", re.I
+        ),
+        r"\1" + MASK,
+    ),
 )
 
 

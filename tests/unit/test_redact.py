@@ -83,6 +83,10 @@ def test_the_config_redactor_hides_each_form(text: str, expected: str) -> None:
         ("token xoxb-123-456-abcDEF refused", "token xoxb-*** refused"),
         ("postgresql://herald:s3cret@db/herald", "postgresql://herald:***@db/herald"),
         ("Authorization: Bearer abc.def.ghi", "Authorization: Bearer ***"),
+        (
+            "GET https://llm/v1/models?api-key=abc123&x=1",
+            "GET https://llm/v1/models?api-key=***&x=1",
+        ),
         ("nothing secret here: 12:30, bot 5", "nothing secret here: 12:30, bot 5"),
     ],
 )
