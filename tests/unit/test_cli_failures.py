@@ -146,6 +146,20 @@ async def test_debug_adds_the_traceback(tmp_path: Path) -> None:
     assert ran.stderr.rstrip().splitlines()[-1].startswith("error: cannot open the SQLite")
 
 
+async def test_a_database_server_that_does_not_answer_is_one_line_and_exit_1(
+    tmp_path: Path,
+) -> None:
+    # It may be starting: exit 1 lets systemd try again (2 would stop it for good).
+    url = f"postgresql+asyncpg://herald:db-secret-pw@127.0.0.1:{free_port()}/herald"
+    config = settings(tmp_path / "state", database_url=url)
+
+    ran = await herald(tmp_path, "sessions", "list", settings=config)
+
+    line = assert_one_line(ran, 1, "does not answer", "database_url")
+    assert "db-secret-pw" not in ran.stderr
+    assert "herald:***@127.0.0.1" in line
+
+
 # a port in use -----------------------------------------------------------------------------------
 
 
