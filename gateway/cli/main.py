@@ -99,7 +99,7 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 @app.command()
 def run(config: ConfigOption = None) -> None:
-    """Run the daemon until SIGTERM / SIGINT."""
+    """Run the daemon until SIGTERM / SIGINT / SIGHUP (each drains, then exit 0)."""
     cfg = load(config, log_level=None)
     # Failures (a bad state directory, a port in use, a database newer than the code, another
     # instance on this SQLite database) reach HeraldGroup: one line, exit 2.
