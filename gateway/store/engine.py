@@ -250,14 +250,12 @@ async def open_engine(url: str, *, migrate: bool = True, create: bool = True) ->
             current = await current_revision(engine)
         except (OSError, DBAPIError, sqlite3.Error) as err:
             raise open_failure(url, err) from err
+        if not create and current is None and path is not None:
+            raise _missing(path)
         if not create and current is None:
-            raise (
-                _missing(path)
-                if path is not None
-                else SetupError(
-                    f"no Herald schema in {_shown(url)}: nothing was ever stored there; check "
-                    "database_url, or start Herald once to create it"
-                )
+            raise SetupError(
+                f"no Herald schema in {_shown(url)}: nothing was ever stored there; check "
+                "database_url, or start Herald once to create it"
             )
         if migrate:
             await upgrade(engine)
