@@ -1,14 +1,17 @@
 """The supervisor: wires Herald's parts together and owns every long-lived task.
 
 One `asyncio.TaskGroup` holds the HTTP server, each adapter's runner and the systemd
-watchdog. SIGTERM / SIGINT drain: stop accepting, give running turns `sessions.drain_timeout`
-to finish (then checkpoint them as interrupted), stop the server, exit 0.
+watchdog. SIGTERM / SIGINT / SIGHUP drain: stop accepting, give running turns
+`sessions.drain_timeout` to finish (then checkpoint them as interrupted), stop the server,
+exit 0. (SIGHUP does not reload the configuration: a terminal that closes, or a `kill -HUP`,
+stops Herald cleanly instead of killing it mid-turn.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -51,7 +54,14 @@ from gateway.contracts.adapter import (
     WebhookAdapter,
 )
 from gateway.contracts.config import PlatformSection
-from gateway.contracts.errors import AuthError, ConfigError, LeaseLost, NotReady, ShuttingDown
+from gateway.contracts.errors import (
+    AuthError,
+    ConfigError,
+    LeaseLost,
+    NotReady,
+    SetupError,
+    ShuttingDown,
+)
 from gateway.contracts.messages import InboundMessage, SendLimits
 from gateway.cron.clock import Clock, SystemClock
 from gateway.cron.scheduler import CronScheduler
@@ -291,8 +301,12 @@ def build_agent(
     return Agent(provider, store, memory, ToolRegistry(tools), settings), memory
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+"""Each starts the drain."""
+
+
 class Supervisor:
-    """Runs the daemon until SIGTERM / SIGINT (or `stop()`), then drains and returns."""
+    """Runs the daemon until SIGTERM / SIGINT / SIGHUP (or `stop()`), then drains and returns."""
 
     def __init__(
         self,
@@ -326,11 +340,21 @@ class Supervisor:
         return {name: r.liveness() for name, r in self.runners.items()}
 
     async def run(self) -> int:
-        """Serve until asked to stop; return the process exit code."""
+        """Serve until asked to stop; return the process exit code.
+
+        Raises SetupError (a state directory it cannot make, a port in use, a database it
+        cannot open or that a newer Herald migrated) and ConfigError before serving.
+        """
         cfg = self.config
-        cfg.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            cfg.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as err:
+            raise SetupError(
+                f"cannot create the state directory {cfg.state_dir}: {err.strerror}; "
+                "create it writable for this user, or set state_dir (HERALD_HOME) elsewhere"
+            ) from err
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in STOP_SIGNALS:
             loop.add_signal_handler(sig, self._on_signal, sig)
         try:
             async with AsyncExitStack() as stack:
@@ -447,7 +471,7 @@ class Supervisor:
                 )
                 await self._serve(deps, manager, delivery, scheduler, node)
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in STOP_SIGNALS:
                 loop.remove_signal_handler(sig)
         logger.info("stopped")
         return self.exit_code
@@ -456,7 +480,10 @@ class Supervisor:
         if self._stop.is_set():
             logger.warning("%s again: already draining", sig.name)
             return
-        logger.info("%s received: draining", sig.name)
+        if sig is signal.SIGHUP:
+            logger.info("SIGHUP received: draining and stopping (SIGHUP does not reload)")
+        else:
+            logger.info("%s received: draining", sig.name)
         self._stop.set()
 
     def _runner(
@@ -478,14 +505,15 @@ class Supervisor:
     ) -> None:
         cfg = self.config
         server: _Server | None = None
-        sock: socket.socket | None = None
+        # Bound before the task group, so a port in use is one error, not an ExceptionGroup.
+        sock = _bind(cfg.api.host, cfg.api.port) if cfg.api.enabled else None
         async with asyncio.TaskGroup() as tg:
             background: list[asyncio.Task[None]] = []
             if cfg.api.enabled:
                 app = create_app(deps)
                 graceful = int(cfg.sessions.drain_timeout) + 5
                 server = _Server(server_config(app.state.asgi, cfg.api, graceful_timeout=graceful))
-                sock = _bind(cfg.api.host, cfg.api.port)
+                assert sock is not None
                 server_task = tg.create_task(server.serve(sockets=[sock]), name="http")
                 while not server.started:
                     if server_task.done():
@@ -580,7 +608,12 @@ def _bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as err:
         sock.close()
-        raise OSError(err.errno, f"cannot listen on {host}:{port}: {err.strerror}") from err
+        fix = (
+            "stop what uses it (another Herald?) or set api.port"
+            if err.errno == errno.EADDRINUSE
+            else "set api.host / api.port to an address of this machine"
+        )
+        raise SetupError(f"cannot listen on {host}:{port}: {err.strerror}; {fix}") from err
     sock.listen(2048)
     sock.setblocking(False)
     return sock

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -52,6 +53,8 @@ ALLOWED_UPDATES = ("message", "edited_message")
 MAX_QUOTE = 500
 """Characters of a replied-to message's text shown to the agent."""
 MARKUP_ERROR = "can't parse entities"
+BOT_TOKEN = re.compile(r"\b(\d{3,}:)[A-Za-z0-9_-]{20,}")
+"""A bot token (`<bot id>:<secret>`), as the SDK's errors may quote it inside a URL."""
 NOT_MODIFIED = "message is not modified"
 NOT_ADDRESSED = "group message that does not address the bot"
 
@@ -352,7 +355,10 @@ def error_from(err: TelegramError, doing: str) -> HeraldError:
     if isinstance(err, InvalidToken):
         # Its message quotes the token; say what happened without it.
         return AuthError(f"telegram: {doing}: the token was refused (check token and base_url)")
-    detail = f"telegram: {doing}: {err.message}"
+    # Errors stay in the outbox and in logs: never with the token (a base_url without `/bot`
+    # makes the HTTP library quote it as the port).
+    message = BOT_TOKEN.sub(r"\1***", err.message)
+    detail = f"telegram: {doing}: {message}"
     if isinstance(err, RetryAfter):
         delay = err.retry_after
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)

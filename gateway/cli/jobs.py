@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from gateway.config import HeraldConfig, load_config
-from gateway.contracts.errors import ConfigError
+from gateway.cli.base import load
+from gateway.config import HeraldConfig
 from gateway.contracts.ids import UserId
 from gateway.cron.service import JobError, JobService, JobSpec
 from gateway.cron.store import Job
@@ -40,14 +40,18 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _with_jobs(config: Path | None, work: Callable[[JobService, Store], Awaitable[None]]) -> None:
-    try:
-        cfg: HeraldConfig = load_config(config)
-    except ConfigError as err:
-        raise _fail(str(err), 2) from err
+def _with_jobs(
+    config: Path | None,
+    work: Callable[[JobService, Store], Awaitable[None]],
+    *,
+    create: bool = False,
+) -> None:
+    """Run `work` on the configured store; unless `create`, a database that does not exist
+    yet is an error naming where it was looked for (exit 2), never created empty."""
+    cfg: HeraldConfig = load(config)
 
     async def go() -> None:
-        async with Store.open(cfg.effective_database_url) as store:
+        async with Store.open(cfg.effective_database_url, create=create) as store:
             service = JobService(
                 store,
                 configured=cfg.platforms.sections(),
@@ -113,7 +117,7 @@ def jobs_add(  # noqa: PLR0917 - one parameter per option
         console.print(f"created job {escape(job.id)}")
         _show(console, job, service)
 
-    _with_jobs(config, work)
+    _with_jobs(config, work, create=True)
 
 
 @jobs_app.command("list")

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-import logging
 import os
-import sys
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -24,16 +22,18 @@ from agent_core.llm import make_provider
 from agent_core.memory import MemoryFiles
 from gateway.access import Pairings
 from gateway.checkpoints import MemoryCheckpoints
+from gateway.cli.base import DEBUG, HeraldGroup, configure_logging, current_redactor, load
 from gateway.cli.jobs import jobs_app
 from gateway.cluster.leases import list_leases
 from gateway.cluster.membership import list_instances
-from gateway.config import HeraldConfig, load_config, masked
+from gateway.config import HeraldConfig, masked
 from gateway.contracts.adapter import SelfCheck
-from gateway.contracts.errors import AuthError, ConfigError, HeraldError, LLMError
+from gateway.contracts.errors import AuthError, HeraldError, LLMError
 from gateway.contracts.ids import AccountId, ChatId
 from gateway.contracts.messages import utcnow
 from gateway.inbox import Inbox
 from gateway.outbox import Chunk, Outbox, OutboxStatus, Target
+from gateway.redact import Redactor
 from gateway.store import Store, engine
 from gateway.store.tables import lanes as lanes_table
 from gateway.supervisor import Supervisor, adapter_context, adapter_factory
@@ -44,6 +44,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=HeraldGroup,
 )
 sessions_app = typer.Typer(help="Inspect conversations.", no_args_is_help=True)
 config_app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True)
@@ -65,28 +66,26 @@ ConfigOption = Annotated[
 ]
 
 
+@app.callback()
+def _options(
+    ctx: typer.Context,
+    debug: Annotated[
+        bool,
+        typer.Option("--debug", help="On failure, print the traceback too; log at DEBUG level."),
+    ] = False,
+) -> None:
+    """Herald: an always-on messaging gateway for an LLM agent."""
+    ctx.meta[DEBUG] = debug
+    if debug:
+        configure_logging("DEBUG", Redactor())
+
+
 def _console() -> Console:
     return Console(highlight=False, soft_wrap=True)
 
 
 def _load(path: Path | None) -> HeraldConfig:
-    try:
-        return load_config(path)
-    except ConfigError as err:
-        Console(stderr=True).print(f"[red]error:[/] {escape(str(err))}", highlight=False)
-        raise typer.Exit(2) from err
-
-
-def _logging(level: str) -> None:
-    logging.basicConfig(
-        level=level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    # httpx logs every request URL at INFO, and some platforms put the bot token in the path;
-    # the twilio SDK logs every request with its headers at INFO.
-    for name in ("httpx", "httpcore", "twilio"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+    return load(path)
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -100,18 +99,12 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 @app.command()
 def run(config: ConfigOption = None) -> None:
-    """Run the daemon until SIGTERM / SIGINT."""
-    cfg = _load(config)
-    _logging(cfg.log_level)
-    try:
-        with asyncio.Runner(loop_factory=loop_factory()) as runner:
-            code = runner.run(Supervisor(cfg).run())
-    except ConfigError as err:  # another instance on this id or on this SQLite database
-        logging.getLogger("herald").error("%s", err)
-        raise typer.Exit(2) from err
-    except OSError as err:
-        logging.getLogger("herald").error("%s", err)
-        raise typer.Exit(1) from err
+    """Run the daemon until SIGTERM / SIGINT / SIGHUP (each drains, then exit 0)."""
+    cfg = load(config, log_level=None)
+    # Failures (a bad state directory, a port in use, a database newer than the code, another
+    # instance on this SQLite database) reach HeraldGroup: one line, exit 2.
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        code = runner.run(Supervisor(cfg).run())
     raise typer.Exit(code)
 
 
@@ -153,21 +146,33 @@ def chat(
                     return
                 if text.strip() in ("/quit", "/exit"):
                     return
-                if text.strip():
+                if not text.strip():
+                    continue
+                try:
                     await _send(client, cfg.api.model_name, text, extra, console)
+                except openai.APIError as err:  # this turn failed; the conversation goes on
+                    console.print()
+                    console.print(f"[red]{escape(_turn_failure(err, base))}[/]")
         finally:
             await client.close()
 
     try:
         asyncio.run(talk())
-    except openai.APIConnectionError as err:
-        console.print(f"[red]Herald is not running at {base}[/]; start it with `herald run`.")
-        raise typer.Exit(1) from err
-    except openai.APIStatusError as err:
-        console.print(f"[red]error {err.status_code}:[/] {err.message}")
+    except openai.APIError as err:
+        console.print()
+        console.print(f"[red]{escape(_turn_failure(err, base))}[/]")
         raise typer.Exit(1) from err
     except KeyboardInterrupt:
         console.print()
+
+
+def _turn_failure(err: openai.APIError, base: str) -> str:
+    """One line saying why a chat turn failed and what to do."""
+    if isinstance(err, openai.APIConnectionError):
+        return f"Herald is not running at {base} (or the connection broke); start it: `herald run`."
+    if isinstance(err, openai.APIStatusError):
+        return f"error {err.status_code}: {err.message}"
+    return f"the turn failed: {err.message}"
 
 
 async def _send(
@@ -191,11 +196,15 @@ def _client_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _with_store(config: Path | None, work: Callable[[Any], Awaitable[None]]) -> None:
+def _with_store(
+    config: Path | None, work: Callable[[Any], Awaitable[None]], *, create: bool = False
+) -> None:
+    """Run `work` on the configured store. Unless `create`, a database that does not exist
+    yet is an error naming where it was looked for (exit 2), never created empty."""
     cfg = _load(config)
 
     async def go() -> None:
-        async with Store.open(cfg.effective_database_url) as store:
+        async with Store.open(cfg.effective_database_url, create=create) as store:
             await work(store)
 
     asyncio.run(go())
@@ -543,7 +552,7 @@ def db_upgrade(config: ConfigOption = None) -> None:
     async def work(store: Any) -> None:
         typer.echo(f"database at revision {await engine.current_revision(store.engine)}")
 
-    _with_store(config, work)
+    _with_store(config, work, create=True)
 
 
 @app.command()
@@ -557,9 +566,10 @@ def doctor(config: ConfigOption = None) -> None:
     if not cfg.platforms.sections():
         verdicts.append(("platforms", "ok", "none configured (HTTP API and CLI only)"))
     colors = {"ok": "green", "warn": "yellow", "fail": "red"}
+    redact = current_redactor()
     for name, verdict, detail in verdicts:
         console.print(f"[{colors[verdict]}]{verdict.upper():4}[/] {name}: ", end="")
-        console.print(detail, markup=False)
+        console.print(redact(detail), markup=False)
     if any(v == "fail" for _, v, _ in verdicts):
         raise typer.Exit(1)
 
@@ -575,25 +585,7 @@ def _check_state_dir(path: Path) -> tuple[str, str, str]:
 
 
 async def _async_checks(cfg: HeraldConfig) -> list[tuple[str, str, str]]:
-    out: list[tuple[str, str, str]] = []
-    try:
-        async with Store.open(cfg.effective_database_url, migrate=False) as store:
-            await store.ping()
-            current = await engine.current_revision(store.engine)
-            head = engine.head_revision()
-            if current == head:
-                out.append(("database", "ok", f"{store.dialect}, schema {current}"))
-            else:
-                out.append(
-                    (
-                        "database",
-                        "warn",
-                        f"{store.dialect}, schema {current} (newest {head}): "
-                        "run `herald db upgrade` or start the daemon to migrate",
-                    )
-                )
-    except Exception as err:
-        out.append(("database", "fail", f"unreachable: {type(err).__name__}: {err}"))
+    out = [await _database_check(cfg.effective_database_url)]
     out.extend(await _platform_checks(cfg))
     provider = make_provider(cfg.llm)
     try:
@@ -605,6 +597,53 @@ async def _async_checks(cfg: HeraldConfig) -> list[tuple[str, str, str]]:
     finally:
         await provider.aclose()
     return out
+
+
+async def _database_check(url: str) -> tuple[str, str, str]:
+    """The database's verdict; creates nothing (a missing SQLite file is reported)."""
+    path = engine.sqlite_file(url)
+    if path is not None and not path.exists():
+        if _creatable(path.parent):
+            return (
+                "database",
+                "warn",
+                f"none yet at {path}: `herald run` (or `herald db upgrade`) creates it",
+            )
+        return ("database", "fail", f"cannot create {path}: {path.parent} is not writable")
+    try:
+        async with Store.open(url, migrate=False) as store:
+            await store.ping()
+            current = await engine.current_revision(store.engine)
+            dialect = store.dialect
+    except HeraldError as err:
+        return ("database", "fail", str(err))
+    except Exception as err:
+        return ("database", "fail", f"unreachable: {type(err).__name__}: {err}")
+    head = engine.head_revision()
+    if current == head:
+        return ("database", "ok", f"{dialect}, schema {current}")
+    if current is not None and not engine.known_revision(current):
+        return (
+            "database",
+            "fail",
+            f"upgraded by a newer Herald (revision {current}; this one knows up to {head}): "
+            "upgrade Herald or restore a backup",
+        )
+    return (
+        "database",
+        "warn",
+        f"{dialect}, schema {current} (newest {head}): "
+        "run `herald db upgrade` or start the daemon to migrate",
+    )
+
+
+def _creatable(directory: Path) -> bool:
+    """Whether `directory` exists and is writable, or could be made in the nearest
+    existing ancestor."""
+    for candidate in (directory, *directory.parents):
+        if candidate.exists():
+            return candidate.is_dir() and os.access(candidate, os.W_OK | os.X_OK)
+    return False
 
 
 PLATFORM_CHECK_TIMEOUT = 20.0

@@ -75,3 +75,14 @@ class LeaseLost(HeraldError):
 class InstanceConflict(ConfigError):
     """Another live instance already runs with this id, or on this SQLite database. Stop it,
     or give this one its own `instance_id` (several instances need PostgreSQL)."""
+
+
+class SetupError(ConfigError):
+    """The machine is not as the configuration expects: a state directory Herald cannot
+    write, a port in use, a database that is missing or newer than this code. Fix what the
+    message names and start again; restarting alone will not help."""
+
+
+class DatabaseUnavailable(TransientError):
+    """The database server does not answer (down, starting, unreachable). Start it or fix
+    `database_url`; a later try may succeed."""

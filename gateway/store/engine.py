@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import pwd
 import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
@@ -16,8 +19,11 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import PoolResetState, StaticPool
+
+from gateway.contracts.errors import DatabaseUnavailable, HeraldError, SetupError
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +47,8 @@ def create_engine(url: str, *, pool_size: int = 5) -> AsyncEngine:
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database or ":memory:"
         if database != ":memory:":
-            Path(database).parent.mkdir(parents=True, exist_ok=True)
+            # Private like the state directory the daemon makes (the database holds chats).
+            Path(database).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
 
         async def connect() -> aiosqlite.Connection:
             def connector() -> sqlite3.Connection:
@@ -163,8 +170,22 @@ def alembic_config() -> AlembicConfig:
 
 def _upgrade(connection: Connection, revision: str) -> None:
     cfg = alembic_config()
+    _check_known(connection, ScriptDirectory.from_config(cfg))
     cfg.attributes["connection"] = connection
     command.upgrade(cfg, revision)
+
+
+def _check_known(connection: Connection, script: ScriptDirectory) -> None:
+    """SetupError when the database is at a revision this code does not ship."""
+    current = _current(connection)
+    if current is None or known_revision(current):
+        return
+    where = connection.engine.url.render_as_string(hide_password=True)
+    raise SetupError(
+        f"this database ({where}) was upgraded by a newer Herald (revision {current}; "
+        f"this Herald knows up to {script.get_current_head()}); "
+        "upgrade Herald or restore a backup"
+    )
 
 
 def _current(connection: Connection) -> str | None:
@@ -172,7 +193,10 @@ def _current(connection: Connection) -> str | None:
 
 
 async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
-    """Apply migrations up to `revision`; a no-op when the schema is already there."""
+    """Apply migrations up to `revision`; a no-op when the schema is already there.
+
+    Raises SetupError when the database was migrated by a newer Herald.
+    """
     async with engine.connect() as plain:
         conn = await plain.execution_options(herald_write=True)
         async with conn.begin():
@@ -188,3 +212,104 @@ async def current_revision(engine: AsyncEngine) -> str | None:
 def head_revision() -> str | None:
     """The newest revision this code ships."""
     return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def known_revision(revision: str) -> bool:
+    """Whether this code ships `revision` (False: a newer Herald migrated the database)."""
+    script = ScriptDirectory.from_config(alembic_config())
+    return revision in {r.revision for r in script.walk_revisions()}
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite database URL; None for PostgreSQL and in-memory SQLite."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+async def open_engine(url: str, *, migrate: bool = True, create: bool = True) -> AsyncEngine:
+    """A connected engine for `url`, migrated unless `migrate` is False.
+
+    With `create` False, a database that does not exist yet (no SQLite file, or no Herald
+    schema in it) raises SetupError instead of being created. A database that cannot be
+    opened raises SetupError (fix the path, the permissions or `database_url`) or, for a
+    PostgreSQL server that does not answer, DatabaseUnavailable.
+    """
+    path = sqlite_file(url)
+    try:
+        if path is not None:
+            if not create and not path.exists():
+                raise _missing(path)
+            await asyncio.to_thread(_probe_sqlite, path)
+        engine = create_engine(url)
+    except (OSError, sqlite3.Error) as err:
+        raise open_failure(url, err) from err
+    try:
+        try:
+            current = await current_revision(engine)
+        except (OSError, DBAPIError, sqlite3.Error) as err:
+            raise open_failure(url, err) from err
+        if not create and current is None and path is not None:
+            raise _missing(path)
+        if not create and current is None:
+            raise SetupError(
+                f"no Herald schema in {_shown(url)}: nothing was ever stored there; check "
+                "database_url, or start Herald once to create it"
+            )
+        if migrate:
+            await upgrade(engine)
+    except BaseException:
+        await engine.dispose()
+        raise
+    return engine
+
+
+def _missing(path: Path) -> SetupError:
+    return SetupError(
+        f"no Herald database at {path}: nothing was ever stored there. Check state_dir "
+        "(HERALD_HOME) and --config point at the daemon's state, or start Herald there once"
+    )
+
+
+def _probe_sqlite(path: Path) -> None:
+    """Open the file once, so that failing to is an error here rather than in a pool thread."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    connection = sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000)
+    try:
+        connection.execute("PRAGMA user_version").fetchone()
+    finally:
+        connection.close()
+
+
+def _shown(url: str) -> str:
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _user() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return f"uid {os.geteuid()}"
+
+
+def open_failure(url: str, err: BaseException) -> HeraldError:
+    """The error that tells an operator why the database at `url` cannot be opened."""
+    reason = str(getattr(err, "orig", None) or err)
+    if isinstance(err, OSError) and err.strerror:
+        reason = f"{err.strerror}: {err.filename}" if err.filename else err.strerror
+    path = sqlite_file(url)
+    if path is not None:
+        return SetupError(
+            f"cannot open the SQLite database {path}: {reason}; make {path.parent} a "
+            f"directory that {_user()} can write, or set state_dir (HERALD_HOME) elsewhere"
+        )
+    if isinstance(err, OSError):
+        return DatabaseUnavailable(
+            f"the database server of {_shown(url)} does not answer: {reason}; "
+            "start it, or fix database_url"
+        )
+    return SetupError(
+        f"the database server of {_shown(url)} refused the connection: {reason}; "
+        "fix database_url (user, password, database name)"
+    )

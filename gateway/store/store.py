@@ -103,12 +103,17 @@ class Store:
 
     @classmethod
     @asynccontextmanager
-    async def open(cls, url: str, *, migrate: bool = True) -> AsyncIterator[Self]:
-        """Connect (and migrate to the newest schema unless `migrate` is False)."""
-        engine = engine_mod.create_engine(url)
+    async def open(
+        cls, url: str, *, migrate: bool = True, create: bool = True
+    ) -> AsyncIterator[Self]:
+        """Connect (and migrate to the newest schema unless `migrate` is False).
+
+        With `create` False, a database that does not exist yet raises SetupError instead of
+        being created. One that cannot be opened, or that a newer Herald migrated, raises
+        SetupError; a PostgreSQL server that does not answer, DatabaseUnavailable.
+        """
+        engine = await engine_mod.open_engine(url, migrate=migrate, create=create)
         try:
-            if migrate:
-                await engine_mod.upgrade(engine)
             yield cls(engine)
         finally:
             await engine.dispose()

@@ -14,6 +14,7 @@ import yaml
 from typer.testing import CliRunner, Result
 
 from gateway.cli.main import app
+from gateway.store import Store
 
 INVOKE_TIMEOUT = 60.0
 
@@ -35,6 +36,12 @@ class Herald:
         data = {"state_dir": str(self.state_dir), **sections}
         self.path.write_text(yaml.safe_dump(data), encoding="utf-8")
         return self
+
+    async def create_database(self) -> None:
+        """Create the (empty, migrated) database, as the daemon's first start does: read-only
+        commands refuse to create one."""
+        async with Store.open(self.database_url):
+            pass
 
     async def invoke(self, *args: str) -> Result:
         """Run `herald <args> --config <file>` in a worker thread."""

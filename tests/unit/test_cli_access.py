@@ -62,6 +62,7 @@ async def request_code(herald: Herald, sender: str = "123", name: str = "Alice")
 
 
 async def test_pairing_list_without_requests_says_so(herald: Herald) -> None:
+    await herald.create_database()
     result = await herald.invoke("pairing", "list")
 
     assert result.exit_code == 0, result.output
@@ -126,6 +127,7 @@ async def test_pairing_approve_accepts_a_lowercase_code(herald: Herald) -> None:
 
 
 async def test_pairing_approve_of_an_unknown_code_exits_1(herald: Herald) -> None:
+    await herald.create_database()
     result = await herald.invoke("pairing", "approve", "NOPE2345")
 
     assert result.exit_code == 1
@@ -173,6 +175,7 @@ async def test_pairing_revoke_by_code(herald: Herald) -> None:
 
 @pytest.mark.parametrize("who", ["telegram:999", "NOPE2345"])
 async def test_pairing_revoke_of_nothing_exits_1(herald: Herald, who: str) -> None:
+    await herald.create_database()
     result = await herald.invoke("pairing", "revoke", who)
 
     assert result.exit_code == 1

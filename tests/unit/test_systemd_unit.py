@@ -79,6 +79,7 @@ def unit() -> Unit:
         ("Restart", "on-failure"),
         ("RestartSec", "5"),
         ("RestartPreventExitStatus", "2"),
+        ("LimitNOFILE", "65536"),
         ("TimeoutStopSec", "45"),
         ("KillSignal", "SIGTERM"),
         ("StateDirectory", "herald"),

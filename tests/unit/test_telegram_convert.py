@@ -242,3 +242,14 @@ def test_errors_say_what_to_do_next(error: Exception, expected: type[Exception])
     assert "telegram: sendMessage" in str(mapped)
     if isinstance(mapped, RateLimited):
         assert mapped.retry_after == 7.0
+
+
+def test_an_error_quoting_the_token_keeps_only_the_bot_id() -> None:
+    # A base_url without `/bot` makes httpx read the token as the port.
+    token = "8101123456789:AAH-convert-secret-token-0123456789"
+    error = NetworkError(f"Unknown error in HTTP implementation: Invalid port: '1{token}'")
+
+    mapped = error_from(error, "getMe")
+
+    assert token.split(":")[1] not in str(mapped)
+    assert "Invalid port: '18101123456789:***'" in str(mapped)

@@ -1,0 +1,155 @@
+"""Keeping secrets out of logs and error messages.
+
+`Redactor` replaces every secret of the loaded configuration (tokens, passwords, keys: every
+`SecretStr`, and the database password) and anything shaped like a credential in a URL
+(`bot<id>:<token>`, `user:password@`) with `***`. `install` puts it on the root logger's
+handlers, so every record, its arguments and its traceback are redacted whatever the level,
+and turns the SDK loggers that log request URLs down to WARNING.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import traceback
+import urllib.parse
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from pydantic import BaseModel, SecretStr
+from sqlalchemy.engine import make_url
+
+logger = logging.getLogger(__name__)
+
+MASK = "***"
+MIN_SECRET_LENGTH = 4
+"""Shorter values are not searched for: they would blank out ordinary words."""
+
+URL_LOGGERS = (
+    "httpx",
+    "httpx2",
+    "httpcore",
+    "hpack",
+    "openai",
+    "twilio",
+    "aiohttp.access",
+    "aiohttp.client",
+    "urllib3",
+    "telegram.Bot",
+    "telegram.request",
+)
+"""SDK loggers that log request URLs or headers below WARNING (a Telegram URL carries the
+bot token in its path; twilio logs headers)."""
+
+_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # A Telegram Bot API path: /bot<id>:<token>/method.
+    (re.compile(r"(bot\d+:)[A-Za-z0-9_-]+"), r"\1" + MASK),
+    # A Telegram token anywhere (a base_url without /bot puts it after the port).
+    (re.compile(r"\b(\d{5,}:)[A-Za-z0-9_-]{30,}"), r"\1" + MASK),
+    # Slack tokens.
+    (re.compile(r"\b(xox[a-z]|xapp)-[A-Za-z0-9-]+"), r"\1-" + MASK),
+    # user:password@host in any URL.
+    (re.compile(r"(\b[a-z][\w+.-]*://[^\s:/@]+:)[^\s@/]+@"), r"\1" + MASK + "@"),
+    (re.compile(r"(\bBearer\s+)[^\s'\",]+"), r"\1" + MASK),
+    # Credentials in a query string.
+    (
+        re.compile(
+            r"([?&](?:api[-_]?key|key|token|access_token|password|secret)=)[^&#\s'\"]+", re.I
+        ),
+        r"\1" + MASK,
+    ),
+)
+
+
+def secrets_of(config: BaseModel, database_url: str | None = None) -> list[str]:
+    """Every secret value in `config` (each `SecretStr`, nested models included), and the
+    password of `database_url`."""
+    found = [s.get_secret_value() for s in _walk(config)]
+    if database_url:
+        try:
+            password = make_url(database_url).password
+        except Exception:  # an unparsable URL has no password to hide
+            password = None
+        if password:
+            found.append(str(password))
+    return found
+
+
+def _walk(value: Any) -> Iterator[SecretStr]:
+    if isinstance(value, SecretStr):
+        yield value
+    elif isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            yield from _walk(getattr(value, name))
+    elif isinstance(value, tuple | list):
+        for item in value:
+            yield from _walk(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _walk(item)
+
+
+class Redactor:
+    """Replaces the given secrets, and credential-shaped parts of URLs, with `***`."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        variants: set[str] = set()
+        for secret in secrets:
+            for form in (secret, secret.strip()):
+                variants.add(form)
+                variants.add(urllib.parse.quote(form, safe=""))
+                variants.add(urllib.parse.quote_plus(form))
+                # `<id>:<secret>` tokens (Telegram): the part after the colon alone.
+                tail = form.rpartition(":")[2]
+                if tail != form and len(tail) >= 12:  # a token, not a word
+                    variants.add(tail)
+        ordered = sorted((v for v in variants if len(v) >= MIN_SECRET_LENGTH), key=len)
+        self._secrets = tuple(reversed(ordered))  # longest first: no partial leftovers
+        self._pattern = (
+            re.compile("|".join(re.escape(s) for s in self._secrets)) if self._secrets else None
+        )
+
+    def __call__(self, text: str) -> str:
+        """`text` with every secret and credential in it replaced by `***`."""
+        if self._pattern is not None:
+            text = self._pattern.sub(MASK, text)
+        for pattern, replacement in _PATTERNS:
+            text = pattern.sub(replacement, text)
+        return text
+
+
+class RedactingFilter(logging.Filter):
+    """A handler filter: redacts each record's message, arguments, traceback and stack."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        super().__init__()
+        self.redactor = redactor
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Rewrite the record in place; never drops one."""
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format string: show it
+            message = f"{record.msg!r} % {record.args!r}"
+        record.msg, record.args = self.redactor(message), None
+        if record.exc_info and record.exc_info[1] is not None:
+            if not record.exc_text:
+                record.exc_text = "".join(traceback.format_exception(*record.exc_info)).rstrip()
+            record.exc_text = self.redactor(record.exc_text)
+        elif record.exc_text:
+            record.exc_text = self.redactor(record.exc_text)
+        if record.stack_info:
+            record.stack_info = self.redactor(record.stack_info)
+        return True
+
+
+def install(redactor: Redactor, *, root: logging.Logger | None = None) -> None:
+    """Redact every record the root logger's handlers emit (replacing an earlier redactor),
+    and turn the SDK loggers that log URLs down to WARNING."""
+    root = root or logging.getLogger()
+    for handler in root.handlers:
+        for old in [f for f in handler.filters if isinstance(f, RedactingFilter)]:
+            handler.removeFilter(old)
+        handler.addFilter(RedactingFilter(redactor))
+    for name in URL_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)

@@ -1,0 +1,146 @@
+"""`gateway.redact`: the secrets of a config, and the filter that keeps them out of every log
+record (message, arguments, traceback) at every level."""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from gateway.config import HeraldConfig
+from gateway.redact import URL_LOGGERS, RedactingFilter, Redactor, install, secrets_of
+
+TOKEN = "8101123456789:AAH-unit-secret-telegram-token-0123456789"
+
+
+def config() -> HeraldConfig:
+    return HeraldConfig(
+        state_dir="/tmp/unused",  # noqa: S108 - never touched
+        database_url="postgresql+asyncpg://herald:db-secret-pw@db.internal/herald",
+        llm={"api_key": "sk-unit-llm-key"},
+        api={"key": "unit-api-key"},
+        platforms={
+            "telegram": {"token": TOKEN, "webhook_secret": "unit-webhook-secret"},
+            "email": {
+                "imap_host": "mail",
+                "smtp_host": "mail",
+                "username": "u",
+                "address": "u@example.com",
+                "password": "unit-mail-password",
+            },
+        },
+    )
+
+
+def test_secrets_of_finds_every_secret_of_the_config() -> None:
+    found = set(secrets_of(config(), config().effective_database_url))
+
+    assert found == {
+        TOKEN,
+        "unit-webhook-secret",
+        "sk-unit-llm-key",
+        "unit-api-key",
+        "unit-mail-password",
+        "db-secret-pw",
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # The whole token, where a base_url without /bot puts it (after the port).
+        (f"InvalidURL(\"Invalid port: '1{TOKEN}'\")", "InvalidURL(\"Invalid port: '1***'\")"),
+        (
+            f"Set Bot API URL: https://api.telegram.org/bot{TOKEN}",
+            "Set Bot API URL: https://api.telegram.org/bot***",
+        ),
+        # URL-encoded.
+        (f"GET /bot8101123456789%3A{TOKEN.split(':')[1]}/getMe", "GET /bot***/getMe"),
+        # The secret half alone.
+        (f"token ...:{TOKEN.split(':')[1]}", "token ...:***"),
+        ("login with unit-mail-password failed", "login with *** failed"),
+    ],
+)
+def test_the_config_redactor_hides_each_form(text: str, expected: str) -> None:
+    redact = Redactor(secrets_of(config()))
+
+    assert redact(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "https://api.telegram.org/bot123456:ABCdef-ghi_jkl/getUpdates",
+            "https://api.telegram.org/bot123456:***/getUpdates",
+        ),
+        (
+            "Invalid port: '99999999:AAHabcdefghijklmnopqrstuvwxyz012345'",
+            "Invalid port: '99999999:***'",
+        ),
+        ("token xoxb-123-456-abcDEF refused", "token xoxb-*** refused"),
+        ("postgresql://herald:s3cret@db/herald", "postgresql://herald:***@db/herald"),
+        ("Authorization: Bearer abc.def.ghi", "Authorization: Bearer ***"),
+        (
+            "GET https://llm/v1/models?api-key=abc123&x=1",
+            "GET https://llm/v1/models?api-key=***&x=1",
+        ),
+        ("nothing secret here: 12:30, bot 5", "nothing secret here: 12:30, bot 5"),
+    ],
+)
+def test_credential_shapes_are_hidden_without_a_config(text: str, expected: str) -> None:
+    assert Redactor()(text) == expected
+
+
+@pytest.fixture
+def logged() -> Iterator[tuple[logging.Logger, io.StringIO]]:
+    """A logger at DEBUG whose only handler writes to a buffer, with the redactor installed."""
+    buffer = io.StringIO()
+    handler = logging.StreamHandler(buffer)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    root = logging.Logger("redact-test-root", logging.DEBUG)
+    root.addHandler(handler)
+    install(Redactor(secrets_of(config())), root=root)
+    yield root, buffer
+    root.removeHandler(handler)
+
+
+def test_a_record_s_arguments_and_traceback_are_redacted(
+    logged: tuple[logging.Logger, io.StringIO],
+) -> None:
+    log, buffer = logged
+
+    log.debug("Set Bot API URL: %s", f"https://api.telegram.org/bot{TOKEN}")
+    try:
+        raise ValueError(f"Invalid port: '{TOKEN}'")
+    except ValueError:
+        log.exception("adapter telegram failed with %r", TOKEN)
+
+    text = buffer.getvalue()
+    assert TOKEN not in text
+    assert TOKEN.split(":")[1] not in text
+    assert "DEBUG Set Bot API URL: https://api.telegram.org/bot***" in text
+    assert "ValueError: Invalid port: '***'" in text  # the traceback is kept, redacted
+
+
+def test_installing_again_replaces_the_redactor(
+    logged: tuple[logging.Logger, io.StringIO],
+) -> None:
+    log, buffer = logged
+
+    install(Redactor(["another-secret"]), root=log)
+    log.info("another-secret and unit-mail-password")
+
+    (handler,) = log.handlers
+    assert len([f for f in handler.filters if isinstance(f, RedactingFilter)]) == 1
+    assert buffer.getvalue() == "INFO *** and unit-mail-password\n"
+
+
+def test_install_turns_the_url_loggers_down_to_warning(
+    logged: tuple[logging.Logger, io.StringIO],
+) -> None:
+    for name in ("httpx", "httpx2", "httpcore", "openai", "telegram.Bot", "aiohttp.access"):
+        assert name in URL_LOGGERS
+        assert logging.getLogger(name).level == logging.WARNING
