@@ -6,13 +6,14 @@ Loaded and validated once at startup into frozen models. Any secret may instead 
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import os
 import re
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
@@ -147,9 +148,21 @@ class AccessConfig(Section):
 
 
 class HomeConfig(Section):
-    """Where scheduled reports go: targets like `telegram:<chat>[:<thread>]`."""
+    """Where scheduled reports go: targets like `telegram:<chat>[:<thread>]`.
+
+    `home: telegram:123` (one target or a list) is short for `home: {targets: [...]}`.
+    """
 
     targets: tuple[str, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return {"targets": [t for t in data.split(",") if t.strip()]}
+        if isinstance(data, list | tuple):
+            return {"targets": data}
+        return data
 
     @field_validator("targets")
     @classmethod
@@ -361,10 +374,33 @@ class HeraldConfig(BaseSettings):
 def _format_error(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        key = ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
-        lines.append(f"  {key}: {msg}")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key" + _did_you_mean(e["loc"])
+        lines.append(f"  {key}: {msg}" if key else f"  {msg}")
     return "invalid configuration:\n" + "\n".join(lines)
+
+
+def _did_you_mean(loc: tuple[int | str, ...]) -> str:
+    """`; did you mean 'x'?` when a known key of the same section is close to the unknown one."""
+    model: Any = HeraldConfig
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part)) if isinstance(model, type) else None
+        if field is None:
+            return ""
+        model = next(
+            (a for a in (field.annotation, *get_args(field.annotation)) if _is_model(a)), None
+        )
+    if not _is_model(model):
+        return ""
+    known = [k for k in model.model_fields if not (model is PlatformsConfig and k == "test")]
+    close = difflib.get_close_matches(str(loc[-1]).lower(), known, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(known)})"
+
+
+def _is_model(value: Any) -> bool:
+    return isinstance(value, type) and issubclass(value, BaseModel)
 
 
 def config_path_from_env(explicit: Path | None) -> Path | None:
@@ -428,6 +464,8 @@ def masked(config: HeraldConfig) -> dict[str, Any]:
         return value
 
     data: dict[str, Any] = walk(config)
+    if config.platforms.test is None:
+        del data["platforms"]["test"]  # the test-only platform, of no concern unless used
     data["database_url"] = _mask_url(config.effective_database_url)
     data["llm"]["provider"] = config.llm.effective_provider
     data["instance_id"] = config.effective_instance_id
