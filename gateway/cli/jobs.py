@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from gateway.cli.help import HeraldTyper
 from gateway.config import HeraldConfig, load_config
 from gateway.contracts.errors import ConfigError
 from gateway.contracts.ids import UserId
@@ -23,7 +24,7 @@ from gateway.cron.service import JobError, JobService, JobSpec
 from gateway.cron.store import Job
 from gateway.store import Store
 
-jobs_app = typer.Typer(help="Manage scheduled jobs.", no_args_is_help=True)
+jobs_app = HeraldTyper(help="Manage scheduled jobs.", no_args_is_help=True)
 
 ConfigOption = Annotated[
     Path | None,
@@ -232,9 +233,9 @@ def jobs_runs(
             table.add_row(
                 str(r.id),
                 f"{r.scheduled_for:%Y-%m-%d %H:%M:%S}",
-                str(r.trigger),
-                str(r.status),
-                "" if r.delivery_status is None else str(r.delivery_status),
+                escape(str(r.trigger)),
+                escape(str(r.status)),
+                "" if r.delivery_status is None else escape(str(r.delivery_status)),
                 escape(detail),
             )
         console.print(table)

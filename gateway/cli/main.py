@@ -22,8 +22,10 @@ from sqlalchemy import func, select
 
 from agent_core.llm import make_provider
 from agent_core.memory import MemoryFiles
+from gateway import __version__
 from gateway.access import Pairings
 from gateway.checkpoints import MemoryCheckpoints
+from gateway.cli.help import HeraldTyper
 from gateway.cli.jobs import jobs_app
 from gateway.cluster.leases import list_leases
 from gateway.cluster.membership import list_instances
@@ -38,19 +40,19 @@ from gateway.store import Store, engine
 from gateway.store.tables import lanes as lanes_table
 from gateway.supervisor import Supervisor, adapter_context, adapter_factory
 
-app = typer.Typer(
+app = HeraldTyper(
     name="herald",
     help="Herald: an always-on messaging gateway for an LLM agent.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-sessions_app = typer.Typer(help="Inspect conversations.", no_args_is_help=True)
-config_app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True)
-db_app = typer.Typer(help="Manage the database.", no_args_is_help=True)
-deliveries_app = typer.Typer(help="Inspect and retry outbound deliveries.", no_args_is_help=True)
-pairing_app = typer.Typer(help="Approve who may talk to the agent.", no_args_is_help=True)
-users_app = typer.Typer(help="Link a person's identities across platforms.", no_args_is_help=True)
+sessions_app = HeraldTyper(help="Inspect conversations.", no_args_is_help=True)
+config_app = HeraldTyper(help="Inspect the configuration.", no_args_is_help=True)
+db_app = HeraldTyper(help="Manage the database.", no_args_is_help=True)
+deliveries_app = HeraldTyper(help="Inspect and retry outbound deliveries.", no_args_is_help=True)
+pairing_app = HeraldTyper(help="Approve who may talk to the agent.", no_args_is_help=True)
+users_app = HeraldTyper(help="Link a person's identities across platforms.", no_args_is_help=True)
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(deliveries_app, name="deliveries")
 app.add_typer(pairing_app, name="pairing")
@@ -58,6 +60,24 @@ app.add_typer(users_app, name="users")
 app.add_typer(config_app, name="config")
 app.add_typer(db_app, name="db")
 app.add_typer(jobs_app, name="jobs")
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"herald {__version__}")
+        raise typer.Exit
+
+
+@app.callback()
+def _herald(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", "-V", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Herald: an always-on messaging gateway for an LLM agent."""
+
 
 ConfigOption = Annotated[
     Path | None,
@@ -237,7 +257,7 @@ def instances(config: ConfigOption = None) -> None:
                 i.state(now, ttl),
                 escape(i.host),
                 str(i.pid),
-                i.version,
+                escape(i.version),
                 f"{i.started_at:%Y-%m-%d %H:%M:%S}",
                 f"{(now - i.heartbeat_at).total_seconds():.0f}s ago",
                 escape(", ".join(i.holds)),
@@ -329,7 +349,7 @@ def sessions_show(
             mark = " [yellow](interrupted)[/]" if m.interrupted else ""
             calls = ", ".join(f"{c.name}({c.arguments})" for c in m.tool_calls)
             when = f"{m.created_at:%Y-%m-%d %H:%M:%S}" if m.created_at else ""
-            console.print(f"[dim]{when}[/] [bold]{m.role}[/]{mark}: ", end="")
+            console.print(f"[dim]{when}[/] [bold]{escape(str(m.role))}[/]{mark}: ", end="")
             console.print(m.content + (f" → {calls}" if calls else ""), markup=False)
 
     _with_store(config, work)
@@ -419,11 +439,11 @@ def pairing_list(
         table = Table("code", "platform", "user id", "name", "status", "expires (UTC)")
         for p in rows:
             table.add_row(
-                p.code,
+                escape(p.code),
                 escape(p.platform),
                 escape(p.external_id),
                 escape(p.display_name),
-                p.status,
+                escape(p.status),
                 f"{p.expires_at:%Y-%m-%d %H:%M:%S}",
             )
         console.print(table)
@@ -522,7 +542,7 @@ def sessions_search(
             console.print("no matches")
         for h in hits:
             console.print(
-                f"[bold]{h.session_key}[/] [dim]{h.created_at:%Y-%m-%d %H:%M}[/] ", end=""
+                f"[bold]{escape(h.session_key)}[/] [dim]{h.created_at:%Y-%m-%d %H:%M}[/] ", end=""
             )
             console.print(f"{h.role}: {h.snippet}", markup=False)
 
