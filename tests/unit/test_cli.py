@@ -325,6 +325,18 @@ async def test_doctor_with_a_reachable_llm_is_ok(herald: Herald) -> None:
     assert llm.model_listings == 1
 
 
+async def test_doctor_warns_when_the_model_is_not_listed(herald: Herald) -> None:
+    async with FakeLLM() as llm:
+        herald.configure(llm={"base_url": llm.base_url, "model": "fake", "max_retries": 0})
+
+        result = await herald.invoke("doctor")
+
+    assert result.exit_code == 0, result.output
+    verdict, detail = verdicts(result)["llm"]
+    assert verdict == "WARN"
+    assert detail.endswith("'fake' not listed")
+
+
 # chat --------------------------------------------------------------------------------------------
 
 
