@@ -218,6 +218,9 @@ class ClusterConfig(Section):
     scan_interval: float = Field(default=1.0, gt=0, le=60.0)
     """Seconds between looks for sessions with waiting messages and no live instance (the
     fallback if a notification is lost; takeover after a failure happens at this pace)."""
+    forget_stopped_after: float = Field(default=86_400.0, ge=0)
+    """Seconds the row of an instance that stopped is kept for `herald instances` (SQLite
+    too: with the default id every restart leaves one)."""
 
     @model_validator(mode="after")
     def _heartbeat_within_ttl(self) -> ClusterConfig:
