@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeGuard, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
@@ -193,6 +193,21 @@ class CronConfig(Section):
     poll_interval: float = Field(default=5.0, gt=0)
     """Seconds between looks at SQL for changes made elsewhere (CLI, other instances)."""
     max_concurrent_runs: int = Field(default=4, ge=1)
+    report_heading: str = Field(default="⏰ {name}", max_length=200)
+    """The line above each delivered report; `{name}` and `{id}` are the job's. Empty: the
+    bare answer."""
+
+    @field_validator("report_heading")
+    @classmethod
+    def _heading(cls, value: str) -> str:
+        try:
+            value.format(name="", id="")
+        except (KeyError, IndexError, ValueError) as err:
+            raise ValueError(
+                f"{value!r} is not a heading template: use {{name}} and {{id}} only "
+                "(double other braces)"
+            ) from err
+        return value
 
     @field_validator("timezone")
     @classmethod
@@ -387,22 +402,20 @@ def _format_error(err: ValidationError) -> str:
 
 def _did_you_mean(loc: tuple[int | str, ...]) -> str:
     """`; did you mean 'x'?` when a known key of the same section is close to the unknown one."""
-    model: Any = HeraldConfig
+    model: type[BaseModel] = HeraldConfig
     for part in loc[:-1]:
-        field = model.model_fields.get(str(part)) if isinstance(model, type) else None
-        if field is None:
+        field = model.model_fields.get(str(part))
+        inner = [] if field is None else [field.annotation, *get_args(field.annotation)]
+        found = next((a for a in inner if _is_model(a)), None)
+        if found is None:
             return ""
-        model = next(
-            (a for a in (field.annotation, *get_args(field.annotation)) if _is_model(a)), None
-        )
-    if not _is_model(model):
-        return ""
+        model = found
     known = [k for k in model.model_fields if not (model is PlatformsConfig and k == "test")]
     close = difflib.get_close_matches(str(loc[-1]).lower(), known, n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(known)})"
 
 
-def _is_model(value: Any) -> bool:
+def _is_model(value: Any) -> TypeGuard[type[BaseModel]]:
     return isinstance(value, type) and issubclass(value, BaseModel)
 
 

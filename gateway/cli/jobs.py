@@ -1,7 +1,7 @@
 """`herald jobs …`: scheduled jobs, from the command line (straight to the database).
 
 A running daemon notices changes within `cron.poll_interval` seconds; `jobs run` queues a
-run that the daemon's scheduler takes.
+run that the daemon's scheduler takes (at its next start when none is running).
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from gateway.cli.help import HeraldTyper
+from gateway.cluster.membership import list_instances
 from gateway.config import HeraldConfig, load_config
 from gateway.contracts.errors import ConfigError
 from gateway.contracts.ids import UserId
+from gateway.contracts.messages import utcnow
 from gateway.cron.service import JobError, JobService, JobSpec
 from gateway.cron.store import Job
 from gateway.store import Store
@@ -53,6 +55,7 @@ def _with_jobs(config: Path | None, work: Callable[[JobService, Store], Awaitabl
                 store,
                 configured=cfg.platforms.sections(),
                 default_timezone=cfg.cron.timezone,
+                homes=cfg.home.targets,
             )
             await work(service, store)
 
@@ -113,6 +116,9 @@ def jobs_add(  # noqa: PLR0917 - one parameter per option
             raise _fail(str(err)) from err
         console.print(f"created job {escape(job.id)}")
         _show(console, job, service)
+        problem = await service.home_problem(job)
+        if problem is not None:
+            Console(stderr=True, highlight=False).print(f"[yellow]warning:[/] {escape(problem)}")
 
     _with_jobs(config, work)
 
@@ -177,9 +183,15 @@ def _simple(job_id: str, config: Path | None, action: str) -> None:
                 console.print(f"resumed job {escape(job_id)}{when}")
             else:
                 run = await service.run_now(job_id)
-                console.print(
-                    f"queued run {run.id} of job {escape(job_id)}; the running daemon takes it"
+                ttl = load_config(config).cluster.lease_ttl  # read and checked already
+                async with store.read() as conn:
+                    running = [i for i in await list_instances(conn) if i.alive(utcnow(), ttl)]
+                when = (
+                    f"the running daemon ({escape(running[0].id)}) takes it within seconds"
+                    if running
+                    else "no Herald daemon is running: it runs when `herald run` starts"
                 )
+                console.print(f"queued run {run.id} of job {escape(job_id)}; {when}")
         except LookupError as err:
             raise _fail(str(err)) from err
 
@@ -206,7 +218,7 @@ def jobs_resume(job_id: str, config: ConfigOption = None) -> None:
 
 @jobs_app.command("run")
 def jobs_run(job_id: str, config: ConfigOption = None) -> None:
-    """Run a job now, outside its schedule (the running daemon does it)."""
+    """Run a job now, outside its schedule (the daemon does it, or does when it starts)."""
     _simple(job_id, config, "run")
 
 

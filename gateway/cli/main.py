@@ -61,6 +61,7 @@ app.add_typer(config_app, name="config")
 app.add_typer(db_app, name="db")
 app.add_typer(jobs_app, name="jobs")
 
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"herald {__version__}")

@@ -537,8 +537,12 @@ def test_an_unknown_key_suggests_a_close_known_one(tmp_path: Path) -> None:
     )
 
     assert "  llmm: unknown key; did you mean 'llm'?" in message
-    assert "  platforms.telegram.allowd_users: unknown key; did you mean 'allowed_users'?" in message
-    assert "  platforms.tset: unknown key (known: telegram, slack, twilio, discord, email)" in message
+    assert (
+        "  platforms.telegram.allowd_users: unknown key; did you mean 'allowed_users'?" in message
+    )
+    assert (
+        "  platforms.tset: unknown key (known: telegram, slack, twilio, discord, email)" in message
+    )
 
 
 def test_a_whole_config_error_has_no_key_prefix(tmp_path: Path) -> None:
@@ -553,3 +557,9 @@ def test_masked_leaves_out_the_unused_test_platform(tmp_path: Path) -> None:
     assert "test" not in masked(load_config(None))["platforms"]
     used = load_config(config_file(tmp_path, "platforms: {test: {url: 'http://x', token: t}}\n"))
     assert "test" in masked(used)["platforms"]
+
+
+def test_a_report_heading_with_an_unknown_field_is_refused(tmp_path: Path) -> None:
+    message = load_error(config_file(tmp_path, "cron: {report_heading: '{title}'}\n"))
+
+    assert "  cron.report_heading: '{title}' is not a heading template" in message
