@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import difflib
 import getpass
 import logging
 import os
@@ -25,14 +26,14 @@ from agent_core.memory import MemoryFiles
 from gateway import __version__
 from gateway.access import Pairings
 from gateway.checkpoints import MemoryCheckpoints
-from gateway.cli.help import HeraldTyper
+from gateway.cli.help import HeraldTyper, JsonOption, print_json
 from gateway.cli.jobs import jobs_app
 from gateway.cluster.leases import list_leases
 from gateway.cluster.membership import list_instances
 from gateway.config import HeraldConfig, load_config, masked
 from gateway.contracts.adapter import SelfCheck
 from gateway.contracts.errors import AuthError, ConfigError, HeraldError, LLMError
-from gateway.contracts.ids import AccountId, ChatId
+from gateway.contracts.ids import AccountId, ChatId, Platform
 from gateway.contracts.messages import utcnow
 from gateway.inbox import Inbox
 from gateway.outbox import Chunk, Outbox, OutboxStatus, Target
@@ -52,7 +53,9 @@ config_app = HeraldTyper(help="Inspect the configuration.", no_args_is_help=True
 db_app = HeraldTyper(help="Manage the database.", no_args_is_help=True)
 deliveries_app = HeraldTyper(help="Inspect and retry outbound deliveries.", no_args_is_help=True)
 pairing_app = HeraldTyper(help="Approve who may talk to the agent.", no_args_is_help=True)
-users_app = HeraldTyper(help="Link a person's identities across platforms.", no_args_is_help=True)
+users_app = HeraldTyper(
+    help="A person's identities across platforms: list, link, unlink.", no_args_is_help=True
+)
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(deliveries_app, name="deliveries")
 app.add_typer(pairing_app, name="pairing")
@@ -499,11 +502,24 @@ def pairing_revoke(
     _with_store(config, work)
 
 
+IDENTITY_PLATFORMS = frozenset(str(p) for p in Platform if p is not Platform.CRON) | {"local"}
+"""Platforms a user identity can be on (`local` is the owner at the terminal)."""
+
+
 def _identity(value: str) -> tuple[str, str]:
     platform, sep, external = value.partition(":")
     if not sep or not platform or not external:
         raise typer.BadParameter(f"{value!r} is not platform:id (like telegram:123)")
-    return platform.lower(), external
+    platform = platform.lower()
+    if platform not in IDENTITY_PLATFORMS:
+        close = difflib.get_close_matches(platform, sorted(IDENTITY_PLATFORMS), n=1)
+        hint = (
+            f"did you mean {close[0]}?"
+            if close
+            else f"one of {', '.join(sorted(IDENTITY_PLATFORMS))}"
+        )
+        raise typer.BadParameter(f"{value!r}: unknown platform {platform!r}; {hint}")
+    return platform, external
 
 
 @users_app.command("link")
@@ -526,6 +542,56 @@ def users_link(
         console.print(f"user {escape(kept)}: {escape(ids)}")
 
     asyncio.run(go())
+
+
+@users_app.command("list")
+def users_list(config: ConfigOption = None, json_: JsonOption = False) -> None:
+    """Every user with its linked identities."""
+    console = _console()
+
+    async def work(store: Any) -> None:
+        found = await store.list_users()
+        if json_:
+            print_json(
+                [
+                    {"id": u, "name": name, "identities": [f"{p}:{e}" for p, e in ids]}
+                    for u, name, ids in found
+                ]
+            )
+            return
+        if not found:
+            console.print("no users yet")
+            return
+        table = Table("user", "name", "identities")
+        for u, name, ids in found:
+            table.add_row(escape(u), escape(name), escape(", ".join(f"{p}:{e}" for p, e in ids)))
+        console.print(table)
+
+    _with_store(config, work)
+
+
+@users_app.command("unlink")
+def users_unlink(
+    identity: Annotated[str, typer.Argument(help="platform:id to detach, e.g. email:a@b.org")],
+    config: ConfigOption = None,
+) -> None:
+    """Detach an identity from its user: its next message starts a user of its own."""
+    who = _identity(identity)
+    console = _console()
+
+    async def work(store: Any) -> None:
+        try:
+            user_id = await store.unlink_identity(who)
+        except LookupError as err:
+            Console(stderr=True).print(f"[red]error:[/] {escape(str(err))}")
+            raise typer.Exit(1) from err
+        rest = ", ".join(f"{p}:{e}" for p, e in await store.identities_of(user_id))
+        console.print(
+            f"unlinked {escape(who[0])}:{escape(who[1])} from user {escape(user_id)} "
+            f"(still {escape(rest)}); its sessions so far stay with that user"
+        )
+
+    _with_store(config, work)
 
 
 @sessions_app.command("search")
