@@ -1,4 +1,4 @@
-"""How the CLI talks: Typer apps whose help reads plainly, and `--json` output.
+"""Typer apps whose help reads plainly: no `<bool>` after a flag, arguments as `KEY`.
 
 Typer's own help marks every flag with its Python type and every required argument as
 `{name}`; these classes leave the flag's type out and name arguments in capitals.
@@ -6,10 +6,8 @@ Typer's own help marks every flag with its Python type and every required argume
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from datetime import datetime
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
@@ -65,19 +63,3 @@ class HeraldTyper(typer.Typer):
         """Register a command (a HeraldCommand unless `cls` says otherwise)."""
         kwargs.setdefault("cls", HeraldCommand)
         return super().command(*args, **kwargs)
-
-
-JsonOption = Annotated[
-    bool, typer.Option("--json", help="Print JSON (one array of objects) instead of a table.")
-]
-
-
-def print_json(rows: list[dict[str, Any]]) -> None:
-    """Write `rows` to stdout as one JSON array (datetimes as ISO 8601 strings)."""
-
-    def default(value: Any) -> str:
-        if isinstance(value, datetime):
-            return value.isoformat()
-        return str(value)
-
-    typer.echo(json.dumps(rows, default=default, ensure_ascii=False, indent=2))

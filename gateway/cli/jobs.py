@@ -14,9 +14,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from gateway.cli.help import HeraldTyper
+from gateway.cli.output import Column, JsonOption, Kind, print_json, print_rows
 from gateway.cluster.membership import list_instances
 from gateway.config import HeraldConfig, load_config
 from gateway.contracts.errors import ConfigError
@@ -124,28 +124,55 @@ def jobs_add(  # noqa: PLR0917 - one parameter per option
 
 
 @jobs_app.command("list")
-def jobs_list(config: ConfigOption = None) -> None:
+def jobs_list(config: ConfigOption = None, json_: JsonOption = False) -> None:
     """Every job with its schedule, targets and next run."""
     console = _console()
 
     async def work(service: JobService, store: Store) -> None:
         found = await service.find()
+        if json_:
+            print_json(
+                [
+                    {
+                        "id": j.id,
+                        "name": j.name,
+                        "schedule": j.schedule,
+                        "timezone": j.timezone,
+                        "targets": list(j.targets),
+                        "enabled": j.enabled,
+                        "next_run_at": service.next_run(j),
+                        "prompt": j.prompt,
+                    }
+                    for j in found
+                ]
+            )
+            return
         if not found:
             console.print("no jobs")
             return
-        table = Table("id", "name", "schedule", "tz", "targets", "state", "next run (UTC)")
+        rows = []
         for j in found:
             nxt = service.next_run(j)
-            table.add_row(
-                escape(j.id),
-                escape(j.name),
-                escape(j.schedule),
-                escape(j.timezone),
-                escape(", ".join(j.targets)),
-                "active" if j.enabled else "paused",
-                f"{nxt:%Y-%m-%d %H:%M}" if nxt else "-",
+            rows.append(
+                [
+                    j.id,
+                    j.name,
+                    f"{j.schedule} ({j.timezone})",
+                    ", ".join(j.targets),
+                    f"{nxt:%Y-%m-%d %H:%M}" if nxt else "paused" if not j.enabled else "-",
+                ]
             )
-        console.print(table)
+        print_rows(
+            console,
+            [
+                Column("id", Kind.ID),
+                Column("name"),
+                Column("schedule"),
+                Column("targets"),
+                Column("next run (UTC)"),
+            ],
+            rows,
+        )
 
     _with_jobs(config, work)
 
@@ -227,6 +254,7 @@ def jobs_runs(
     job_id: str,
     config: ConfigOption = None,
     limit: Annotated[int, typer.Option(min=1, max=500)] = 20,
+    json_: JsonOption = False,
 ) -> None:
     """A job's runs, newest first: execution and delivery status."""
     console = _console()
@@ -236,20 +264,48 @@ def jobs_runs(
             runs = await service.runs(job_id, limit=limit)
         except LookupError as err:
             raise _fail(str(err)) from err
+        if json_:
+            print_json(
+                [
+                    {
+                        "id": r.id,
+                        "scheduled_for": r.scheduled_for,
+                        "trigger": str(r.trigger),
+                        "status": str(r.status),
+                        "error": r.error,
+                        "delivery_status": (
+                            None if r.delivery_status is None else str(r.delivery_status)
+                        ),
+                        "delivery_detail": r.delivery_detail,
+                    }
+                    for r in runs
+                ]
+            )
+            return
         if not runs:
             console.print("no runs yet")
             return
-        table = Table("id", "scheduled for (UTC)", "trigger", "status", "delivery", "detail")
-        for r in runs:
-            detail = r.error or r.delivery_detail or ""
-            table.add_row(
-                str(r.id),
-                f"{r.scheduled_for:%Y-%m-%d %H:%M:%S}",
-                escape(str(r.trigger)),
-                escape(str(r.status)),
-                "" if r.delivery_status is None else escape(str(r.delivery_status)),
-                escape(detail),
-            )
-        console.print(table)
+        print_rows(
+            console,
+            [
+                Column("id", Kind.NUMBER),
+                Column("scheduled for (UTC)"),
+                Column("trigger", Kind.ID),
+                Column("status", Kind.ID),
+                Column("delivery", Kind.ID),
+                Column("detail"),
+            ],
+            [
+                [
+                    str(r.id),
+                    f"{r.scheduled_for:%Y-%m-%d %H:%M:%S}",
+                    str(r.trigger),
+                    str(r.status),
+                    "" if r.delivery_status is None else str(r.delivery_status),
+                    r.error or r.delivery_detail or "",
+                ]
+                for r in runs
+            ],
+        )
 
     _with_jobs(config, work)

@@ -18,7 +18,6 @@ import typer
 import yaml
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 from sqlalchemy import func, select
 
 from agent_core.llm import NOT_LISTED, make_provider
@@ -26,8 +25,9 @@ from agent_core.memory import MemoryFiles
 from gateway import __version__
 from gateway.access import Pairings
 from gateway.checkpoints import MemoryCheckpoints
-from gateway.cli.help import HeraldTyper, JsonOption, print_json
+from gateway.cli.help import HeraldTyper
 from gateway.cli.jobs import jobs_app
+from gateway.cli.output import Column, JsonOption, Kind, print_json, print_rows
 from gateway.cluster.leases import list_leases
 from gateway.cluster.membership import list_instances
 from gateway.config import HeraldConfig, load_config, masked
@@ -226,7 +226,7 @@ def _with_store(config: Path | None, work: Callable[[Any], Awaitable[None]]) -> 
 
 
 @app.command()
-def instances(config: ConfigOption = None) -> None:
+def instances(config: ConfigOption = None, json_: JsonOption = False) -> None:
     """The instances sharing this database, what each holds, and the leases."""
     console = _console()
     cfg = _load(config)
@@ -244,41 +244,86 @@ def instances(config: ConfigOption = None) -> None:
                 ).all()
             )
         now = utcnow()
-        table = Table(
-            "instance",
-            "state",
-            "host",
-            "pid",
-            "version",
-            "started (UTC)",
-            "heartbeat",
-            "holds",
-            "sessions",
-        )
-        for i in found:
-            table.add_row(
-                escape(i.id),
-                i.state(now, ttl),
-                escape(i.host),
-                str(i.pid),
-                escape(i.version),
-                f"{i.started_at:%Y-%m-%d %H:%M:%S}",
-                f"{(now - i.heartbeat_at).total_seconds():.0f}s ago",
-                escape(", ".join(i.holds)),
-                str(lanes_by_owner.get(i.id, 0)) if i.alive(now, ttl) else "",
+        if json_:
+            print_json(
+                [
+                    {
+                        "id": i.id,
+                        "state": i.state(now, ttl),
+                        "host": i.host,
+                        "pid": i.pid,
+                        "version": i.version,
+                        "started_at": i.started_at,
+                        "heartbeat_at": i.heartbeat_at,
+                        "stopped_at": i.stopped_at,
+                        "holds": list(i.holds),
+                        "sessions": lanes_by_owner.get(i.id, 0) if i.alive(now, ttl) else None,
+                        "leases": [
+                            {
+                                "name": lease.name,
+                                "token": lease.token,
+                                "expires_at": lease.expires_at,
+                            }
+                            for lease in leases
+                            if lease.owner == i.id
+                        ],
+                    }
+                    for i in found
+                ]
             )
-        console.print(table)
+            return
+        print_rows(
+            console,
+            [
+                Column("instance", Kind.ID),
+                Column("state", Kind.ID),
+                Column("host", Kind.ID),
+                Column("pid", Kind.NUMBER),
+                Column("version", Kind.ID),
+                Column("started (UTC)"),
+                Column("heartbeat", Kind.ID),
+                Column("holds"),
+                Column("sessions", Kind.NUMBER),
+            ],
+            [
+                [
+                    i.id,
+                    i.state(now, ttl),
+                    i.host,
+                    str(i.pid),
+                    i.version,
+                    f"{i.started_at:%Y-%m-%d %H:%M}",
+                    f"{(now - i.heartbeat_at).total_seconds():.0f}s ago",
+                    ", ".join(i.holds),
+                    str(lanes_by_owner.get(i.id, 0)) if i.alive(now, ttl) else "",
+                ]
+                for i in found
+            ],
+        )
         if leases:
-            held = Table("lease", "owner", "token", "expires")
-            for lease in leases:
-                left = (lease.expires_at - now).total_seconds()
-                held.add_row(
-                    escape(lease.name),
-                    escape(lease.owner),
-                    str(lease.token),
-                    f"in {left:.0f}s" if left > 0 else "expired",
-                )
-            console.print(held)
+            console.print()
+            print_rows(
+                console,
+                [
+                    Column("lease", Kind.ID),
+                    Column("owner", Kind.ID),
+                    Column("token", Kind.NUMBER),
+                    Column("expires", Kind.ID),
+                ],
+                [
+                    [
+                        lease.name,
+                        lease.owner,
+                        str(lease.token),
+                        (
+                            f"in {(lease.expires_at - now).total_seconds():.0f}s"
+                            if lease.expires_at > now
+                            else "expired"
+                        ),
+                    ]
+                    for lease in leases
+                ],
+            )
 
     _with_store(config, work)
 
@@ -287,21 +332,47 @@ def instances(config: ConfigOption = None) -> None:
 def sessions_list(
     config: ConfigOption = None,
     limit: Annotated[int, typer.Option(min=1)] = 50,
+    json_: JsonOption = False,
 ) -> None:
     """Sessions, most recently active first."""
     console = _console()
 
     async def work(store: Any) -> None:
-        table = Table("key", "epoch", "messages", "last active (UTC)", "user")
-        for s in await store.list_sessions(limit=limit):
-            table.add_row(
-                escape(s.key),
-                str(s.epoch),
-                str(s.message_count),
-                f"{s.updated_at:%Y-%m-%d %H:%M:%S}",
-                escape(s.user_id or ""),
+        found = await store.list_sessions(limit=limit)
+        if json_:
+            print_json(
+                [
+                    {
+                        "key": s.key,
+                        "epoch": s.epoch,
+                        "messages": s.message_count,
+                        "updated_at": s.updated_at,
+                        "user_id": s.user_id,
+                    }
+                    for s in found
+                ]
             )
-        console.print(table)
+            return
+        print_rows(
+            console,
+            [
+                Column("key", Kind.ID),
+                Column("epoch", Kind.NUMBER),
+                Column("messages", Kind.NUMBER),
+                Column("last active (UTC)"),
+                Column("user", Kind.ID),
+            ],
+            [
+                [
+                    s.key,
+                    str(s.epoch),
+                    str(s.message_count),
+                    f"{s.updated_at:%Y-%m-%d %H:%M:%S}",
+                    s.user_id or "",
+                ]
+                for s in found
+            ],
+        )
 
     _with_store(config, work)
 
@@ -322,27 +393,31 @@ def sessions_show(
             console.print(f"[red]no session {escape(key)}[/]")
             raise typer.Exit(1)
         if inbound:
-            table = Table(
-                "id",
-                "received (UTC)",
-                "from",
-                "text",
-                "outcome",
-                "turn",
-                "detail",
+            print_rows(
+                console,
+                [
+                    Column("id", Kind.NUMBER),
+                    Column("received (UTC)"),
+                    Column("from"),
+                    Column("text"),
+                    Column("outcome", Kind.ID),
+                    Column("turn", Kind.NUMBER),
+                    Column("detail"),
+                ],
+                [
+                    [
+                        str(r.id),
+                        f"{r.received_at:%Y-%m-%d %H:%M:%S}",
+                        r.sender_name or r.sender_id,
+                        _short(r.text),
+                        str(r.outcome or r.status),
+                        "" if r.turn_id is None else str(r.turn_id),
+                        r.outcome_detail or "",
+                    ]
+                    for r in inbound
+                ],
                 title="Inbound messages",
             )
-            for r in inbound:
-                table.add_row(
-                    str(r.id),
-                    f"{r.received_at:%Y-%m-%d %H:%M:%S}",
-                    escape(r.sender_name or r.sender_id),
-                    escape(_short(r.text)),
-                    escape(str(r.outcome or r.status)),
-                    "" if r.turn_id is None else str(r.turn_id),
-                    escape(r.outcome_detail or ""),
-                )
-            console.print(table)
         if session is None:
             return
         console.print(
@@ -370,6 +445,7 @@ def deliveries_list(
     dead: Annotated[bool, typer.Option("--dead", help="Only dead letters.")] = False,
     pending: Annotated[bool, typer.Option("--pending", help="Only undelivered chunks.")] = False,
     limit: Annotated[int, typer.Option(min=1)] = 50,
+    json_: JsonOption = False,
 ) -> None:
     """Outbound chunks, newest first, with their status and last error."""
     console = _console()
@@ -377,23 +453,53 @@ def deliveries_list(
 
     async def work(store: Any) -> None:
         rows = await Outbox(store).list(status=status, limit=limit)
+        if json_:
+            print_json(
+                [
+                    {
+                        "id": r.id,
+                        "created_at": r.created_at,
+                        "to": f"{r.target.platform}:{r.target.chat_id}",
+                        "status": str(r.status),
+                        "recovered": r.recovered,
+                        "receipt": r.receipt,
+                        "attempts": r.attempts,
+                        "text": r.text,
+                        "error": r.last_error,
+                    }
+                    for r in rows
+                ]
+            )
+            return
         if not rows:
             console.print("no deliveries" if status is None else f"no {status} deliveries")
             return
-        table = Table("id", "created (UTC)", "to", "status", "tries", "text", "error")
-        for r in rows:
-            mark = " (recovered)" if r.recovered else ""
-            mark += f", {r.receipt}" if r.receipt else ""
-            table.add_row(
-                str(r.id),
-                f"{r.created_at:%Y-%m-%d %H:%M:%S}",
-                escape(f"{r.target.platform}:{r.target.chat_id}"),
-                escape(str(r.status) + mark),
-                str(r.attempts),
-                escape(_short(r.text)),
-                escape(r.last_error or ""),
-            )
-        console.print(table)
+        print_rows(
+            console,
+            [
+                Column("id", Kind.NUMBER),
+                Column("created (UTC)"),
+                Column("to", Kind.ID),
+                Column("status"),
+                Column("tries", Kind.NUMBER),
+                Column("text"),
+                Column("error"),
+            ],
+            [
+                [
+                    str(r.id),
+                    f"{r.created_at:%Y-%m-%d %H:%M:%S}",
+                    f"{r.target.platform}:{r.target.chat_id}",
+                    str(r.status)
+                    + (" (recovered)" if r.recovered else "")
+                    + (f", {r.receipt}" if r.receipt else ""),
+                    str(r.attempts),
+                    _short(r.text),
+                    r.last_error or "",
+                ]
+                for r in rows
+            ],
+        )
 
     _with_store(config, work)
 
@@ -431,26 +537,53 @@ def deliveries_retry(
 def pairing_list(
     config: ConfigOption = None,
     all_: Annotated[bool, typer.Option("--all", help="Include decided and expired codes.")] = False,
+    json_: JsonOption = False,
 ) -> None:
     """Pending pairing requests from unknown senders."""
     console = _console()
 
     async def work(store: Any) -> None:
         rows = await Pairings(store).list(all_=all_)
+        if json_:
+            print_json(
+                [
+                    {
+                        "code": p.code,
+                        "platform": p.platform,
+                        "user_id": p.external_id,
+                        "name": p.display_name,
+                        "status": p.status,
+                        "expires_at": p.expires_at,
+                    }
+                    for p in rows
+                ]
+            )
+            return
         if not rows:
             console.print("no pending pairing requests" if not all_ else "no pairing requests")
             return
-        table = Table("code", "platform", "user id", "name", "status", "expires (UTC)")
-        for p in rows:
-            table.add_row(
-                escape(p.code),
-                escape(p.platform),
-                escape(p.external_id),
-                escape(p.display_name),
-                escape(p.status),
-                f"{p.expires_at:%Y-%m-%d %H:%M:%S}",
-            )
-        console.print(table)
+        print_rows(
+            console,
+            [
+                Column("code", Kind.ID),
+                Column("platform", Kind.ID),
+                Column("user id", Kind.ID),
+                Column("name"),
+                Column("status", Kind.ID),
+                Column("expires (UTC)"),
+            ],
+            [
+                [
+                    p.code,
+                    p.platform,
+                    p.external_id,
+                    p.display_name,
+                    p.status,
+                    f"{p.expires_at:%Y-%m-%d %H:%M:%S}",
+                ]
+                for p in rows
+            ],
+        )
 
     _with_store(config, work)
 
@@ -562,10 +695,11 @@ def users_list(config: ConfigOption = None, json_: JsonOption = False) -> None:
         if not found:
             console.print("no users yet")
             return
-        table = Table("user", "name", "identities")
-        for u, name, ids in found:
-            table.add_row(escape(u), escape(name), escape(", ".join(f"{p}:{e}" for p, e in ids)))
-        console.print(table)
+        print_rows(
+            console,
+            [Column("user", Kind.ID), Column("name"), Column("identities")],
+            [[u, name, ", ".join(f"{p}:{e}" for p, e in ids)] for u, name, ids in found],
+        )
 
     _with_store(config, work)
 
