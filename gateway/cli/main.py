@@ -30,11 +30,13 @@ from gateway.cli.jobs import jobs_app
 from gateway.cli.output import Column, JsonOption, Kind, print_json, print_rows
 from gateway.cluster.leases import list_leases
 from gateway.cluster.membership import list_instances
+from gateway.commands import Command, parse_command
 from gateway.config import HeraldConfig, load_config, masked
 from gateway.contracts.adapter import SelfCheck
 from gateway.contracts.errors import AuthError, ConfigError, HeraldError, LLMError
-from gateway.contracts.ids import AccountId, ChatId, Platform
+from gateway.contracts.ids import AccountId, ChatId, Platform, SessionKey
 from gateway.contracts.messages import utcnow
+from gateway.http.api import API_ACCOUNT
 from gateway.inbox import Inbox
 from gateway.outbox import Chunk, Outbox, OutboxStatus, Target
 from gateway.store import Store, engine
@@ -159,6 +161,14 @@ def chat(
     key = cfg.api.key.get_secret_value() if cfg.api.key else None
     console = _console()
 
+    session_key = SessionKey(f"{Platform.API}:{API_ACCOUNT}:{name}")
+
+    async def say(client: Any, text: str, extra: dict[str, Any]) -> None:
+        if parse_command(text) is not None:
+            await _chat_command(cfg, session_key, text, console)
+        else:
+            await _send(client, cfg.api.model_name, text, extra, console)
+
     async def talk() -> None:
         client = openai.AsyncOpenAI(base_url=base, api_key=key or "none", max_retries=1)
         extra: dict[str, Any] = (
@@ -166,9 +176,12 @@ def chat(
         )
         try:
             if message is not None:
-                await _send(client, cfg.api.model_name, message, extra, console)
+                await say(client, message, extra)
                 return
-            console.print(f"[dim]session {name} on {base} (Ctrl-D to quit)[/]")
+            console.print(
+                f"[dim]session {escape(session_key)} on {escape(base)} "
+                "(/help for commands, Ctrl-D to quit)[/]"
+            )
             while True:
                 try:
                     text = await asyncio.to_thread(console.input, "[bold]you>[/] ")
@@ -178,7 +191,7 @@ def chat(
                 if text.strip() in ("/quit", "/exit"):
                     return
                 if text.strip():
-                    await _send(client, cfg.api.model_name, text, extra, console)
+                    await say(client, text, extra)
         finally:
             await client.close()
 
@@ -188,7 +201,12 @@ def chat(
         console.print(f"[red]Herald is not running at {base}[/]; start it with `herald run`.")
         raise typer.Exit(1) from err
     except openai.APIStatusError as err:
-        console.print(f"[red]error {err.status_code}:[/] {err.message}")
+        console.print(f"[red]error {err.status_code}:[/] {escape(err.message)}")
+        if err.status_code == 401:
+            console.print(
+                "The daemon wants its API key (api.key): give `herald chat` the daemon's "
+                "config file with --config PATH, or set HERALD_CONFIG=PATH."
+            )
         raise typer.Exit(1) from err
     except KeyboardInterrupt:
         console.print()
@@ -205,6 +223,51 @@ async def _send(
         if chunk.choices and chunk.choices[0].delta.content:
             console.print(chunk.choices[0].delta.content, end="", markup=False)
     console.print()
+
+
+CHAT_HELP = """Commands in the terminal:
+/new or /reset — start a fresh conversation (earlier messages stay searchable)
+/status — this session: its key, conversation number and messages
+/help — this list
+/quit or Ctrl-D — leave
+(/mode, /stop, /queue, /steer, /interrupt and /sethome act in platform chats; here each
+message waits for its answer. Scheduled jobs: `herald jobs list`.)"""
+
+
+async def _chat_command(cfg: HeraldConfig, key: SessionKey, text: str, console: Console) -> None:
+    """A chat command typed in `herald chat`, acted on in the daemon's database."""
+    parsed = parse_command(text)
+    assert parsed is not None
+    if parsed.command not in (Command.NEW, Command.RESET, Command.STATUS):
+        reply = (
+            CHAT_HELP
+            if parsed.command is Command.HELP
+            else (f"/{parsed.command} does not apply in the terminal; /help lists what does.")
+        )
+        console.print(reply, markup=False)
+        return
+    async with Store.open(cfg.effective_database_url) as store:
+        session = await store.get_session(key)
+        if parsed.command is Command.STATUS:
+            if session is None:
+                console.print(f"Session {key}: no messages yet.", markup=False)
+            else:
+                console.print(
+                    f"Session {key}\nConversation #{session.epoch + 1}, "
+                    f"{session.message_count} messages",
+                    markup=False,
+                )
+            return
+        owner = await store.resolve_user("local", "owner")
+        memory = MemoryFiles(cfg.state_dir)
+        await store.open_session(
+            key,
+            platform=str(Platform.API),
+            user_id=session.user_id if session is not None else owner,
+            snapshot=memory.snapshot,
+            new_epoch=True,
+        )
+    console.print("✨ Started a new conversation. Earlier messages stay searchable.")
 
 
 def _client_host(host: str) -> str:
@@ -379,12 +442,16 @@ def sessions_list(
 
 @sessions_app.command("show")
 def sessions_show(
-    key: str,
+    key: Annotated[
+        str, typer.Argument(help="A session key, or the bare name of a `herald chat` session.")
+    ],
     config: ConfigOption = None,
     limit: Annotated[int, typer.Option(min=1)] = 200,
 ) -> None:
-    """The transcript of a session's current epoch."""
+    """The transcript of a session's current epoch (a bare name is an API session's)."""
     console = _console()
+    if ":" not in key:  # `herald chat`'s and the API's names: api:default:<name>
+        key = f"{Platform.API}:{API_ACCOUNT}:{key}"
 
     async def work(store: Any) -> None:
         session = await store.get_session(key)

@@ -13,8 +13,8 @@ from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.cells import cell_len
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
