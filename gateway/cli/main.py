@@ -205,7 +205,8 @@ def chat(
         if err.status_code == 401:
             console.print(
                 "The daemon wants its API key (api.key): give `herald chat` the daemon's "
-                "config file with --config PATH, or set HERALD_CONFIG=PATH."
+                "config file with --config PATH, or set HERALD_CONFIG=PATH (or HERALD_API__KEY "
+                "to the key)."
             )
         raise typer.Exit(1) from err
     except KeyboardInterrupt:

@@ -77,7 +77,7 @@ async def test_chat_against_a_daemon_with_a_key_hints_at_the_config(tmp_path: Pa
         code, out = await cli(keyless, "chat", "-m", "hello")
         assert code == 1
         assert "error 401" in out
-        assert "--config PATH, or set HERALD_CONFIG=PATH" in out
+        assert "--config PATH, or set HERALD_CONFIG=PATH" in out.replace("\n", " ")
 
         code, out = await cli(daemon.config_path, "chat", "-m", "hello")
         assert code == 0, out

@@ -20,13 +20,13 @@ from gateway.contracts.errors import LeaseLost
 from gateway.contracts.history import ChatMessage, Role
 from gateway.contracts.ids import UserId
 from gateway.cron.scheduler import job_session_key, output_path
+from gateway.cron.service import JobService, JobSpec
 from gateway.cron.store import DeliveryStatus, JobStore, RunStatus, Trigger
 from gateway.store import Store
 from gateway.store.tables import instances, job_runs
 from gateway.supervisor import LeaseRight
 from tests.fakes.clock import FakeClock
 from tests.fakes.platform import Delivered, RecordingAdapter
-from gateway.cron.service import JobService, JobSpec
 from tests.integration.cron_rig import CronRig, ScriptLLM, cron_config, cron_rig
 
 pytestmark = pytest.mark.timeout(60)

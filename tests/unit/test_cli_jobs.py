@@ -7,8 +7,8 @@ import re
 import pytest
 from sqlalchemy import update
 
-from gateway.cron.service import JobService
 from gateway.contracts.messages import utcnow
+from gateway.cron.service import JobService
 from gateway.cron.store import JobStore, RunStatus, Trigger
 from gateway.store import Store
 from gateway.store.tables import job_runs
