@@ -563,3 +563,24 @@ def test_a_report_heading_with_an_unknown_field_is_refused(tmp_path: Path) -> No
     message = load_error(config_file(tmp_path, "cron: {report_heading: '{title}'}\n"))
 
     assert "  cron.report_heading: '{title}' is not a heading template" in message
+
+
+def test_unquoted_phone_numbers_in_yaml_keep_their_plus(tmp_path: Path) -> None:
+    config = load_config(
+        config_file(
+            tmp_path,
+            "platforms:\n"
+            "  twilio:\n"
+            f"    account_sid: AC{'0' * 32}\n"
+            "    auth_token: t\n"
+            "    public_url: https://herald.example.org\n"
+            "    from_number: +15550001111\n"
+            "    allowed_numbers: [+15551234567]\n",
+        )
+    )
+
+    twilio = config.platforms.twilio
+    assert twilio is not None
+    assert twilio.from_number == "+15550001111"
+    assert twilio.allowed_numbers == ("+15551234567",)
+    assert "+15551234567" in twilio.allowed_users
