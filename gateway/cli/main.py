@@ -801,12 +801,26 @@ def sessions_search(
     query: str,
     config: ConfigOption = None,
     limit: Annotated[int, typer.Option(min=1, max=100)] = 20,
+    json_: JsonOption = False,
 ) -> None:
     """Full-text search over every transcript."""
     console = _console()
 
     async def work(store: Any) -> None:
         hits = await store.search_messages(query, user_id=None, limit=limit)
+        if json_:
+            print_json(
+                [
+                    {
+                        "session_key": h.session_key,
+                        "role": str(h.role),
+                        "created_at": h.created_at,
+                        "snippet": h.snippet,
+                    }
+                    for h in hits
+                ]
+            )
+            return
         if not hits:
             console.print("no matches")
         for h in hits:

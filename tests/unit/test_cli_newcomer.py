@@ -157,6 +157,7 @@ async def test_jobs_list_at_80_columns_keeps_the_time_zone_whole(herald: Herald)
         pytest.param(["users", "list"], "identities", id="users"),
         pytest.param(["instances"], "state", id="instances"),
         pytest.param(["jobs", "list"], "next_run_at", id="jobs"),
+        pytest.param(["sessions", "search", "hi"], "snippet", id="search"),
     ],
 )
 async def test_every_list_speaks_json(herald: Herald, command: list[str], field: str) -> None:
