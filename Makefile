@@ -14,8 +14,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# `make run CONFIG=herald.yaml` (or HERALD_CONFIG=herald.yaml make run) reads a config file.
 run: $(STAMP)
-	$(BIN)/herald run
+	$(BIN)/herald run $(if $(CONFIG),--config $(CONFIG))
 
 test: $(STAMP)
 	$(BIN)/pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)

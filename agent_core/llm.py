@@ -82,6 +82,10 @@ class LLMProvider(Protocol):
         ...
 
 
+NOT_LISTED = "not listed"
+"""What `OpenAIProvider.check` says of a model the endpoint's `/models` does not list."""
+
+
 class OpenAIProvider:
     """Any OpenAI-compatible chat-completions endpoint, through `openai.AsyncOpenAI`."""
 
@@ -117,6 +121,13 @@ class OpenAIProvider:
             body["tools"] = [dict(t) for t in tools]
         if self._temperature is not None:
             body["temperature"] = self._temperature
+        logger.debug(
+            "model call: %s, %d messages, %d tools%s",
+            self.model,
+            len(messages),
+            len(tools),
+            ", streamed" if on_token is not None else "",
+        )
         try:
             # The SDK's own `post`: `chat.completions.create` would first walk every message
             # against the SDK's TypedDicts (milliseconds per call with a long history)
@@ -157,7 +168,7 @@ class OpenAIProvider:
             raise _map_error(err) from err
         ids = [m.id for m in page.data]
         where = str(self._client.base_url)
-        listed = "listed" if self.model in ids else "not listed"
+        listed = "listed" if self.model in ids else NOT_LISTED
         return f"{where} reachable: {len(ids)} models, {self.model!r} {listed}"
 
     async def aclose(self) -> None:

@@ -9,6 +9,7 @@ subject to these rules: they have their own authentication.
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from collections.abc import Mapping
@@ -27,6 +28,8 @@ from gateway.store import Store
 from gateway.store.sql import insert_ignore
 from gateway.store.tables import grants, pairings
 from gateway.store.types import aware
+
+logger = logging.getLogger(__name__)
 
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
 """No 0/O or 1/I: codes are read aloud and typed by hand."""
@@ -183,6 +186,15 @@ class Access:
                 },
             )
             if created is not None:
+                logger.info(
+                    "%s sender %s asked to pair: code %s, expires %s UTC; "
+                    "approve with `herald pairing approve %s`",
+                    platform,
+                    sender,
+                    code,
+                    f"{now + timedelta(seconds=self.config.pairing_ttl):%Y-%m-%d %H:%M}",
+                    code,
+                )
                 return Decision(
                     Verdict.PAIR, self._pair_text(code), "sender not allowed; code sent"
                 )

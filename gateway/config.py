@@ -6,13 +6,14 @@ Loaded and validated once at startup into frozen models. Any secret may instead 
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import os
 import re
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
@@ -185,9 +186,21 @@ class AccessConfig(Section):
 
 
 class HomeConfig(Section):
-    """Where scheduled reports go: targets like `telegram:<chat>[:<thread>]`."""
+    """Where scheduled reports go: targets like `telegram:<chat>[:<thread>]`.
+
+    `home: telegram:123` (one target or a list) is short for `home: {targets: [...]}`.
+    """
 
     targets: tuple[str, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return {"targets": [t for t in data.split(",") if t.strip()]}
+        if isinstance(data, list | tuple):
+            return {"targets": data}
+        return data
 
     @field_validator("targets")
     @classmethod
@@ -218,6 +231,21 @@ class CronConfig(Section):
     poll_interval: float = Field(default=5.0, gt=0)
     """Seconds between looks at SQL for changes made elsewhere (CLI, other instances)."""
     max_concurrent_runs: int = Field(default=4, ge=1)
+    report_heading: str = Field(default="⏰ {name}", max_length=200)
+    """The line above each delivered report; `{name}` and `{id}` are the job's. Empty: the
+    bare answer."""
+
+    @field_validator("report_heading")
+    @classmethod
+    def _heading(cls, value: str) -> str:
+        try:
+            value.format(name="", id="")
+        except (KeyError, IndexError, ValueError) as err:
+            raise ValueError(
+                f"{value!r} is not a heading template: use {{name}} and {{id}} only "
+                "(double other braces)"
+            ) from err
+        return value
 
     @field_validator("timezone")
     @classmethod
@@ -243,6 +271,9 @@ class ClusterConfig(Section):
     scan_interval: float = Field(default=1.0, gt=0, le=60.0)
     """Seconds between looks for sessions with waiting messages and no live instance (the
     fallback if a notification is lost; takeover after a failure happens at this pace)."""
+    forget_stopped_after: float = Field(default=86_400.0, ge=0)
+    """Seconds the row of an instance that stopped is kept for `herald instances` (SQLite
+    too: with the default id every restart leaves one)."""
 
     @model_validator(mode="after")
     def _heartbeat_within_ttl(self) -> ClusterConfig:
@@ -402,10 +433,31 @@ class HeraldConfig(BaseSettings):
 def _format_error(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        key = ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
-        lines.append(f"  {key}: {msg}")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key" + _did_you_mean(e["loc"])
+        lines.append(f"  {key}: {msg}" if key else f"  {msg}")
     return "invalid configuration:\n" + "\n".join(lines)
+
+
+def _did_you_mean(loc: tuple[int | str, ...]) -> str:
+    """`; did you mean 'x'?` when a known key of the same section is close to the unknown one."""
+    model: type[BaseModel] = HeraldConfig
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part))
+        inner = [] if field is None else [field.annotation, *get_args(field.annotation)]
+        found = next((a for a in inner if _is_model(a)), None)
+        if found is None:
+            return ""
+        model = found
+    known = [k for k in model.model_fields if not (model is PlatformsConfig and k == "test")]
+    close = difflib.get_close_matches(str(loc[-1]).lower(), known, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(known)})"
+
+
+def _is_model(value: Any) -> TypeGuard[type[BaseModel]]:
+    return isinstance(value, type) and issubclass(value, BaseModel)
 
 
 def config_path_from_env(explicit: Path | None) -> Path | None:
@@ -469,6 +521,8 @@ def masked(config: HeraldConfig) -> dict[str, Any]:
         return value
 
     data: dict[str, Any] = walk(config)
+    if config.platforms.test is None:
+        del data["platforms"]["test"]  # the test-only platform, of no concern unless used
     data["database_url"] = _mask_url(config.effective_database_url)
     data["llm"]["provider"] = config.llm.effective_provider
     data["instance_id"] = config.effective_instance_id

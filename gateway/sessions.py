@@ -1280,11 +1280,18 @@ class SessionManager:
             await self._tell_owner(key, "cancel", cancel)
 
     async def _jobs(self, row: InboxRow) -> str:
-        """`/cron`: the scheduled jobs of the sender and of this chat."""
+        """`/cron`: the scheduled jobs of the sender and those that report to this chat
+        (by name, or as the home channel that `/sethome` set)."""
         service = JobService(self.store, configured=self.platforms)
         user_id = await self.store.resolve_user(row.platform, row.sender_id, row.sender_name)
         here = chat_target(row.platform, row.chat_id, row.thread_id)
-        found = await service.find(user_id=user_id, target=here)
+        sethome = await self.store.get_setting(HOME_SETTING)
+        reporting = {j.id for j in await service.delivering_to(here, sethome=sethome)}
+        found = [
+            j
+            for j in await service.find()
+            if (user_id is not None and j.user_id == user_id) or j.id in reporting
+        ]
         if not found:
             return "No scheduled jobs here. Ask me to schedule one, e.g. “every weekday at 9…”."
         lines = [f"Scheduled jobs ({len(found)}):"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, SecretStr
 
-from gateway.contracts.config import PlatformSection
+from gateway.contracts.config import IdList, PlatformSection
 from gateway.contracts.messages import InboundMessage
 
 PUBLIC_API_BASE = "https://discord.com/api/v10"
@@ -15,9 +15,9 @@ class DiscordConfig(PlatformSection):
 
     token: SecretStr
     """The bot token (*Bot* page of the application); `token_file` reads it from a file."""
-    allowed_roles: tuple[str, ...] = ()
+    allowed_roles: IdList = ()
     """Role ids whose members may talk to the agent in servers (besides `allowed_users`)."""
-    channels: tuple[str, ...] = ()
+    channels: IdList = ()
     """Channel ids where every message is answered without a mention (and their threads)."""
     stream_edits: bool = True
     """Show the answer growing in place by editing the message."""

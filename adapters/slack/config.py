@@ -6,7 +6,7 @@ from enum import StrEnum
 
 from pydantic import Field, SecretStr, model_validator
 
-from gateway.contracts.config import PlatformSection
+from gateway.contracts.config import IdList, PlatformSection
 
 PUBLIC_BASE_URL = "https://slack.com/api/"
 
@@ -39,7 +39,7 @@ class SlackConfig(PlatformSection):
     """From *Basic Information* (Events API)."""
     base_url: str = Field(default=PUBLIC_BASE_URL, pattern=r"^https?://\S+/$")
     """Web API base, ending in `/`."""
-    channels: tuple[str, ...] = ()
+    channels: IdList = ()
     """Channel ids where every message is answered, without a mention."""
     stream_edits: bool = True
     """Show the answer growing in place with `chat.update`."""

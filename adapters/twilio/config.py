@@ -22,6 +22,11 @@ def _number(value: str) -> str:
     return number
 
 
+def _unquoted(value: Any) -> Any:
+    """A number YAML read as an integer (`+15551234567` unquoted): its `+` back."""
+    return f"+{value}" if isinstance(value, int) and not isinstance(value, bool) else value
+
+
 class TwilioConfig(PlatformSection):
     """A Twilio account: its credentials, its numbers, and the public URL Twilio posts to."""
 
@@ -57,6 +62,11 @@ class TwilioConfig(PlatformSection):
     request_timeout: float = Field(default=20.0, gt=0, le=300)
     """Seconds one REST call may take."""
 
+    @field_validator("from_number", "whatsapp_from", mode="before")
+    @classmethod
+    def _unquoted_number(cls, value: Any) -> Any:
+        return _unquoted(value)
+
     @field_validator("from_number")
     @classmethod
     def _sms_number(cls, value: str | None) -> str | None:
@@ -75,8 +85,8 @@ class TwilioConfig(PlatformSection):
         if not isinstance(data, dict) or data.get("allowed_numbers") is None:
             return data
         given = data["allowed_numbers"]
-        given = [given] if isinstance(given, str) else list(given)
-        numbers = tuple(n if n == "*" else _number(str(n)) for n in given)
+        given = [given] if isinstance(given, str | int) else list(given)
+        numbers = tuple(n if n == "*" else _number(str(_unquoted(n))) for n in given)
         users = list(data.get("allowed_users") or ())
         for n in numbers:
             users.extend(["*"] if n == "*" else [n, WHATSAPP + n])

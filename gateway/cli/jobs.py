@@ -1,7 +1,7 @@
 """`herald jobs …`: scheduled jobs, from the command line (straight to the database).
 
 A running daemon notices changes within `cron.poll_interval` seconds; `jobs run` queues a
-run that the daemon's scheduler takes.
+run that the daemon's scheduler takes (at its next start when none is running).
 """
 
 from __future__ import annotations
@@ -14,16 +14,19 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from gateway.cli.base import load
-from gateway.config import HeraldConfig
+from gateway.cli.help import HeraldTyper
+from gateway.cli.output import Column, JsonOption, Kind, print_json, print_rows
+from gateway.cluster.membership import list_instances
+from gateway.config import HeraldConfig, load_config
 from gateway.contracts.ids import UserId
+from gateway.contracts.messages import utcnow
 from gateway.cron.service import JobError, JobService, JobSpec
 from gateway.cron.store import Job
 from gateway.store import Store
 
-jobs_app = typer.Typer(help="Manage scheduled jobs.", no_args_is_help=True)
+jobs_app = HeraldTyper(help="Manage scheduled jobs.", no_args_is_help=True)
 
 ConfigOption = Annotated[
     Path | None,
@@ -56,6 +59,7 @@ def _with_jobs(
                 store,
                 configured=cfg.platforms.sections(),
                 default_timezone=cfg.cron.timezone,
+                homes=cfg.home.targets,
             )
             await work(service, store)
 
@@ -116,33 +120,63 @@ def jobs_add(  # noqa: PLR0917 - one parameter per option
             raise _fail(str(err)) from err
         console.print(f"created job {escape(job.id)}")
         _show(console, job, service)
+        problem = await service.home_problem(job)
+        if problem is not None:
+            Console(stderr=True, highlight=False).print(f"[yellow]warning:[/] {escape(problem)}")
 
     _with_jobs(config, work, create=True)
 
 
 @jobs_app.command("list")
-def jobs_list(config: ConfigOption = None) -> None:
+def jobs_list(config: ConfigOption = None, json_: JsonOption = False) -> None:
     """Every job with its schedule, targets and next run."""
     console = _console()
 
     async def work(service: JobService, store: Store) -> None:
         found = await service.find()
+        if json_:
+            print_json(
+                [
+                    {
+                        "id": j.id,
+                        "name": j.name,
+                        "schedule": j.schedule,
+                        "timezone": j.timezone,
+                        "targets": list(j.targets),
+                        "enabled": j.enabled,
+                        "next_run_at": service.next_run(j),
+                        "prompt": j.prompt,
+                    }
+                    for j in found
+                ]
+            )
+            return
         if not found:
             console.print("no jobs")
             return
-        table = Table("id", "name", "schedule", "tz", "targets", "state", "next run (UTC)")
+        rows = []
         for j in found:
             nxt = service.next_run(j)
-            table.add_row(
-                escape(j.id),
-                escape(j.name),
-                escape(j.schedule),
-                escape(j.timezone),
-                escape(", ".join(j.targets)),
-                "active" if j.enabled else "paused",
-                f"{nxt:%Y-%m-%d %H:%M}" if nxt else "-",
+            rows.append(
+                [
+                    j.id,
+                    j.name,
+                    f"{j.schedule} ({j.timezone})",
+                    ", ".join(j.targets),
+                    f"{nxt:%Y-%m-%d %H:%M}" if nxt else "paused" if not j.enabled else "-",
+                ]
             )
-        console.print(table)
+        print_rows(
+            console,
+            [
+                Column("id", Kind.ID),
+                Column("name"),
+                Column("schedule"),
+                Column("targets"),
+                Column("next run (UTC)"),
+            ],
+            rows,
+        )
 
     _with_jobs(config, work)
 
@@ -180,9 +214,15 @@ def _simple(job_id: str, config: Path | None, action: str) -> None:
                 console.print(f"resumed job {escape(job_id)}{when}")
             else:
                 run = await service.run_now(job_id)
-                console.print(
-                    f"queued run {run.id} of job {escape(job_id)}; the running daemon takes it"
+                ttl = load_config(config).cluster.lease_ttl  # read and checked already
+                async with store.read() as conn:
+                    running = [i for i in await list_instances(conn) if i.alive(utcnow(), ttl)]
+                when = (
+                    f"the running daemon ({escape(running[0].id)}) takes it within seconds"
+                    if running
+                    else "no Herald daemon is running: it runs when `herald run` starts"
                 )
+                console.print(f"queued run {run.id} of job {escape(job_id)}; {when}")
         except LookupError as err:
             raise _fail(str(err)) from err
 
@@ -209,7 +249,7 @@ def jobs_resume(job_id: str, config: ConfigOption = None) -> None:
 
 @jobs_app.command("run")
 def jobs_run(job_id: str, config: ConfigOption = None) -> None:
-    """Run a job now, outside its schedule (the running daemon does it)."""
+    """Run a job now, outside its schedule (the daemon does it, or does when it starts)."""
     _simple(job_id, config, "run")
 
 
@@ -218,6 +258,7 @@ def jobs_runs(
     job_id: str,
     config: ConfigOption = None,
     limit: Annotated[int, typer.Option(min=1, max=500)] = 20,
+    json_: JsonOption = False,
 ) -> None:
     """A job's runs, newest first: execution and delivery status."""
     console = _console()
@@ -227,20 +268,48 @@ def jobs_runs(
             runs = await service.runs(job_id, limit=limit)
         except LookupError as err:
             raise _fail(str(err)) from err
+        if json_:
+            print_json(
+                [
+                    {
+                        "id": r.id,
+                        "scheduled_for": r.scheduled_for,
+                        "trigger": str(r.trigger),
+                        "status": str(r.status),
+                        "error": r.error,
+                        "delivery_status": (
+                            None if r.delivery_status is None else str(r.delivery_status)
+                        ),
+                        "delivery_detail": r.delivery_detail,
+                    }
+                    for r in runs
+                ]
+            )
+            return
         if not runs:
             console.print("no runs yet")
             return
-        table = Table("id", "scheduled for (UTC)", "trigger", "status", "delivery", "detail")
-        for r in runs:
-            detail = r.error or r.delivery_detail or ""
-            table.add_row(
-                str(r.id),
-                f"{r.scheduled_for:%Y-%m-%d %H:%M:%S}",
-                str(r.trigger),
-                str(r.status),
-                "" if r.delivery_status is None else str(r.delivery_status),
-                escape(detail),
-            )
-        console.print(table)
+        print_rows(
+            console,
+            [
+                Column("id", Kind.NUMBER),
+                Column("scheduled for (UTC)"),
+                Column("trigger", Kind.ID),
+                Column("status", Kind.ID),
+                Column("delivery", Kind.ID),
+                Column("detail"),
+            ],
+            [
+                [
+                    str(r.id),
+                    f"{r.scheduled_for:%Y-%m-%d %H:%M:%S}",
+                    str(r.trigger),
+                    str(r.status),
+                    "" if r.delivery_status is None else str(r.delivery_status),
+                    r.error or r.delivery_detail or "",
+                ]
+                for r in runs
+            ],
+        )
 
     _with_jobs(config, work)

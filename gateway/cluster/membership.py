@@ -28,6 +28,9 @@ Now = Callable[[], datetime]
 
 FORGOTTEN = timedelta(days=7)
 """How long the row of an instance that stopped beating is kept (for `herald instances`)."""
+FORGET_STOPPED = 86_400.0
+"""Seconds the row of an instance that stopped cleanly is kept (`cluster.forget_stopped_after`):
+with the default id (`<host>-<pid>`) every restart leaves one."""
 
 
 def alive(owner: ColumnElement[Any], now: datetime, ttl: float) -> ColumnElement[bool]:
@@ -85,11 +88,20 @@ class InstanceInfo:
 class Membership:
     """This instance's row: registered on start, beaten while running, stopped on exit."""
 
-    def __init__(self, store: Store, instance_id: str, ttl: float, *, now: Now = utcnow) -> None:
+    def __init__(
+        self,
+        store: Store,
+        instance_id: str,
+        ttl: float,
+        *,
+        now: Now = utcnow,
+        forget_stopped: float = FORGET_STOPPED,
+    ) -> None:
         self.store = store
         self.id = instance_id
         self.ttl = ttl
         self.now = now
+        self.forget_stopped = forget_stopped
         self.incarnation = 0
         self.host = socket.gethostname()
         self.pid = os.getpid()
@@ -153,8 +165,17 @@ class Membership:
         return self.incarnation
 
     async def _forget_old(self, conn: AsyncConnection, now: datetime) -> None:
-        """Drop the rows of instances gone for a week (a default id is new at every start)."""
-        await conn.execute(delete(instances).where(instances.c.heartbeat_at < now - FORGOTTEN))
+        """Drop the rows of instances stopped for `forget_stopped` seconds, and of those
+        silent for a week (a default id is new at every start)."""
+        await conn.execute(
+            delete(instances).where(
+                or_(
+                    instances.c.heartbeat_at < now - FORGOTTEN,
+                    instances.c.stopped_at < now - timedelta(seconds=self.forget_stopped),
+                ),
+                instances.c.id != self.id,
+            )
+        )
 
     async def _bury_local(self, conn: AsyncConnection, now: datetime) -> None:
         """Mark stopped the instances of this host whose process no longer exists (killed

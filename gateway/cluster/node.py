@@ -56,7 +56,9 @@ class Node:
         self.config = config
         self.solo = store.dialect == "sqlite"
         ttl = config.lease_ttl
-        self.membership = Membership(store, instance_id, ttl, now=now)
+        self.membership = Membership(
+            store, instance_id, ttl, now=now, forget_stopped=config.forget_stopped_after
+        )
         self.leases = Leases(store, instance_id, ttl, now=now)
         self.lanes: Lanes = SoloLanes() if self.solo else SqlLanes(store, instance_id, ttl, now=now)
         self.bus = LocalBus(instance_id) if self.solo else PgBus(database_url, instance_id)

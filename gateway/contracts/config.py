@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic_settings import NoDecode
 
 from gateway.contracts.messages import InboundMessage
 
@@ -45,6 +47,28 @@ def read_secret_files(data: Any) -> Any:
     return out
 
 
+def _id_list(value: Any) -> Any:
+    """Ids as people write them: numbers or strings, a list or one, or `a,b` from the env."""
+    if isinstance(value, bool):
+        return value  # refused by the str check, not read as 1 / 0
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return value
+    if isinstance(value, int | str):
+        value = [value] if isinstance(value, int) else value.split(",")
+        return tuple(str(v).strip() for v in value if str(v).strip())
+    if isinstance(value, list | tuple):
+        return tuple(str(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value)
+    return value
+
+
+IdList = Annotated[tuple[str, ...], NoDecode, BeforeValidator(_id_list)]
+"""Platform ids (users, roles, channels, chats): numbers are stored as strings; one id or a
+comma-separated list is accepted where a list goes (`HERALD_…__ALLOWED_USERS=111,222`)."""
+
+
 class Section(BaseModel):
     """A frozen config section that rejects unknown keys and reads `<key>_file` secrets."""
 
@@ -66,7 +90,7 @@ class PlatformSection(Section):
     enabled: bool = True
     account: str = Field(default="default", min_length=1, max_length=128, pattern=r"^[^:\s]+$")
     """Names this account in session keys (`platform:account:chat`)."""
-    allowed_users: tuple[str, ...] = ()
+    allowed_users: IdList = ()
     pairing: bool = True
     """Unknown senders in direct messages get a pairing code for the operator to approve."""
     busy_mode: BusyMode | None = None

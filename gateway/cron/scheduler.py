@@ -412,7 +412,7 @@ class CronScheduler:
                 delivery = DeliveryStatus.SUPPRESSED
             else:
                 targets, problems = await self._targets(job.targets)
-                chunks = self._chunks(run.id, targets, output)
+                chunks = self._chunks(run.id, targets, self._report(job, output))
                 delivery = DeliveryStatus.FAILED if problems or not chunks else None
                 delivery = delivery or DeliveryStatus.PENDING
                 detail = "; ".join(problems) or None
@@ -433,7 +433,16 @@ class CronScheduler:
             )
             if chunks:
                 await enqueue(conn, chunks)
-        logger.info("job %s: run for %s %s", job.id, run.scheduled_for, status)
+        if delivery is DeliveryStatus.FAILED:
+            logger.warning(
+                "job %s: run for %s %s, but its report cannot be delivered: %s",
+                job.id,
+                run.scheduled_for,
+                status,
+                detail or "no target",
+            )
+        else:
+            logger.info("job %s: run for %s %s", job.id, run.scheduled_for, status)
         if chunks:
             self.on_outbox()
         await self._prune(job.id)
@@ -443,6 +452,11 @@ class CronScheduler:
         sethome = await self.store.get_setting(HOME_SETTING)
         resolved = resolve(targets, homes=self.homes, sethome=sethome, sections=self.sections)
         return list(resolved.targets), list(resolved.problems)
+
+    def _report(self, job: Job, output: str) -> str:
+        """The report as delivered: the configured heading, then the answer."""
+        heading = self.config.report_heading.format(name=job.name, id=job.id).strip()
+        return f"{heading}\n\n{output}" if heading else output
 
     def _chunks(self, run_id: int, targets: Sequence[Target], text: str) -> list[Chunk]:
         chunks: list[Chunk] = []

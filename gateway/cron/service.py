@@ -16,7 +16,15 @@ from gateway.contracts.ids import UserId
 from gateway.cron.clock import Clock, SystemClock
 from gateway.cron.schedule import ScheduleError, parse_schedule, stored_schedule, zone
 from gateway.cron.store import Job, JobStore, Run
-from gateway.cron.targets import HOME, TargetError, normalize_targets, session_chat
+from gateway.cron.targets import (
+    ALL,
+    HOME,
+    HOME_SETTING,
+    TargetError,
+    normalize_targets,
+    parse_target,
+    session_chat,
+)
 from gateway.store import Store
 
 MAX_NAME = 200
@@ -50,8 +58,11 @@ class JobService:
         configured: Collection[str],
         default_timezone: str = "UTC",
         clock: Clock | None = None,
+        homes: Sequence[str] = (),
     ) -> None:
         self.jobs = JobStore(store)
+        self.homes = tuple(homes)
+        """`home.targets` from the config (for `home_problem`)."""
         self.configured = frozenset(configured)
         self.default_timezone = default_timezone
         self.clock: Clock = clock or SystemClock()
@@ -129,6 +140,17 @@ class JobService:
         self.on_change()
         return job
 
+    async def home_problem(self, job: Job) -> str | None:
+        """Why the job's `home` / `all` target reaches no chat now, or None."""
+        if not {t.lower() for t in job.targets} & {HOME, ALL}:
+            return None
+        if self.homes or await self.jobs.store.get_setting(HOME_SETTING):
+            return None
+        return (
+            "no home channel is set, so its reports go nowhere: send /sethome in the chat "
+            "that should get them, or set home.targets in the config"
+        )
+
     async def get(self, job_id: str) -> Job:
         """The job; LookupError when there is none."""
         job = await self.jobs.get(job_id)
@@ -203,6 +225,28 @@ class JobService:
         """Every job, or those of a user or with a target."""
         return await self.jobs.find(user_id=user_id, target=target)
 
+    async def delivering_to(
+        self, chat: str, *, homes: Sequence[str] = (), sethome: str | None = None
+    ) -> list[Job]:
+        """The jobs whose reports go to `chat` (`platform:chat[:thread]`) as things stand:
+        named explicitly, or as the home (`home`: `sethome`, else the first of `homes`) or
+        one of the homes (`all`)."""
+        here = _address(chat)
+        home_list = [a for a in map(_address, ([sethome] if sethome else []) + list(homes)) if a]
+        first_home, any_home = home_list[:1] == [here], here in home_list
+        found: list[Job] = []
+        for job in await self.jobs.find():
+            for target in job.targets:
+                kind = target.lower()
+                if (
+                    (kind == HOME and first_home)
+                    or (kind == ALL and any_home)
+                    or (kind not in (HOME, ALL) and _address(target) == here)
+                ):
+                    found.append(job)
+                    break
+        return found
+
     async def runs(self, job_id: str, *, limit: int = 20) -> list[Run]:
         """The job's runs, newest first. Raises LookupError."""
         await self.get(job_id)
@@ -217,6 +261,15 @@ class JobService:
         except ScheduleError:
             return None
         return schedule.next_after(max(self.clock.now(), job.anchor_at), job.anchor_at)
+
+
+def _address(target: str) -> str | None:
+    """The chat a target names, normalized (`sms:+1…` is `twilio:+1…`), or None."""
+    try:
+        parsed = parse_target(target)
+    except TargetError:
+        return None
+    return None if isinstance(parsed, str) else str(parsed)
 
 
 def _default_name(prompt: str) -> str:

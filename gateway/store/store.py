@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, Self
 
-from sqlalchemy import RowMapping, and_, bindparam, insert, or_, select, text, update
+from sqlalchemy import RowMapping, and_, bindparam, func, insert, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -342,6 +342,56 @@ class Store:
                 )
             ).all()
         return [(str(r[0]), str(r[1])) for r in rows]
+
+    async def list_users(self) -> list[tuple[UserId, str, list[tuple[str, str]]]]:
+        """Every user, oldest first: (id, display name, its (platform, external id) pairs)."""
+        async with self.read() as conn:
+            people = (
+                await conn.execute(
+                    select(users.c.id, users.c.display_name).order_by(
+                        users.c.created_at, users.c.id
+                    )
+                )
+            ).all()
+            linked = (
+                await conn.execute(
+                    select(
+                        identities.c.user_id, identities.c.platform, identities.c.external_id
+                    ).order_by(identities.c.id)
+                )
+            ).all()
+        by_user: dict[str, list[tuple[str, str]]] = {}
+        for user_id, platform, external_id in linked:
+            by_user.setdefault(str(user_id), []).append((str(platform), str(external_id)))
+        return [(UserId(str(u)), str(name or ""), by_user.get(str(u), [])) for u, name in people]
+
+    async def unlink_identity(self, identity: tuple[str, str]) -> UserId:
+        """Detach one platform identity from its user; return that user.
+
+        The identity's next message starts a user of its own. Raises LookupError when the
+        identity is unknown, or is its user's only one (nothing to unlink it from).
+        """
+        platform, external_id = identity
+        async with self.write() as conn:
+            user_id = await conn.scalar(
+                _USER_OF_IDENTITY, {"platform": platform, "external_id": external_id}
+            )
+            if user_id is None:
+                raise LookupError(f"no user has the identity {platform}:{external_id}")
+            count = await conn.scalar(
+                select(func.count()).select_from(identities).where(identities.c.user_id == user_id)
+            )
+            if int(count or 0) < 2:
+                raise LookupError(
+                    f"{platform}:{external_id} is the only identity of user {user_id}; "
+                    "there is nothing to unlink it from"
+                )
+            await conn.execute(
+                identities.delete().where(
+                    identities.c.platform == platform, identities.c.external_id == external_id
+                )
+            )
+        return UserId(str(user_id))
 
     async def list_sessions(
         self, *, user_id: UserId | None = None, limit: int = 50, offset: int = 0

@@ -533,3 +533,20 @@ async def test_a_forgotten_lease_passes_to_another_instance_at_once(pg_url: str)
             async with asyncio.timeout(10):
                 await inherited.wait_held()
             assert "adapter:telegram:default" not in quitter.holds()
+
+
+async def test_a_stopped_instance_is_forgotten_after_forget_stopped(
+    store: Store, clock: FakeClock
+) -> None:
+    day = 86_400.0
+    for name in ("old", "recent"):
+        member = Membership(store, name, TTL, now=clock.now, forget_stopped=day)
+        await member.register()
+        await member.leave()
+        later(clock, day / 2 + 1)
+    # "old" stopped a day and 2 s ago, "recent" half a day ago: only "old" goes.
+    await Membership(store, "next", TTL, now=clock.now, forget_stopped=day).register()
+
+    async with store.read() as conn:
+        ids = set((await conn.scalars(select(instances.c.id))).all())
+    assert ids == {"recent", "next"}

@@ -730,8 +730,8 @@ async def _check_job(store: Store, tg: FakeTelegramServer, job_id: str) -> None:
             continue
         assert run["delivery_status"] == "delivered", dict(run)
         chunk = by_run[int(run["id"])]
-        assert chunk["text"] == run["output"]
-        assert chunk["text"].startswith("cron report ")
+        assert chunk["text"] == f"⏰ cluster report\n\n{run['output']}"
+        assert run["output"].startswith("cron report ")
         count = received[chunk["text"]]
         assert count == 1 or (count == 2 and chunk["recovered"]), (dict(chunk), count)
     assert set(received) == {c["text"] for c in reports}

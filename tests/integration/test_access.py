@@ -10,6 +10,7 @@ message has been answered: lanes run in order, so a turn that would exist has ru
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -632,3 +633,21 @@ async def test_one_stranger_writing_twice_at_once_gets_one_code(
         assert await pending_count(store) == 1
         codes = {code_in(n.text) for n in await notices(rig, "mallory")}
         assert len(codes) == 1
+
+
+async def test_a_pairing_request_is_logged_with_its_platform_and_expiry(
+    store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    async with running_rig(store, tmp_path, section=ALLOW_ALICE, gated=False) as rig:
+        await rig.manager.accept(inbound("let me in", chat="mallory", name="Mallory"))
+        delivered = await rig.adapter.wait_for(lambda d: len(d) >= 1)
+        code = code_in(delivered[0].text)
+        (pairing,) = await Pairings(store).list()
+
+    (record,) = [r for r in caplog.records if r.name == "gateway.access"]
+    assert record.levelno == logging.INFO
+    message = record.getMessage()
+    assert message.startswith("test sender mallory asked to pair: code ")
+    assert code in message
+    assert f"expires {pairing.expires_at:%Y-%m-%d %H:%M} UTC" in message

@@ -119,7 +119,9 @@ async def test_a_job_from_the_api_is_delivered_to_the_home_channel(tmp_path: Pat
         [report] = await rig.chat.wait_for_sent(
             lambda s: s.chat_id == "home-chat" and "summarise what changed" in s.text, WAIT
         )
-        assert report.text.startswith("You said:")
+        assert report.text.startswith("⏰ changes\n\nYou said:")
+        listing = await rig.say("home-chat", "/cron", sender="owner")
+        assert f"{job['id']} “changes”" in listing.text
         body = await rig.job(
             job["id"], lambda b: b["runs"] and b["runs"][0]["delivery_status"] == "delivered"
         )
@@ -260,4 +262,4 @@ async def test_a_job_created_by_asking_the_agent_in_chat(tmp_path: Path) -> None
         [report] = await rig.chat.wait_for_sent(
             lambda s: s.chat_id == "c7" and "summarise what changed" in s.text, WAIT
         )
-        assert report.text.startswith("You said:")
+        assert report.text.startswith("⏰ weekday summary\n\nYou said:")

@@ -5,9 +5,11 @@ catch-up after downtime, and DST timing of cron, interval and one-shot schedules
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import insert, update
@@ -17,6 +19,7 @@ from gateway.cluster.membership import Membership
 from gateway.contracts.errors import LeaseLost
 from gateway.contracts.history import ChatMessage, Role
 from gateway.cron.scheduler import job_session_key, output_path
+from gateway.cron.service import JobService, JobSpec
 from gateway.cron.store import DeliveryStatus, JobStore, RunStatus, Trigger
 from gateway.store import Store
 from gateway.store.tables import instances, job_runs
@@ -55,7 +58,9 @@ async def test_a_run_is_delivered_to_the_home_channel(store: Store, tmp_path: Pa
         assert run.status is RunStatus.OK
         assert run.delivery_status is DeliveryStatus.DELIVERED
         assert run.output == "report: summarise what changed"
-        assert [d.text for d in reports(rig)] == ["report: summarise what changed"]
+        assert [d.text for d in reports(rig)] == [
+            f"⏰ {job.name}\n\nreport: summarise what changed"
+        ]
         saved = output_path(rig.state_dir, job.id, NINE)
         assert saved.name == "20261123T080000Z.md"
         assert "report: summarise what changed" in saved.read_text(encoding="utf-8")
@@ -102,8 +107,9 @@ async def test_a_delivery_failure_is_recorded_and_never_reruns(
 
 
 async def test_a_target_that_cannot_be_resolved_is_a_recorded_failure(
-    store: Store, tmp_path: Path
+    store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.cron.scheduler")
     clock = FakeClock(START)
     async with cron_rig(store, tmp_path, clock, homes=()) as rig:
         job = await rig.add("nowhere to go", "0 9 * * *", timezone=BERLIN)
@@ -112,6 +118,28 @@ async def test_a_target_that_cannot_be_resolved_is_a_recorded_failure(
         assert run.status is RunStatus.OK
         assert run.delivery_status is DeliveryStatus.FAILED
         assert "no home channel" in (run.delivery_detail or "")
+    [record] = [r for r in caplog.records if f"job {job.id}: run for" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    assert "cannot be delivered: no home channel" in record.getMessage()
+
+
+@pytest.mark.parametrize(
+    ("heading", "expected"),
+    [
+        pytest.param("", "report: weekly", id="bare"),
+        pytest.param("[{id}] {name}", "[{id}] Weekly numbers\n\nreport: weekly", id="custom"),
+    ],
+)
+async def test_the_report_heading_is_configurable(
+    store: Store, tmp_path: Path, heading: str, expected: str
+) -> None:
+    clock = FakeClock(START)
+    config = cron_config(report_heading=heading)
+    async with cron_rig(store, tmp_path, clock, config=config) as rig:
+        job = await rig.add("weekly", "0 9 * * *", timezone=BERLIN, name="Weekly numbers")
+        await rig.at(NINE)
+        await rig.settled(job.id, 1)
+        assert [d.text for d in reports(rig)] == [expected.replace("{id}", job.id)]
 
 
 async def test_the_owner_is_told_once_after_consecutive_failures(
@@ -480,3 +508,38 @@ async def test_a_drain_lets_a_running_run_finish_and_starts_no_new_one(
         [run] = await rig.settled(job.id, 1)
         assert run.status is RunStatus.OK
         assert held.calls == ["report"]
+
+
+async def test_the_jobs_delivering_to_a_chat_include_those_for_its_home(store: Store) -> None:
+    sections = {"test": None, "twilio": None}
+    service = JobService(store, configured=sections)
+    make = [
+        ("to home", ["home"]),
+        ("to all homes", ["all"]),
+        ("to the chat", ["test:c1"]),
+        ("by sms", ["sms:+15551234567"]),
+        ("elsewhere", ["test:c2"]),
+    ]
+    ids = {}
+    for name, targets in make:
+        job = await service.create(
+            JobSpec(prompt=name, schedule="every 1h", name=name, targets=targets),
+            created_by="test",
+        )
+        ids[job.id] = name
+
+    async def names(chat: str, **homes: Any) -> list[str]:
+        return [ids[j.id] for j in await service.delivering_to(chat, **homes)]
+
+    assert await names("test:c1") == ["to the chat"]
+    assert await names("test:c1", sethome="test:c1") == ["to home", "to all homes", "to the chat"]
+    assert await names("test:c1", sethome="test:c9", homes=["test:c1"]) == [
+        "to all homes",
+        "to the chat",
+    ]
+    assert await names("test:c1", homes=["test:c1", "test:c9"]) == [
+        "to home",
+        "to all homes",
+        "to the chat",
+    ]
+    assert await names("twilio:+15551234567") == ["by sms"]

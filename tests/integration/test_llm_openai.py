@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -282,3 +283,19 @@ async def test_check_lists_models(llm: FakeLLM) -> None:
 async def test_check_notices_a_missing_model(llm: FakeLLM) -> None:
     async with openai_provider(llm.base_url, model="gpt-unknown") as provider:
         assert "'gpt-unknown' not listed" in await provider.check()
+
+
+async def test_each_model_call_is_logged_at_debug_only(
+    llm: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="agent_core.llm")
+    llm.script(Reply(text="It is noon."), Reply(text="Still noon."))
+    async with openai_provider(llm.base_url) as provider:
+        await provider.complete(CONVERSATION)
+        await provider.complete(CONVERSATION, tools=[CLOCK_TOOL], on_token=Tokens())
+
+    records = [r for r in caplog.records if r.name == "agent_core.llm"]
+    assert [(r.levelno, r.getMessage()) for r in records] == [
+        (logging.DEBUG, "model call: fake-model, 2 messages, 0 tools"),
+        (logging.DEBUG, "model call: fake-model, 2 messages, 1 tools, streamed"),
+    ]

@@ -7,6 +7,7 @@ The runner is invoked in a worker thread (each command runs its own event loop w
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -76,7 +77,7 @@ async def test_pairing_list_shows_a_pending_code(herald: Herald) -> None:
 
     assert result.exit_code == 0, result.output
     (row,) = [line for line in result.stdout.splitlines() if code in line]
-    cells = [c.strip() for c in re.split(r"[│┃]", row)[1:-1]]
+    cells = re.split(r"\s{2,}", row.strip())
     assert cells[:5] == [code, "telegram", "123", "Alice", "pending"]
 
 
@@ -239,3 +240,48 @@ async def test_users_link_with_a_missing_argument_is_a_usage_error(herald: Heral
 
     assert result.exit_code == 2
     assert "Missing argument" in result.output
+
+
+async def test_users_link_refuses_an_unknown_platform(herald: Herald) -> None:
+    result = await herald.invoke("users", "link", "telgram:1", "email:a@x")
+
+    assert result.exit_code == 2
+    assert "unknown platform 'telgram'; did you mean telegram?" in result.output
+    assert not (herald.state_dir / "herald.db").exists()
+
+
+async def test_users_list_shows_each_user_with_its_identities(herald: Herald) -> None:
+    linked = await herald.invoke("users", "link", "telegram:1", "email:a@x")
+    assert linked.exit_code == 0, linked.output
+    async with Store.open(herald.database_url) as store:
+        kept = await store.resolve_user("telegram", "1")
+        alone = await store.resolve_user("discord", "77", "Bob")
+
+    table = await herald.invoke("users", "list")
+    as_json = await herald.invoke("users", "list", "--json")
+
+    assert table.exit_code == 0, table.output
+    [row] = [line for line in table.stdout.splitlines() if kept in line]
+    assert "telegram:1, email:a@x" in row
+    assert as_json.exit_code == 0, as_json.output
+    assert json.loads(as_json.stdout) == [
+        {"id": kept, "name": "", "identities": ["telegram:1", "email:a@x"]},
+        {"id": alone, "name": "Bob", "identities": ["discord:77"]},
+    ]
+
+
+async def test_users_unlink_detaches_one_identity(herald: Herald) -> None:
+    await herald.invoke("users", "link", "telegram:1", "email:a@x")
+    async with Store.open(herald.database_url) as store:
+        kept = await store.resolve_user("telegram", "1")
+
+    result = await herald.invoke("users", "unlink", "email:a@x")
+
+    assert result.exit_code == 0, result.output
+    assert f"unlinked email:a@x from user {kept} (still telegram:1)" in result.stdout
+    async with Store.open(herald.database_url) as store:
+        assert await store.identities_of(kept) == [("telegram", "1")]
+        assert await store.resolve_user("email", "a@x") != kept
+    again = await herald.invoke("users", "unlink", "telegram:1")
+    assert again.exit_code == 1
+    assert "the only identity of user" in again.output

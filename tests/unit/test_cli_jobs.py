@@ -5,10 +5,13 @@ from __future__ import annotations
 import re
 
 import pytest
+from sqlalchemy import update
 
+from gateway.contracts.messages import utcnow
 from gateway.cron.service import JobService
-from gateway.cron.store import RunStatus, Trigger
+from gateway.cron.store import JobStore, RunStatus, Trigger
 from gateway.store import Store
+from gateway.store.tables import job_runs
 from tests.unit.cli_harness import Herald
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("clean_environment")]
@@ -42,7 +45,7 @@ async def test_add_list_show_pause_resume_rm(herald: Herald) -> None:
     assert "0 9 * * 1-5" in line
     assert "Europe/Berlin" in line
     assert "home" in line
-    assert "active" in line
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d$", line)  # active: its next run
 
     shown = await herald.invoke("jobs", "show", job_id)
     assert shown.exit_code == 0, shown.output
@@ -100,3 +103,58 @@ async def test_bad_input_is_refused_with_the_reason(herald: Herald) -> None:
         assert missing.exit_code == 1, command
         assert "there is no job 'nope'" in missing.output
     assert (await herald.invoke("jobs", "list")).output.strip() == "no jobs"
+
+
+async def test_a_job_for_home_without_a_home_channel_is_created_with_a_warning(
+    herald: Herald,
+) -> None:
+    result = await herald.invoke("jobs", "add", "--schedule", "every 2h", "--prompt", "ping")
+
+    assert result.exit_code == 0, result.output
+    assert "created job" in result.stdout
+    assert "warning: no home channel is set, so its reports go nowhere" in result.stderr
+
+
+async def test_a_job_for_home_with_a_home_channel_gets_no_warning(herald: Herald) -> None:
+    herald.configure(home="telegram:123456789")
+
+    result = await herald.invoke("jobs", "add", "--schedule", "every 2h", "--prompt", "ping")
+
+    assert result.exit_code == 0, result.output
+    assert "warning" not in result.output
+
+
+async def test_run_while_no_daemon_runs_says_when_it_will_run(herald: Herald) -> None:
+    job_id = await add(herald, "--schedule", "every 2h", "--prompt", "ping")
+
+    queued = await herald.invoke("jobs", "run", job_id)
+
+    assert queued.exit_code == 0, queued.output
+    assert "no Herald daemon is running: it runs when `herald run` starts" in queued.stdout
+    assert "the running daemon" not in queued.stdout
+
+
+async def test_runs_show_why_a_report_was_not_delivered(herald: Herald) -> None:
+    job_id = await add(herald, "--schedule", "every 2h", "--prompt", "ping")
+    async with Store.open(herald.database_url) as store:
+        run = await JobStore(store).queue(job_id, utcnow())
+        async with store.write() as conn:
+            await conn.execute(
+                update(job_runs)
+                .where(job_runs.c.id == run.id)
+                .values(
+                    status="ok",
+                    output="pong",
+                    finished_at=utcnow(),
+                    delivery_status="failed",
+                    delivery_detail="no home channel: send /sethome in a chat or set home.targets",
+                )
+            )
+
+    runs = await herald.invoke("jobs", "runs", job_id)
+
+    assert runs.exit_code == 0, runs.output
+    [line] = [row for row in runs.stdout.splitlines() if f"{run.id} " in row]
+    assert "ok" in line
+    assert "failed" in line
+    assert "no home channel" in line

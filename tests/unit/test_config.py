@@ -469,3 +469,118 @@ def test_telegram_group_trigger_takes_one_or_several() -> None:
         HeraldConfig.model_validate(
             {"platforms": {"telegram": {"token": "1:x", "group_trigger": ["sometimes"]}}}
         )
+
+
+# ids and home as people write them ---------------------------------------------------------------
+
+
+def test_numeric_ids_in_yaml_are_stored_as_strings(tmp_path: Path) -> None:
+    config = load_config(
+        config_file(
+            tmp_path,
+            "platforms:\n"
+            "  telegram: {token: '1:x', allowed_users: [111222333, '444']}\n"
+            "  discord: {token: d, allowed_roles: [5550001], channels: 7770001}\n"
+            "  slack: {bot_token: b, app_token: a, channels: [C01, 42]}\n",
+        )
+    )
+
+    platforms = config.platforms
+    assert platforms.telegram is not None
+    assert platforms.discord is not None
+    assert platforms.slack is not None
+    assert platforms.telegram.allowed_users == ("111222333", "444")
+    assert platforms.discord.allowed_roles == ("5550001",)
+    assert platforms.discord.channels == ("7770001",)
+    assert platforms.slack.channels == ("C01", "42")
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        pytest.param("111222333", ("111222333",), id="one"),
+        pytest.param("111, 222", ("111", "222"), id="comma-separated"),
+        pytest.param('["111", 222]', ("111", "222"), id="json"),
+    ],
+)
+def test_ids_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, value: str, expected: tuple[str, ...]
+) -> None:
+    monkeypatch.setenv("HERALD_PLATFORMS__TELEGRAM__ALLOWED_USERS", value)
+
+    config = load_config(config_file(tmp_path, "platforms: {telegram: {token: '1:x'}}\n"))
+
+    assert config.platforms.telegram is not None
+    assert config.platforms.telegram.allowed_users == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("home: telegram:123456789\n", ("telegram:123456789",), id="one"),
+        pytest.param("home: [telegram:1, 'slack:C2']\n", ("telegram:1", "slack:C2"), id="list"),
+        pytest.param("home: {targets: [telegram:1]}\n", ("telegram:1",), id="section"),
+    ],
+)
+def test_home_takes_a_target_or_a_list_beside_the_section(
+    tmp_path: Path, text: str, expected: tuple[str, ...]
+) -> None:
+    assert load_config(config_file(tmp_path, text)).home.targets == expected
+
+
+def test_an_unknown_key_suggests_a_close_known_one(tmp_path: Path) -> None:
+    message = load_error(
+        config_file(
+            tmp_path,
+            "llmm: {}\nplatforms:\n  telegram: {token: '1:x', allowd_users: [1]}\n  tset: {}\n",
+        )
+    )
+
+    assert "  llmm: unknown key; did you mean 'llm'?" in message
+    assert (
+        "  platforms.telegram.allowd_users: unknown key; did you mean 'allowed_users'?" in message
+    )
+    assert (
+        "  platforms.tset: unknown key (known: telegram, slack, twilio, discord, email)" in message
+    )
+
+
+def test_a_whole_config_error_has_no_key_prefix(tmp_path: Path) -> None:
+    message = load_error(config_file(tmp_path, "api: {host: 0.0.0.0}\n"))
+
+    assert message == (
+        "invalid configuration:\n  api.key is required when api.host is '0.0.0.0' (not loopback)"
+    )
+
+
+def test_masked_leaves_out_the_unused_test_platform(tmp_path: Path) -> None:
+    assert "test" not in masked(load_config(None))["platforms"]
+    used = load_config(config_file(tmp_path, "platforms: {test: {url: 'http://x', token: t}}\n"))
+    assert "test" in masked(used)["platforms"]
+
+
+def test_a_report_heading_with_an_unknown_field_is_refused(tmp_path: Path) -> None:
+    message = load_error(config_file(tmp_path, "cron: {report_heading: '{title}'}\n"))
+
+    assert "  cron.report_heading: '{title}' is not a heading template" in message
+
+
+def test_unquoted_phone_numbers_in_yaml_keep_their_plus(tmp_path: Path) -> None:
+    config = load_config(
+        config_file(
+            tmp_path,
+            "platforms:\n"
+            "  twilio:\n"
+            f"    account_sid: AC{'0' * 32}\n"
+            "    auth_token: t\n"
+            "    public_url: https://herald.example.org\n"
+            "    from_number: +15550001111\n"
+            "    allowed_numbers: [+15551234567]\n",
+        )
+    )
+
+    twilio = config.platforms.twilio
+    assert twilio is not None
+    assert twilio.from_number == "+15550001111"
+    assert twilio.allowed_numbers == ("+15551234567",)
+    assert "+15551234567" in twilio.allowed_users
