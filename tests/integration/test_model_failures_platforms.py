@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from tests.e2e.daemon import free_port
-from tests.fakes.llm import FakeLLM, Reply
+from tests.fakes.llm import FakeLLM, Reply, you_said
 from tests.integration.inproc import Herald, running_daemon
 from tests.integration.platforms import HARNESSES, PlatformHarness, started
 from tests.integration.test_model_failures import OUTAGE_NOTICE, llm_section, sessions_section
@@ -144,4 +144,31 @@ async def test_stopping_during_an_outage_drains_and_the_message_waits_for_the_ne
         assert [r["outcome"] for r in await h.answered(2)] == ["answered", "answered"]
         assert len(llm.requests) == 2
         assert len(platform.texts_to(ann)) == 2
+    assert h.exit_code == 0
+
+
+async def test_a_message_during_a_retry_gets_no_busy_acknowledgement(tmp_path: Path) -> None:
+    """A message that arrives while a retry of the outage is running is not acknowledged with
+    "still working": its sender was told once that their messages wait."""
+    async with (
+        started("loopback") as platform,
+        FakeLLM() as llm,
+        herald(tmp_path, platform, llm.port) as h,
+    ):
+        ann = platform.people[0]
+        llm.responder = lambda body: Reply(status=503)
+        await platform.send(h, ann, "first")
+        [notice] = await platform.wait_texts(ann, 1)
+        assert OUTAGE_NOTICE in notice
+        llm.responder = lambda body: Reply(status=503, delay=1.0)  # the next retry stays busy
+        tried = len(llm.requests)
+        await llm.wait_for_requests(tried + 1)
+        await platform.send(h, ann, "second")
+        await stored(h, 2)
+        assert len(llm.requests) == tried + 1  # it arrived during that retry
+        llm.responder = you_said
+        texts = await platform.wait_texts(ann, 3)
+        assert texts == [notice, "You said: first", "You said: second"]
+        await h.answered(2)
+        assert platform.texts_to(ann) == texts
     assert h.exit_code == 0
