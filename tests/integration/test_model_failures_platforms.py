@@ -5,7 +5,8 @@ server, brought up and down on one address.
 On every platform: an unreachable model keeps the message waiting and tells its sender once,
 and the message is answered exactly once when the model is back; a refused request is dropped
 at once with a notice and the next message is answered; stopping during an outage drains and
-exits 0, and the waiting message is answered after the next start.
+exits 0, and the waiting message is answered after the next start; a turn past its timeout is
+dropped with a notice.
 """
 
 from __future__ import annotations
@@ -36,10 +37,15 @@ async def platform(request: pytest.FixtureRequest) -> AsyncIterator[PlatformHarn
 
 @contextlib.asynccontextmanager
 async def herald(
-    tmp_path: Path, platform: PlatformHarness, llm_port: int, *, port: int | None = None
+    tmp_path: Path,
+    platform: PlatformHarness,
+    llm_port: int,
+    *,
+    port: int | None = None,
+    **sessions: Any,
 ) -> AsyncIterator[Herald]:
     """The daemon in-process with `platform` at its fake and the model at `llm_port` (where
-    nothing may listen yet)."""
+    nothing may listen yet); `sessions` changes the fast-retry sessions section."""
     port = free_port() if port is None else port
     async with running_daemon(
         tmp_path,
@@ -47,7 +53,7 @@ async def herald(
         platform.platform,
         platform.section(port),
         port=port,
-        extra={"llm": llm_section(llm_port), "sessions": sessions_section()},
+        extra={"llm": llm_section(llm_port), "sessions": sessions_section(**sessions)},
     ) as h:
         yield h
 
@@ -119,6 +125,23 @@ async def test_refused_request_is_dropped_with_a_notice_and_the_next_is_answered
         assert texts[1] == "You said: again"
         assert [r["outcome"] for r in await h.answered(2)] == ["dropped", "answered"]
         assert (await health(h))["llm"]["state"] == "ok"
+    assert h.exit_code == 0
+
+
+async def test_turn_past_its_timeout_is_dropped_with_a_notice_and_the_next_is_answered(
+    tmp_path: Path, platform: PlatformHarness
+) -> None:
+    ann = platform.people[0]
+    async with FakeLLM() as llm, herald(tmp_path, platform, llm.port, turn_timeout=0.5) as h:
+        llm.script(Reply(hang=True))
+        await platform.send(h, ann, "slow")
+        [notice] = await platform.wait_texts(ann, 1)
+        assert "took longer than 0.5s" in notice
+        [row] = [dict(r) for r in await h.answered(1)]
+        assert row["outcome"] == "dropped"
+        await platform.send(h, ann, "fast")
+        assert (await platform.wait_texts(ann, 2))[1] == "You said: fast"
+        assert (await health(h))["status"] == "ok"
     assert h.exit_code == 0
 
 
