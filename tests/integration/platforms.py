@@ -203,10 +203,14 @@ class EmailHarness(PlatformHarness):
     platform = "email"
     people = ("ann@example.com", "bob@example.org")
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._threads: dict[str, str] = {}
+        """The Message-ID of each person's first mail."""
+
     async def _start(self, stack: contextlib.AsyncExitStack) -> None:
         self.dovecot = await stack.enter_async_context(Dovecot())
         self.smtp = await stack.enter_async_context(SmtpServer())
-        self._threads: dict[str, str] = {}
 
     @property
     def fake(self) -> Waitable:
