@@ -508,7 +508,9 @@ class SessionManager:
                                 "Send it again later, or /stop to clear the queue.",
                             )
                         )
-                    elif self._may_ack(key):
+                    elif not (lane is not None and lane.told_outage) and self._may_ack(key):
+                        # During a model outage the busy turn is a retry and the sender was
+                        # already told that their messages wait: no "still working" on top.
                         notices.append(Chunk(f"ack:{row_id}", target, ACKS[mode]))
                     steer_text = text if mode is BusyMode.STEER else None
                     interrupt = mode is BusyMode.INTERRUPT

@@ -34,6 +34,8 @@ class Herald:
     store: Store
     platform: str
     """A second connection to the daemon's database, for reading what it stored."""
+    exit_code: int | None = None
+    """What `Supervisor.run()` returned, once `running_daemon` has stopped it."""
 
     async def ready(self) -> int:
         """The status code of `GET /ready`."""
@@ -117,17 +119,21 @@ async def running_daemon(
     supervisor = Supervisor(config, environ={}, cron_clock=cron_clock)
     task = asyncio.create_task(supervisor.run(), name="herald")
     url = f"http://127.0.0.1:{config.api.port}"
+    herald: Herald | None = None
     try:
         if wait_ready:
             await _until(_ready_or_failed(url, task))
         else:
             await _until(lambda: supervisor.state.serving or task.done())
         async with Store.open(config.effective_database_url, migrate=False) as store:
-            yield Herald(supervisor, config, url, store, platform)
+            herald = Herald(supervisor, config, url, store, platform)
+            yield herald
     finally:
         supervisor.stop()
         async with asyncio.timeout(WAIT):
-            await task
+            code = await task
+        if herald is not None:
+            herald.exit_code = code
 
 
 async def _until(check: Callable[[], Any], timeout: float = WAIT) -> None:
