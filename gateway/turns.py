@@ -78,6 +78,7 @@ def log_failure(failure: TurnFailure, err: BaseException, what: str) -> None:
     if failure.kind is FailureKind.INTERNAL:
         logger.error("%s failed: %s", what, failure.error, exc_info=err)
     elif failure.kind is FailureKind.UNREACHABLE:
-        logger.info("%s: the model is unreachable: %s", what, failure.error)
+        # The outage itself is logged once when it starts and ends (ModelHealth).
+        logger.debug("%s: the model is unreachable: %s", what, failure.error)
     else:
         logger.warning("%s failed: %s", what, failure.error)
