@@ -7,7 +7,9 @@ decision (retry later or give up) wherever it happened.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -82,3 +84,28 @@ def log_failure(failure: TurnFailure, err: BaseException, what: str) -> None:
         logger.debug("%s: the model is unreachable: %s", what, failure.error)
     else:
         logger.warning("%s failed: %s", what, failure.error)
+
+
+async def run_agent(
+    work: Callable[[], Awaitable[object]],
+    *,
+    timeout: float | None,  # noqa: ASYNC109 - the turn's own limit, classified on expiry
+    what: str,
+    on_failure: Callable[[TurnFailure], None] = lambda _: None,
+) -> TurnFailure | None:
+    """Run one turn's agent work under the turn timeout: the one place where every turn
+    (inbox, API, stateless, scheduled) meets its failure.
+
+    Returns None when the work finished, else its failure, classified and logged once, and
+    handed to `on_failure` (a metric). Only cancellation leaves it: whatever else the work
+    raises is the turn's outcome, never its caller's problem.
+    """
+    try:
+        async with asyncio.timeout(timeout):
+            await work()
+    except Exception as err:
+        failure = classify(err, timeout or 0.0)
+        log_failure(failure, err, what)
+        on_failure(failure)
+        return failure
+    return None

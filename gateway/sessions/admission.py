@@ -1,0 +1,198 @@
+"""Admission: an inbound message stored in one transaction with the decision about it.
+
+The access decision, the inbox row (unique per platform message), what its busy policy does
+when the session is answering already (its acknowledgement, the queue cap, a steer or an
+interrupt), and a signal to the instance running the session all commit together, before the
+adapter acknowledges the message to its platform.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable
+
+from gateway import inbox as inbox_sql
+from gateway.access import Verdict
+from gateway.cluster.bus import Signal
+from gateway.cluster.lanes import LaneState
+from gateway.commands import WITH_TEXT, parse_command
+from gateway.contracts.config import BusyMode, GroupSessions
+from gateway.contracts.errors import ShuttingDown
+from gateway.contracts.ids import SessionKey
+from gateway.contracts.messages import InboundMessage
+from gateway.inbox import InboxRow, Outcome
+from gateway.outbox import Chunk, Target, enqueue
+from gateway.sessions.context import SessionContext
+from gateway.sessions.keys import derive_session_key
+from gateway.sessions.policies import policy
+from gateway.sessions.state import INTERRUPTED_BY_NEWER
+
+logger = logging.getLogger(__name__)
+
+RunCommand = Callable[[InboxRow], Awaitable[None]]
+
+
+class Admission:
+    """The adapters' InboundSink side of the session manager."""
+
+    def __init__(self, ctx: SessionContext, run_command: RunCommand) -> None:
+        self.ctx = ctx
+        self.run_command = run_command
+        self._last_ack: dict[SessionKey, float] = {}
+
+    async def accept(self, message: InboundMessage) -> None:
+        """Store an inbound message durably, then act on it. Raises ShuttingDown.
+
+        Returns once the message is committed (the adapter acknowledges it after that); a
+        message already stored (same platform, account and platform message id) is ignored.
+        """
+        ctx = self.ctx
+        if not ctx.accepting:
+            # Draining: hold the adapter here, unacknowledged, until it is stopped (it keeps
+            # sending meanwhile); the platform redelivers the message to the next process.
+            await ctx.closed.wait()
+            raise ShuttingDown("Herald is shutting down; the platform will redeliver")
+        platform = str(message.platform)
+        section = ctx.platforms.get(platform)
+        groups = section.group_sessions if section else GroupSessions.CHAT
+        key = derive_session_key(message, groups)
+        target = Target(platform, message.account, message.chat_id, message.thread_id)
+        parsed = parse_command(message.text)
+        notices: list[Chunk] = []
+        steer_text: str | None = None
+        interrupt = False
+        elsewhere = False
+        async with ctx.store.write() as conn:
+            decision = await ctx.access.decide(conn, message) if ctx.access else None
+            if decision is not None and decision.verdict is not Verdict.ALLOW:
+                row_id = await inbox_sql.insert(
+                    conn,
+                    message,
+                    key=key,
+                    user_id=None,
+                    text=message.text[:500],
+                    outcome=Outcome.REJECTED,
+                    detail=decision.detail,
+                )
+                if row_id is not None and decision.verdict is Verdict.PAIR and decision.reply:
+                    notices.append(Chunk(f"pair:{row_id}", target, decision.reply))
+                    await enqueue(conn, notices)
+                outcome: Outcome | None = Outcome.REJECTED if row_id else None
+                command_id = None
+            elif parsed is not None and (parsed.command not in WITH_TEXT or not parsed.arg):
+                command_id = await inbox_sql.insert(
+                    conn, message, key=key, user_id=None, kind="command"
+                )
+                outcome, row_id = None, command_id
+            else:
+                command_id = None
+                text = message.text if parsed is None else parsed.arg
+                forced = None if parsed is None else BusyMode(str(parsed.command))
+                busy_policy = policy(forced or await ctx.mode(conn, key, section))
+                lane = ctx.lanes.get(key)
+                remote = LaneState(None, False)
+                if lane is None or lane.claim is None:
+                    remote = await ctx.lane_store.state(conn, key)
+                elsewhere = remote.owner is not None and remote.owner != ctx.instance
+                busy = (lane is not None and lane.running is not None) or (
+                    elsewhere and remote.running
+                )
+                row_id = await inbox_sql.insert(
+                    conn,
+                    message,
+                    key=key,
+                    user_id=None,
+                    text=text,
+                    priority=1 if busy and busy_policy.interrupts else 0,
+                    steer=busy and busy_policy.steers,
+                )
+                outcome = None
+                if row_id is not None and busy:
+                    waiting = await inbox_sql.count_waiting(conn, key)
+                    if busy_policy.capped and waiting > ctx.config.queue_cap:
+                        await inbox_sql.settle(conn, [row_id], Outcome.DROPPED, detail="queue full")
+                        outcome = Outcome.DROPPED
+                        notices.append(
+                            Chunk(
+                                f"drop:{row_id}",
+                                target,
+                                f"⚠ Not queued: {waiting - 1} messages are already waiting. "
+                                "Send it again later, or /stop to clear the queue.",
+                            )
+                        )
+                    elif not (lane is not None and lane.told_outage) and self._may_ack(key):
+                        # During a model outage the busy turn is a retry and the sender was
+                        # already told that their messages wait: no "still working" on top.
+                        notices.append(Chunk(f"ack:{row_id}", target, busy_policy.ack))
+                    steer_text = text if busy_policy.steers else None
+                    interrupt = busy_policy.interrupts
+                    if notices:
+                        await enqueue(conn, notices)
+                if row_id is not None and outcome is None and elsewhere:
+                    # Another instance runs this session: tell it (sent when this commits).
+                    action = "interrupt" if interrupt else "steer" if steer_text else "wake"
+                    if interrupt and remote.turn_id is not None:
+                        await ctx.lane_store.request_cancel(
+                            conn, key, remote.turn_id, INTERRUPTED_BY_NEWER
+                        )
+                    await ctx.bus.publish(conn, Signal(action, key))
+        if row_id is None:
+            logger.debug("duplicate delivery of %s ignored", message.platform_message_id)
+            return
+        ctx.metrics.inbound.labels(platform=platform).inc()
+        if outcome is not None:
+            ctx.metrics.outcomes.labels(outcome=str(outcome)).inc()
+        if notices:
+            ctx.on_outbox()
+        if outcome is not None:
+            return
+        if command_id is not None:
+            row = await inbox_sql.Inbox(ctx.store).get(command_id)
+            assert row is not None
+            await self.run_command(row)
+            return
+        if elsewhere:
+            return
+        lane = ctx.lanes.get(key)
+        running = lane.running if lane else None
+        if running is not None and row_id not in running.ids:
+            if steer_text is not None:
+                running.steer.waiting.append((row_id, steer_text))
+            if interrupt:
+                running.cancel(INTERRUPTED_BY_NEWER)
+        ctx.wake(key)
+
+    async def settle(self, message: InboundMessage, detail: str) -> None:
+        """Store a message its adapter handled by itself (an opt-out keyword): outcome
+        `dropped` with `detail`, no turn. A message already stored is ignored. Raises
+        ShuttingDown while draining."""
+        ctx = self.ctx
+        if not ctx.accepting:
+            raise ShuttingDown("Herald is shutting down; the platform will redeliver")
+        platform = str(message.platform)
+        section = ctx.platforms.get(platform)
+        key = derive_session_key(message, section.group_sessions if section else GroupSessions.CHAT)
+        async with ctx.store.write() as conn:
+            row_id = await inbox_sql.insert(
+                conn, message, key=key, user_id=None, outcome=Outcome.DROPPED, detail=detail
+            )
+        if row_id is not None:
+            ctx.metrics.inbound.labels(platform=platform).inc()
+            ctx.metrics.outcomes.labels(outcome=str(Outcome.DROPPED)).inc()
+
+    async def may_fetch(self, message: InboundMessage) -> bool:
+        """Whether `message`'s sender is allowed, so its files may be downloaded (reads only;
+        `accept` still decides)."""
+        return self.ctx.access is None or await self.ctx.access.permits(message)
+
+    def _may_ack(self, key: SessionKey) -> bool:
+        now = time.monotonic()
+        interval = self.ctx.config.ack_interval
+        if now - self._last_ack.get(key, -math.inf) < interval:
+            return False
+        if len(self._last_ack) > 10_000:  # bounded, whatever the number of sessions
+            self._last_ack = {k: t for k, t in self._last_ack.items() if now - t < interval}
+        self._last_ack[key] = now
+        return True

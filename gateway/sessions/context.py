@@ -1,0 +1,142 @@
+"""What the parts of the session manager share: its dependencies, its lanes and its tasks.
+
+One `SessionContext` per manager. The parts (admission, lanes, turns, commands, signals, API
+turns) each hold it; none of them holds another's state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent_core.agent import Agent
+from gateway.access import Access
+from gateway.backoff import Backoff
+from gateway.channels import Channels
+from gateway.cluster.bus import LocalBus
+from gateway.cluster.lanes import Lanes, SoloLanes
+from gateway.config import SessionsConfig
+from gateway.contracts.config import BusyMode, PlatformSection
+from gateway.contracts.ids import SessionKey, UserId
+from gateway.inbox import InboxRow
+from gateway.metrics import Metrics
+from gateway.outbox import Outbox
+from gateway.sessions.state import Lane
+from gateway.store import Store
+from gateway.store.tables import sessions as sessions_table
+from gateway.turns import TurnFailure
+
+logger = logging.getLogger(__name__)
+
+SnapshotReader = Callable[[SessionKey, UserId | None], Awaitable[tuple[str, str]]]
+"""(USER.md, MEMORY.md) for a new session of that key and user."""
+
+
+@dataclass
+class SessionContext:
+    """The manager's dependencies and the running state its parts share."""
+
+    store: Store
+    agent: Agent
+    config: SessionsConfig
+    metrics: Metrics
+    snapshot: SnapshotReader
+    channels: Channels
+    access: Access | None
+    platforms: dict[str, PlatformSection]
+    on_outbox: Callable[[], None]
+    lane_store: Lanes
+    bus: LocalBus
+    outbox: Outbox = field(init=False)
+    lanes: dict[SessionKey, Lane] = field(default_factory=dict)
+    """Sessions with a turn running or waiting here; a lane is freed when it empties."""
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    """Lane workers and API turns: what draining waits for."""
+    tg: asyncio.TaskGroup | None = None
+    accepting: bool = False
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+    draining: asyncio.Event = field(default_factory=asyncio.Event)
+    slots: asyncio.Semaphore = field(init=False)
+    """Turns of different sessions running at once (`sessions.max_concurrent_turns`)."""
+    model_backoff: Backoff = field(init=False)
+    wake: Callable[[SessionKey], None] = lambda _: None
+    """Start or nudge the lane of a session (set by the manager to the lanes' own)."""
+
+    def __post_init__(self) -> None:
+        self.outbox = Outbox(self.store)
+        self.idle.set()
+        self.slots = asyncio.Semaphore(self.config.max_concurrent_turns)
+        self.model_backoff = Backoff(
+            initial=self.config.model_retry_initial, maximum=self.config.model_retry_max
+        )
+
+    @property
+    def instance(self) -> str:
+        """This instance's id among those sharing the database."""
+        return self.bus.origin
+
+    @property
+    def clustered(self) -> bool:
+        """Whether other instances may share the database (lanes are claimed in SQL)."""
+        return not isinstance(self.lane_store, SoloLanes)
+
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """Run `coro` as a child of the manager's TaskGroup, counted until it ends."""
+        assert self.tg is not None
+        task = self.tg.create_task(coro, name=name)
+        self.tasks.add(task)
+        self.idle.clear()
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        if not self.tasks:
+            self.idle.set()
+
+    async def pause(self, seconds: float) -> None:
+        """Wait `seconds`, cut short when draining begins."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self.draining.wait()
+
+    def failed(self, failure: TurnFailure) -> None:
+        """Count a failed turn by its kind."""
+        self.metrics.model_failures.labels(kind=str(failure.kind)).inc()
+
+    def count(self, status: str, started: float) -> None:
+        """A turn ended with `status` after starting at `started` (monotonic)."""
+        self.metrics.running_turns.dec()
+        self.metrics.turns.labels(status=status).inc()
+        self.metrics.turn_seconds.observe(time.monotonic() - started)
+
+    async def mode(
+        self, conn: AsyncConnection, key: SessionKey, section: PlatformSection | None
+    ) -> BusyMode:
+        """The session's busy mode: its `/mode`, else its platform's, else the default."""
+        value = await conn.scalar(
+            select(sessions_table.c.busy_mode)
+            .where(sessions_table.c.key == key)
+            .order_by(sessions_table.c.epoch.desc())
+            .limit(1)
+        )
+        if value:
+            return BusyMode(value)
+        if section is not None and section.busy_mode is not None:
+            return section.busy_mode
+        return self.config.busy_mode
+
+    async def owner(self, row: InboxRow) -> UserId | None:
+        """The user a session of this row belongs to (None for a shared group session)."""
+        if row.is_direct or ":u=" in row.session_key:
+            return await self.store.resolve_user(row.platform, row.sender_id, row.sender_name)
+        return None

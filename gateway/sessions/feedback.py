@@ -1,0 +1,174 @@
+"""Live feedback while a turn runs: the typing indicator and the streamed preview.
+
+Both are best effort: a failure stops them and changes nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from datetime import datetime, timedelta
+
+from gateway.contracts.adapter import Adapter, MessageEditor, TypingIndicator, WorkingIndicator
+from gateway.contracts.ids import Platform, PlatformMessageId, TurnId
+from gateway.contracts.messages import OutboundMessage, TextFormat, utcnow
+from gateway.outbox import Target
+from gateway.sessions.context import SessionContext
+
+logger = logging.getLogger(__name__)
+
+
+class Feedback:
+    """Typing indicators and previews for the turns of one manager."""
+
+    def __init__(self, ctx: SessionContext) -> None:
+        self.ctx = ctx
+
+    async def typing(self, target: Target, answering: PlatformMessageId | None) -> None:
+        """Show that a turn is running until cancelled: "typing…" every few seconds, and a
+        mark on the message being answered where the platform has one. Best effort."""
+        adapter: object = self.ctx.channels.adapter(target.platform, target.account)
+        marked = False
+        if isinstance(adapter, WorkingIndicator) and answering is not None:
+            try:
+                await adapter.working(target.chat_id, answering)
+                marked = True
+            except Exception as err:
+                logger.debug("working indicator failed: %s", err)
+        try:
+            while isinstance(adapter, TypingIndicator):
+                try:
+                    await adapter.typing(target.chat_id, target.thread_id)
+                except Exception as err:  # a failed indicator changes nothing
+                    logger.debug("typing indicator failed: %s", err)
+                    break
+                await asyncio.sleep(4.0)
+            await asyncio.Event().wait()  # until the turn ends
+        finally:
+            if marked:
+                assert isinstance(adapter, WorkingIndicator)
+                assert answering is not None
+                try:
+                    async with asyncio.timeout(5.0):
+                        await adapter.done(target.chat_id, answering)
+                except Exception as err:
+                    logger.debug("working indicator not removed: %s", err)
+
+    async def preview(self, target: Target, turn_id: TurnId) -> Preview | None:
+        section = self.ctx.platforms.get(target.platform)
+        live = self.ctx.channels.adapter(target.platform, target.account)
+        editor: object = live
+        if (
+            live is None
+            or not getattr(section, "stream_edits", False)
+            or not isinstance(editor, MessageEditor)
+        ):
+            return None
+        # A preview is sent directly; never let it overtake earlier chunks still queued.
+        if await self.ctx.outbox.unsent(target.chat):
+            return None
+        assert self.ctx.tg is not None
+        limits = self.ctx.channels.limits(target.platform, target.account)
+        return Preview(
+            live,
+            editor,
+            target,
+            turn_id,
+            max_chars=limits.max_chunk,
+            interval=limits.min_edit_interval,
+            tg=self.ctx.tg,
+        )
+
+
+class Preview:
+    """Streams a turn's text into one message, edited at most every `interval` seconds.
+
+    Best effort: any failure just stops the preview. The final text is never sent by the
+    preview; the turn's first reply chunk replaces it (`edit_of`) through the outbox.
+    """
+
+    def __init__(
+        self,
+        sender: Adapter,
+        editor: MessageEditor,
+        target: Target,
+        turn_id: TurnId,
+        *,
+        max_chars: int,
+        interval: float,
+        tg: asyncio.TaskGroup,
+    ) -> None:
+        self.sender = sender
+        self.editor = editor
+        self.target = target
+        self.turn_id = turn_id
+        self.max_chars = max(16, max_chars)
+        self.interval = interval
+        self.message_id: PlatformMessageId | None = None
+        self._last_edit = -math.inf
+        self._parts: list[str] = []
+        self._changed = asyncio.Event()
+        self._closing = asyncio.Event()
+        self._task = tg.create_task(self._run(), name=f"preview {turn_id}")
+
+    async def token(self, text: str) -> None:
+        """Add streamed text."""
+        self._parts.append(text)
+        self._changed.set()
+
+    def next_edit_at(self) -> datetime:
+        """The earliest moment the preview may be edited again (the platform's edit rate)."""
+        wait = max(0.0, self._last_edit + self.interval - time.monotonic())
+        return utcnow() + timedelta(seconds=wait)
+
+    async def close(self) -> None:
+        """Stop editing; an edit in flight completes first (so `message_id` is known)."""
+        self._closing.set()
+        self._changed.set()
+        try:
+            async with asyncio.timeout(10):
+                await asyncio.shield(self._task)
+        except TimeoutError:
+            self._task.cancel()
+        except Exception as err:
+            logger.debug("preview ended with %s", err)
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                await self._changed.wait()
+                if self._closing.is_set():
+                    return
+                self._changed.clear()
+                text = "".join(self._parts).strip()
+                if not text:
+                    continue
+                if len(text) > self.max_chars - 2:
+                    text = text[: self.max_chars - 2]
+                message = OutboundMessage(
+                    platform=Platform(self.target.platform),
+                    account=self.target.account,
+                    chat_id=self.target.chat_id,
+                    thread_id=self.target.thread_id,
+                    text=text + " …",
+                    idempotency_key=f"preview:{self.turn_id}",
+                    format=TextFormat.PLAIN,
+                )
+                if self.message_id is None:
+                    receipt = await self.sender.send(message)
+                    self.message_id = receipt.platform_message_id
+                    if self.message_id is None:
+                        return
+                else:
+                    await self.editor.edit(self.message_id, message)
+                self._last_edit = time.monotonic()
+                try:
+                    async with asyncio.timeout(self.interval):
+                        await self._closing.wait()
+                    return
+                except TimeoutError:
+                    pass
+        except Exception as err:  # best effort
+            logger.debug("preview stopped: %s", err)

@@ -1,0 +1,353 @@
+"""Inbox turns: the messages a lane took, answered by the agent, settled in one commit.
+
+A turn's exception never leaves it (it is the messages' outcome): an unreachable model keeps
+them queued and tells their sender once; anything else drops them with a notice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent_core.loop import TurnProgress
+from gateway import inbox as inbox_sql
+from gateway.contracts.errors import LeaseLost
+from gateway.contracts.history import ChatMessage, Role, SessionInfo, TurnResult
+from gateway.contracts.ids import InboxId, SessionId, SessionKey, TurnId, UserId
+from gateway.contracts.messages import utcnow
+from gateway.inbox import InboxRow, Outcome
+from gateway.outbox import Chunk, Target, enqueue, reply_chunks
+from gateway.sessions.context import SessionContext
+from gateway.sessions.feedback import Feedback, Preview
+from gateway.sessions.state import Lane, Running
+from gateway.store.store import record_finish, record_start
+from gateway.turns import FailureKind, TurnFailure, TurnStatus, run_agent
+
+logger = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 3
+"""Turns started for one message before it is dropped: a message that crashes the process
+every time must not crash it forever."""
+
+
+class _BatchChanged(Exception):
+    """Some of a batch's messages were settled after it was read: roll back, read again."""
+
+
+class InboxTurns:
+    """Runs the turns of the lanes."""
+
+    def __init__(self, ctx: SessionContext, feedback: Feedback) -> None:
+        self.ctx = ctx
+        self.feedback = feedback
+
+    async def run_batch(self, key: SessionKey, lane: Lane, batch: list[InboxRow]) -> None:
+        head = batch[0]
+        target = Target(head.platform, head.account, head.chat_id, head.thread_id)
+        over = [r for r in batch if r.attempts >= MAX_ATTEMPTS]
+        if over:
+            async with self.ctx.store.write() as conn:
+                await inbox_sql.settle(
+                    conn,
+                    [r.id for r in over],
+                    Outcome.DROPPED,
+                    detail=f"the process stopped {MAX_ATTEMPTS} times while answering it",
+                )
+                await enqueue(
+                    conn,
+                    [
+                        Chunk(
+                            f"poison:{r.id}",
+                            target,
+                            "⚠ I could not answer one of your messages: answering it failed "
+                            "several times. Please rephrase it or send it again later.",
+                        )
+                        for r in over
+                    ],
+                )
+            self.ctx.metrics.outcomes.labels(outcome=str(Outcome.DROPPED)).inc(len(over))
+            self.ctx.on_outbox()
+            batch = [r for r in batch if r.attempts < MAX_ATTEMPTS]
+            if not batch:
+                return
+            head = batch[0]
+        user_id = await self.ctx.owner(head)
+        exchange: tuple[SessionInfo, list[ChatMessage]] | None = None
+        async with lane.lock:
+            self.ctx.metrics.waiting_turns.inc()
+            try:
+                await self.ctx.slots.acquire()
+            finally:
+                self.ctx.metrics.waiting_turns.dec()
+            try:
+                exchange = await self._inbox_turn(key, lane, batch, target, user_id)
+            finally:
+                self.ctx.slots.release()
+        if exchange is not None:
+            await self.ctx.agent.memory_pass(*exchange)
+
+    async def _inbox_turn(
+        self,
+        key: SessionKey,
+        lane: Lane,
+        batch: list[InboxRow],
+        target: Target,
+        user_id: UserId | None,
+    ) -> tuple[SessionInfo, list[ChatMessage]] | None:
+        head = batch[0]
+        session = await self.ctx.store.open_session(
+            key, platform=head.platform, user_id=user_id, snapshot=self.ctx.snapshot
+        )
+        new_messages = [_user_message(r) for r in batch if r.turn_id is None]
+        claim = lane.claim
+        assert claim is not None
+        # Busy from here on, so a /stop or an interrupt during the commit below is not lost.
+        stops = lane.stops
+        running = Running(TurnId(0), [r.id for r in batch], time.monotonic())
+        lane.running = running
+        try:
+            async with self.ctx.store.write() as conn:
+                # The lane first: a takeover locks the lane row, then the inbox rows.
+                await self.ctx.lane_store.check(conn, claim, None)
+                turn_id, _ = await record_start(conn, session.id, new_messages)
+                if await inbox_sql.take(conn, [r.id for r in batch], turn_id) < len(batch):
+                    raise _BatchChanged
+                await self.ctx.lane_store.check(conn, claim, turn_id)
+            running.turn_id = turn_id
+            progress = TurnProgress()
+            preview = await self.feedback.preview(target, turn_id)
+        except _BatchChanged:
+            lane.running = None  # settled meanwhile (a /stop): nothing was started
+            return None
+        except BaseException:
+            lane.running = None
+            raise
+        assert self.ctx.tg is not None
+        self.ctx.metrics.running_turns.inc()
+        started = time.monotonic()
+        # The turn may reach other chats only when everyone it answers operates Herald.
+        operator = self.ctx.access is not None and all(
+            self.ctx.access.is_operator(r.platform, r.sender_id) for r in batch
+        )
+        running.task = self.ctx.tg.create_task(
+            self._agent_turn(
+                f"turn {turn_id} of {key}", session, progress, running, preview, operator=operator
+            ),
+            name=f"turn {key}",
+        )
+        if running.cancel_reason is not None:
+            running.task.cancel()
+        answering = batch[-1].platform_message_id if batch else None
+        typing = self.ctx.tg.create_task(
+            self.feedback.typing(target, answering), name=f"typing {key}"
+        )
+        try:
+            await asyncio.wait({running.task})
+        except asyncio.CancelledError:
+            # Draining: checkpoint the partial output; the messages are answered after a restart.
+            running.task.cancel()
+            await asyncio.wait({running.task})
+            lane.running = None
+            try:
+                async with self.ctx.store.write() as conn:
+                    await self.ctx.lane_store.check(conn, claim, None)
+                    cut = progress.result("interrupted", "process stopping")
+                    await record_finish(conn, session.id, turn_id, cut)
+                    await inbox_sql.requeue(
+                        conn, [*running.ids, *running.steer.taken], turn_id=turn_id
+                    )
+            except LeaseLost:
+                pass  # the instance that took the session over has recovered it already
+            self.ctx.count("interrupted", started)
+            raise
+        finally:
+            lane.running = None
+            typing.cancel()
+            if preview is not None:
+                await preview.close()
+        await lane.settling.acquire()
+        try:
+            task = running.task
+            ids = running.ids
+            steered = running.steer.taken
+            leftover = [i for i, _ in running.steer.waiting]
+            notices: list[Chunk] = []
+            outcomes: list[tuple[list[InboxId], Outcome, str | None]]
+            postponed: list[InboxId] = []
+            failure = None if task.cancelled() else task.result()
+            if task.cancelled():
+                reason = running.cancel_reason or "cancelled"
+                status = TurnStatus.INTERRUPTED
+                result = progress.result(status, reason)
+                outcomes = [(ids + steered, Outcome.DROPPED, reason)]
+            elif failure is not None:
+                status = failure.status
+                result = progress.result(TurnStatus.FAILED, failure.error)
+                waited = (utcnow() - min(r.accepted_at for r in batch)).total_seconds()
+                if failure.transient and lane.stops != stops:
+                    # A /stop or /new came while this try was ending: no further try.
+                    outcomes = [
+                        (ids + steered, Outcome.DROPPED, "stopped while the model was away")
+                    ]
+                    lane.retries, lane.told_outage = 0, False
+                elif failure.transient and waited < self.ctx.config.model_outage_max_wait:
+                    # The messages wait for the model to come back; their sender hears it once.
+                    outcomes = []
+                    postponed = ids + steered
+                    lane.retry_in = self.ctx.model_backoff.delay(lane.retries)
+                    lane.retries += 1
+                    if not lane.told_outage:
+                        lane.told_outage = True
+                        notices.append(
+                            Chunk(
+                                f"outage:{ids[0]}",
+                                target,
+                                "⏳ I can't reach my language model right now. Your message is "
+                                "saved; I'll answer as soon as the model is back.",
+                                session_id=session.id,
+                                turn_id=turn_id,
+                            )
+                        )
+                else:
+                    if failure.transient:
+                        error = (
+                            f"the model was unreachable for {waited / 60:.0f} min ({failure.error})"
+                        )
+                        text = (
+                            "⚠ I couldn't answer your message: my language model has been "
+                            f"unreachable for {waited / 60:.0f} minutes. "
+                            "Please send it again later."
+                        )
+                    else:
+                        error = failure.error
+                        text = _failure_notice(failure)
+                    outcomes = [(ids + steered, Outcome.DROPPED, error)]
+                    lane.retries, lane.told_outage = 0, False
+                    notices.append(
+                        Chunk(
+                            f"fail:{turn_id}", target, text, session_id=session.id, turn_id=turn_id
+                        )
+                    )
+            else:
+                status = TurnStatus.COMPLETED
+                lane.retries, lane.told_outage = 0, False
+                result = progress.result(status)
+                outcomes = [
+                    (ids[:1], Outcome.ANSWERED, None),
+                    (ids[1:], Outcome.MERGED, None),
+                    (steered, Outcome.STEERED, None),
+                ]
+                limits = self.ctx.channels.limits(target.platform, target.account)
+                notices.extend(
+                    reply_chunks(
+                        target,
+                        progress.final_text,
+                        limits,
+                        session_id=session.id,
+                        turn_id=turn_id,
+                        inbox_id=ids[0],
+                        reply_to=None if head.is_direct else head.platform_message_id,
+                        edit_of=None if preview is None else preview.message_id,
+                        not_before=None if preview is None else preview.next_edit_at(),
+                    )
+                )
+            try:
+                async with self.ctx.store.write() as conn:
+                    await self.ctx.lane_store.check(conn, claim, None)
+                    await self._finish(
+                        conn,
+                        session_id=session.id,
+                        turn_id=turn_id,
+                        result=result,
+                        outcomes=outcomes,
+                        leftover=leftover,
+                        notices=notices,
+                    )
+                    if postponed:
+                        await inbox_sql.requeue(conn, postponed, turn_id=turn_id, refund=True)
+            except LeaseLost:
+                self.ctx.count("interrupted", started)
+                raise
+        finally:
+            lane.settling.release()
+        self.ctx.count(status, started)
+        if notices:
+            self.ctx.on_outbox()
+        if status != TurnStatus.COMPLETED:
+            return None
+        return session, [*new_messages, *progress.messages]
+
+    async def _finish(
+        self,
+        conn: AsyncConnection,
+        *,
+        session_id: SessionId,
+        turn_id: TurnId,
+        result: TurnResult,
+        outcomes: list[tuple[list[InboxId], Outcome, str | None]],
+        leftover: list[InboxId],
+        notices: list[Chunk],
+    ) -> None:
+        """A turn's end in the caller's transaction: its result, each message's outcome, the
+        steer messages it did not read back to the queue, and its reply chunks."""
+        await record_finish(conn, session_id, turn_id, result)
+        for row_ids, outcome, detail in outcomes:
+            n = await inbox_sql.settle(conn, row_ids, outcome, turn_id=turn_id, detail=detail)
+            if n:
+                self.ctx.metrics.outcomes.labels(outcome=str(outcome)).inc(n)
+        await inbox_sql.requeue(conn, leftover)
+        if notices:
+            await enqueue(conn, notices)
+
+    async def _agent_turn(
+        self,
+        what: str,
+        session: SessionInfo,
+        progress: TurnProgress,
+        running: Running,
+        preview: Preview | None,
+        *,
+        operator: bool = False,
+    ) -> TurnFailure | None:
+        """Run the agent; its failure, or None when it answered.
+
+        A child of the manager's TaskGroup, so nothing but cancellation may leave it: an
+        exception escaping here would stop every lane and the daemon with them.
+        """
+        failure = await run_agent(
+            lambda: self.ctx.agent.run_turn(
+                session,
+                progress,
+                on_token=None if preview is None else preview.token,
+                steer=running.steer,
+                operator=operator,
+            ),
+            timeout=self.ctx.config.turn_timeout,
+            what=what,
+            on_failure=self.ctx.failed,
+        )
+        running.finishing = True
+        return failure
+
+
+def _failure_notice(failure: TurnFailure) -> str:
+    """What the sender of a message dropped for `failure` is told."""
+    if failure.kind is FailureKind.REJECTED:
+        return (
+            "⚠ I couldn't answer that: my language model refused the request "
+            "(the operator can see why in Herald's log)."
+        )
+    if failure.kind is FailureKind.TIMEOUT:
+        return f"⚠ I couldn't answer that: {failure.error}. Please try again, perhaps shorter."
+    return "⚠ I couldn't answer that: something went wrong on my side. Please send it again later."
+
+
+def _user_message(row: InboxRow) -> ChatMessage:
+    """How an inbound message appears in history: in groups, with who wrote it."""
+    if row.is_direct:
+        return ChatMessage(Role.USER, row.content)
+    name = row.sender_name or row.sender_id
+    return ChatMessage(Role.USER, f"[{name}] {row.content}")

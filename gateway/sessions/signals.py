@@ -1,0 +1,128 @@
+"""Cluster signals: what other instances ask of the turns running here, and work that no
+live instance is doing (several instances on one PostgreSQL; nothing happens on one)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from gateway import inbox as inbox_sql
+from gateway.cluster.bus import Signal
+from gateway.cluster.lanes import LaneState
+from gateway.contracts.ids import SessionKey
+from gateway.sessions.context import SessionContext
+from gateway.sessions.state import INTERRUPTED_BY_NEWER, Running
+
+logger = logging.getLogger(__name__)
+
+
+class ClusterSignals:
+    """Reacts to signals from other instances, sends them its own, and scans for orphans."""
+
+    def __init__(self, ctx: SessionContext, scan_interval: float) -> None:
+        self.ctx = ctx
+        self.scan_interval = scan_interval
+        self.scan = asyncio.Event()
+        """Set to look for orphaned sessions at once (after a resync, when draining)."""
+
+    def on_signal(self, signal: Signal) -> None:
+        """A hint from another instance (see `gateway.cluster.bus`)."""
+        ctx = self.ctx
+        if signal.action == "resync":
+            self.scan.set()
+            assert ctx.tg is not None
+            ctx.tg.create_task(self._missed_signals(), name="missed signals")
+            return
+        if not signal.key or not ctx.accepting:
+            return
+        key = SessionKey(signal.key)
+        lane = ctx.lanes.get(key)
+        running = lane.running if lane is not None else None
+        if signal.action == "cancel" and lane is not None:
+            lane.stops += 1
+        if signal.action == "cancel" and running is not None:
+            running.cancel(signal.reason or "cancelled")
+        elif signal.action == "interrupt" and running is not None:
+            running.cancel(INTERRUPTED_BY_NEWER)
+        elif signal.action == "steer" and running is not None:
+            assert ctx.tg is not None
+            ctx.tg.create_task(self._pick_up_steer(key, running), name=f"steer {key}")
+            return
+        if signal.action != "cancel" and lane is not None and lane.claim is not None:
+            ctx.wake(key)  # a lane free here is found by the scan, if nobody else runs it
+
+    async def _missed_signals(self) -> None:
+        """The signal connection came back: what was asked of the turns running here while
+        it was away (cancels are stored on the lane, steer texts in the inbox)."""
+        for key, lane in list(self.ctx.lanes.items()):
+            running, claim = lane.running, lane.claim
+            if running is None or claim is None:
+                continue
+            try:
+                reason = await self.ctx.lane_store.cancel_requested(claim)
+            except Exception as err:  # the next resync looks again
+                logger.warning("could not read cancel requests for %s: %s", key, err)
+                continue
+            if reason is not None:
+                logger.info("%s: a cancel came while signals were away (%s)", key, reason)
+                running.cancel(reason)
+            else:
+                await self._pick_up_steer(key, running)
+
+    async def _pick_up_steer(self, key: SessionKey, running: Running) -> None:
+        """Steer rows another instance stored for the turn running here."""
+        try:
+            async with self.ctx.store.read() as conn:
+                rows = await inbox_sql.pending(conn, key)
+        except Exception as err:  # the row stays pending and becomes the next turn
+            logger.warning("could not read steer messages for %s: %s", key, err)
+            return
+        known = {*running.ids, *running.steer.taken, *(i for i, _ in running.steer.waiting)}
+        for row in rows:
+            if row.steer and row.id not in known:
+                running.steer.waiting.append((row.id, row.text))
+        self.ctx.wake(key)
+
+    async def scanner(self) -> None:
+        """Take up work no live instance is doing, every `scan_interval` seconds (and at once
+        after the signal connection came back)."""
+        ctx = self.ctx
+        while ctx.accepting:
+            try:
+                async with asyncio.timeout(self.scan_interval):
+                    await self.scan.wait()
+            except TimeoutError:
+                pass
+            self.scan.clear()
+            if ctx.draining.is_set():  # drain began while waiting
+                return
+            try:
+                orphans = await ctx.lane_store.orphans()
+            except Exception as err:  # the database may be away for a moment
+                logger.warning("looking for orphaned sessions failed: %s", err)
+                continue
+            for key in orphans:
+                lane = ctx.lanes.get(key)
+                # A lane in use here is not an orphan, whatever SQL says about its owner.
+                if lane is None or (lane.worker is None and lane.claim is None and not lane.users):
+                    ctx.wake(key)
+
+    async def elsewhere(self, key: SessionKey) -> LaneState | None:
+        """The lane of `key` when another instance holds it."""
+        if not self.ctx.clustered:
+            return None
+        async with self.ctx.store.read() as conn:
+            state = await self.ctx.lane_store.state(conn, key)
+        return state if state.owner not in (None, self.ctx.instance) else None
+
+    async def tell_owner(self, key: SessionKey, action: str, reason: str) -> None:
+        """Signal the instance running `key`, when that is another one."""
+        ctx = self.ctx
+        if not ctx.clustered:
+            return
+        async with ctx.store.write() as conn:
+            state = await ctx.lane_store.state(conn, key)
+            if state.owner is not None and state.owner != ctx.instance:
+                if action == "cancel" and state.turn_id is not None:
+                    await ctx.lane_store.request_cancel(conn, key, state.turn_id, reason)
+                await ctx.bus.publish(conn, Signal(action, key, reason))

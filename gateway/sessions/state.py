@@ -1,0 +1,82 @@
+"""What a session lane holds in memory: the turn it runs now and its steer buffer.
+
+Everything durable (the queue, the outcomes) is in SQL; this is only the running state of
+one process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from gateway.cluster.lanes import Claim
+from gateway.contracts.ids import InboxId, TurnId
+from gateway.turns import TurnFailure
+
+INTERRUPTED_BY_NEWER = "interrupted by a newer message"
+
+
+class Steer:
+    """The steer buffer of a running turn (the loop's SteerSource)."""
+
+    def __init__(self) -> None:
+        self.waiting: list[tuple[InboxId, str]] = []
+        self.taken: list[InboxId] = []
+
+    def take(self) -> list[str]:
+        """The texts waiting to be injected; they count as taken from now on."""
+        texts = [text for _, text in self.waiting]
+        self.taken.extend(i for i, _ in self.waiting)
+        self.waiting.clear()
+        return texts
+
+
+@dataclass
+class Running:
+    """The turn a lane is running now."""
+
+    turn_id: TurnId
+    ids: list[InboxId]
+    started: float
+    steer: Steer = field(default_factory=Steer)
+    task: asyncio.Task[TurnFailure | None] | None = None
+    cancel_reason: str | None = None
+    finishing: bool = False
+
+    def cancel(self, reason: str) -> bool:
+        """Cancel the agent's work unless its result is already being stored.
+
+        Before the work has started, it is cancelled as soon as it starts.
+        """
+        if self.finishing or (self.task is not None and self.task.done()):
+            return False
+        self.cancel_reason = self.cancel_reason or reason
+        if self.task is not None:
+            self.task.cancel()
+        return True
+
+
+@dataclass
+class Lane:
+    """One session's lane in this process: at most one turn at a time."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    users: int = 0
+    """HTTP API turns waiting for or holding the lock."""
+    worker: asyncio.Task[None] | None = None
+    running: Running | None = None
+    claim: Claim | None = None
+    """This instance's hold on the session (several instances share the database)."""
+    claiming: asyncio.Lock = field(default_factory=asyncio.Lock)
+    retries: int = 0
+    """Tries in a row that failed because the model was unreachable (for the backoff)."""
+    retry_in: float = 0.0
+    """Seconds to wait before the next try, after such a failure; 0 when none."""
+    told_outage: bool = False
+    """Whether this session's sender was told of the outage that is going on."""
+    stops: int = 0
+    """/stop and /new requests seen; a turn that failed for an unreachable model while one
+    came drops its messages instead of trying them again."""
+    settling: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held while a turn decides and stores its outcome, and while /stop or /new runs."""
