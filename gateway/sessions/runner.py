@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -35,6 +36,17 @@ every time must not crash it forever."""
 
 class _BatchChanged(Exception):
     """Some of a batch's messages were settled after it was read: roll back, read again."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Settlement:
+    """How a try of a turn ends for its messages."""
+
+    status: TurnStatus
+    result: TurnResult
+    outcomes: list[tuple[list[InboxId], Outcome, str | None]]
+    notices: list[Chunk]
+    postponed: list[InboxId]
 
 
 class InboxTurns:
@@ -170,90 +182,20 @@ class InboxTurns:
                 await preview.close()
         await lane.settling.acquire()
         try:
-            task = running.task
-            ids = running.ids
-            steered = running.steer.taken
+            settled = self._settlement(
+                lane=lane,
+                batch=batch,
+                running=running,
+                progress=progress,
+                preview=preview,
+                session_id=session.id,
+                turn_id=turn_id,
+                target=target,
+                stops=stops,
+            )
+            status, result, outcomes = settled.status, settled.result, settled.outcomes
+            notices, postponed = settled.notices, settled.postponed
             leftover = [i for i, _ in running.steer.waiting]
-            notices: list[Chunk] = []
-            outcomes: list[tuple[list[InboxId], Outcome, str | None]]
-            postponed: list[InboxId] = []
-            failure = None if task.cancelled() else task.result()
-            if task.cancelled():
-                reason = running.cancel_reason or "cancelled"
-                status = TurnStatus.INTERRUPTED
-                result = progress.result(status, reason)
-                outcomes = [(ids + steered, Outcome.DROPPED, reason)]
-            elif failure is not None:
-                status = failure.status
-                result = progress.result(TurnStatus.FAILED, failure.error)
-                waited = (utcnow() - min(r.accepted_at for r in batch)).total_seconds()
-                if failure.transient and lane.stops != stops:
-                    # A /stop or /new came while this try was ending: no further try.
-                    outcomes = [
-                        (ids + steered, Outcome.DROPPED, "stopped while the model was away")
-                    ]
-                    lane.retries, lane.told_outage = 0, False
-                elif failure.transient and waited < self.ctx.config.model_outage_max_wait:
-                    # The messages wait for the model to come back; their sender hears it once.
-                    outcomes = []
-                    postponed = ids + steered
-                    lane.retry_in = self.ctx.model_backoff.delay(lane.retries)
-                    lane.retries += 1
-                    if not lane.told_outage:
-                        lane.told_outage = True
-                        notices.append(
-                            Chunk(
-                                f"outage:{ids[0]}",
-                                target,
-                                "⏳ I can't reach my language model right now. Your message is "
-                                "saved; I'll answer as soon as the model is back.",
-                                session_id=session.id,
-                                turn_id=turn_id,
-                            )
-                        )
-                else:
-                    if failure.transient:
-                        error = (
-                            f"the model was unreachable for {waited / 60:.0f} min ({failure.error})"
-                        )
-                        text = (
-                            "⚠ I couldn't answer your message: my language model has been "
-                            f"unreachable for {waited / 60:.0f} minutes. "
-                            "Please send it again later."
-                        )
-                    else:
-                        error = failure.error
-                        text = _failure_notice(failure)
-                    outcomes = [(ids + steered, Outcome.DROPPED, error)]
-                    lane.retries, lane.told_outage = 0, False
-                    notices.append(
-                        Chunk(
-                            f"fail:{turn_id}", target, text, session_id=session.id, turn_id=turn_id
-                        )
-                    )
-            else:
-                status = TurnStatus.COMPLETED
-                lane.retries, lane.told_outage = 0, False
-                result = progress.result(status)
-                outcomes = [
-                    (ids[:1], Outcome.ANSWERED, None),
-                    (ids[1:], Outcome.MERGED, None),
-                    (steered, Outcome.STEERED, None),
-                ]
-                limits = self.ctx.channels.limits(target.platform, target.account)
-                notices.extend(
-                    reply_chunks(
-                        target,
-                        progress.final_text,
-                        limits,
-                        session_id=session.id,
-                        turn_id=turn_id,
-                        inbox_id=ids[0],
-                        reply_to=None if head.is_direct else head.platform_message_id,
-                        edit_of=None if preview is None else preview.message_id,
-                        not_before=None if preview is None else preview.next_edit_at(),
-                    )
-                )
             try:
                 async with self.ctx.store.write() as conn:
                     await self.ctx.lane_store.check(conn, claim, None)
@@ -279,6 +221,102 @@ class InboxTurns:
         if status != TurnStatus.COMPLETED:
             return None
         return session, [*new_messages, *progress.messages]
+
+    def _settlement(
+        self,
+        *,
+        lane: Lane,
+        batch: list[InboxRow],
+        running: Running,
+        progress: TurnProgress,
+        preview: Preview | None,
+        session_id: SessionId,
+        turn_id: TurnId,
+        target: Target,
+        stops: int,
+    ) -> _Settlement:
+        """What a finished try means for its messages: each one's outcome, the chunks to
+        send, and which wait for another try (the model was unreachable)."""
+        head = batch[0]
+        task = running.task
+        assert task is not None
+        ids = running.ids
+        steered = running.steer.taken
+        notices: list[Chunk] = []
+        outcomes: list[tuple[list[InboxId], Outcome, str | None]]
+        postponed: list[InboxId] = []
+        failure = None if task.cancelled() else task.result()
+        if task.cancelled():
+            reason = running.cancel_reason or "cancelled"
+            status = TurnStatus.INTERRUPTED
+            result = progress.result(status, reason)
+            outcomes = [(ids + steered, Outcome.DROPPED, reason)]
+        elif failure is not None:
+            status = failure.status
+            result = progress.result(TurnStatus.FAILED, failure.error)
+            waited = (utcnow() - min(r.accepted_at for r in batch)).total_seconds()
+            if failure.transient and lane.stops != stops:
+                # A /stop or /new came while this try was ending: no further try.
+                outcomes = [(ids + steered, Outcome.DROPPED, "stopped while the model was away")]
+                lane.retries, lane.told_outage = 0, False
+            elif failure.transient and waited < self.ctx.config.model_outage_max_wait:
+                # The messages wait for the model to come back; their sender hears it once.
+                outcomes = []
+                postponed = ids + steered
+                lane.retry_in = self.ctx.model_backoff.delay(lane.retries)
+                lane.retries += 1
+                if not lane.told_outage:
+                    lane.told_outage = True
+                    notices.append(
+                        Chunk(
+                            f"outage:{ids[0]}",
+                            target,
+                            "⏳ I can't reach my language model right now. Your message is "
+                            "saved; I'll answer as soon as the model is back.",
+                            session_id=session_id,
+                            turn_id=turn_id,
+                        )
+                    )
+            else:
+                if failure.transient:
+                    error = f"the model was unreachable for {waited / 60:.0f} min ({failure.error})"
+                    text = (
+                        "⚠ I couldn't answer your message: my language model has been "
+                        f"unreachable for {waited / 60:.0f} minutes. "
+                        "Please send it again later."
+                    )
+                else:
+                    error = failure.error
+                    text = _failure_notice(failure)
+                outcomes = [(ids + steered, Outcome.DROPPED, error)]
+                lane.retries, lane.told_outage = 0, False
+                notices.append(
+                    Chunk(f"fail:{turn_id}", target, text, session_id=session_id, turn_id=turn_id)
+                )
+        else:
+            status = TurnStatus.COMPLETED
+            lane.retries, lane.told_outage = 0, False
+            result = progress.result(status)
+            outcomes = [
+                (ids[:1], Outcome.ANSWERED, None),
+                (ids[1:], Outcome.MERGED, None),
+                (steered, Outcome.STEERED, None),
+            ]
+            limits = self.ctx.channels.limits(target.platform, target.account)
+            notices.extend(
+                reply_chunks(
+                    target,
+                    progress.final_text,
+                    limits,
+                    session_id=session_id,
+                    turn_id=turn_id,
+                    inbox_id=ids[0],
+                    reply_to=None if head.is_direct else head.platform_message_id,
+                    edit_of=None if preview is None else preview.message_id,
+                    not_before=None if preview is None else preview.next_edit_at(),
+                )
+            )
+        return _Settlement(status, result, outcomes, notices, postponed)
 
     async def _finish(
         self,
