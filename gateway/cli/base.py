@@ -21,9 +21,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from sqlalchemy.exc import DBAPIError
-from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
+from gateway.cli.help import HeraldGroup as PlainGroup
 from gateway.config import HeraldConfig, load_config
 from gateway.contracts.errors import ConfigError, HeraldError
 from gateway.redact import RedactingFilter, Redactor, install, secrets_of
@@ -93,7 +93,7 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
     return out
 
 
-class HeraldGroup(TyperGroup):
+class HeraldGroup(PlainGroup):
     """The top-level command group: any error a command lets out becomes one line on stderr
     (redacted) and an exit code; the traceback only with `--debug`."""
 
