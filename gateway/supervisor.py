@@ -41,7 +41,7 @@ from gateway.access import Access
 from gateway.backoff import Backoff, FailureLog
 from gateway.channels import Channels
 from gateway.checkpoints import StoreCheckpoints
-from gateway.cluster.bus import Signal
+from gateway.cluster.bus import Signal, SignalAction
 from gateway.cluster.leases import Lease, Leases
 from gateway.cluster.node import Node, run_under
 from gateway.config import HeraldConfig
@@ -408,7 +408,7 @@ class Supervisor:
                     node.announce_outbox()
 
                 def on_signal(signal: Signal) -> None:
-                    if signal.action in ("outbox", "resync"):
+                    if signal.action in (SignalAction.OUTBOX, SignalAction.RESYNC):
                         delivery.wake()
 
                 node.bus.subscribe(on_signal)

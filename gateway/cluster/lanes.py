@@ -54,6 +54,11 @@ class LaneState:
 class Lanes(Protocol):
     """Where a session's turns may run."""
 
+    @property
+    def clustered(self) -> bool:
+        """Whether other instances may share the database (lanes are claimed in SQL)."""
+        ...
+
     async def claim(self, key: SessionKey) -> Claim | None:
         """Take the lane (recovering a dead owner's leftovers); None while a live instance
         holds it."""
@@ -93,6 +98,11 @@ class Lanes(Protocol):
 class SoloLanes:
     """One instance: every claim succeeds, nothing is written."""
 
+    @property
+    def clustered(self) -> bool:
+        """False: this process is the only instance."""
+        return False
+
     async def claim(self, key: SessionKey) -> Claim | None:
         """Always granted."""
         return Claim(key, 0)
@@ -129,6 +139,11 @@ class SqlLanes:
         self.owner = owner
         self.ttl = ttl
         self.now = now
+
+    @property
+    def clustered(self) -> bool:
+        """True: instances sharing the database take turns through the `lanes` table."""
+        return True
 
     async def claim(self, key: SessionKey) -> Claim | None:
         """See `Lanes.claim`."""
