@@ -9,11 +9,15 @@ With several instances on one database, a chunk is taken (`Outbox.take`) only wh
 its chat's oldest unsent chunk and nothing of that chat is being sent anywhere, so a chat's
 chunks go out one at a time, in order, whichever instance sends them; `claimed_by` names the
 sender, and a gone instance's `sending` chunks are recovered like a stopped process's.
+
+Chunks that carry a job run's report (`job_run_id`) are announced once every one of them is
+sent or dead (`SettledReport`), inside the transaction that settled the last one; cron
+listens (`Outbox.subscribe`) and records the run's delivery status.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -37,7 +41,7 @@ from gateway.contracts.ids import (
 from gateway.contracts.messages import OutboundMessage, SendLimits, TextFormat, utcnow
 from gateway.store import Store
 from gateway.store.sql import insert_ignore
-from gateway.store.tables import job_runs, outbox
+from gateway.store.tables import outbox
 from gateway.store.types import aware
 
 
@@ -212,11 +216,29 @@ async def enqueue(conn: AsyncConnection, chunks: Sequence[Chunk]) -> list[int]:
     return ids
 
 
+@dataclass(frozen=True, slots=True)
+class SettledReport:
+    """Every chunk of job run `run_id`'s report was sent or died."""
+
+    run_id: int
+    failures: tuple[str, ...] = ()
+    """`platform:chat: last error` of each chunk that died, oldest first; empty: all sent."""
+
+
+ReportListener = Callable[[AsyncConnection, SettledReport], Awaitable[None]]
+"""Called inside the transaction that settled a report's last chunk; raising rolls it back."""
+
+
 class Outbox:
     """Queries of the outbox table. Every method is its own transaction."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, listeners: Sequence[ReportListener] = ()) -> None:
         self.store = store
+        self._listeners = list(listeners)
+
+    def subscribe(self, listener: ReportListener) -> None:
+        """Call `listener` for each report whose chunks are all settled from now on."""
+        self._listeners.append(listener)
 
     async def enqueue(self, chunks: Sequence[Chunk]) -> list[int]:
         """Write chunks in a transaction of their own; return the new rows' ids."""
@@ -469,7 +491,25 @@ class Outbox:
         async with self.store.write() as conn:
             await conn.execute(update(outbox).where(outbox.c.id == row_id).values(**values))
             if values.get("status") in (OutboxStatus.SENT, OutboxStatus.DEAD):
-                await _settle_report(conn, row_id)
+                run_id = await conn.scalar(select(outbox.c.job_run_id).where(outbox.c.id == row_id))
+                if run_id is not None:
+                    await self._settle_report(conn, int(run_id))
+
+    async def _settle_report(self, conn: AsyncConnection, run_id: int) -> None:
+        """A chunk of job run `run_id`'s report was sent or died: once every chunk of the
+        run is settled, announce it to the listeners."""
+        rows = (
+            await conn.execute(
+                select(outbox.c.status, outbox.c.last_error, outbox.c.platform, outbox.c.chat_id)
+                .where(outbox.c.job_run_id == run_id)
+                .order_by(outbox.c.id)
+            )
+        ).all()
+        failures = tuple(f"{r[2]}:{r[3]}: {r[1]}" for r in rows if r[0] == str(OutboxStatus.DEAD))
+        if not failures and not all(r[0] == str(OutboxStatus.SENT) for r in rows):
+            return
+        for listener in self._listeners:
+            await listener(conn, SettledReport(run_id, failures))
 
     async def recover(
         self,
@@ -499,17 +539,20 @@ class Outbox:
                 whose = or_(whose, outbox.c.claimed_by.is_(None), outbox.c.claimed_by == owner)
             sending = and_(sending, whose)
         async with self.store.write() as conn:
-            died = await conn.execute(
-                update(outbox)
-                .where(
-                    sending,
-                    (outbox.c.created_at < cutoff) | (outbox.c.attempts >= max_attempts),
+            died = (
+                await conn.execute(
+                    update(outbox)
+                    .where(
+                        sending,
+                        (outbox.c.created_at < cutoff) | (outbox.c.attempts >= max_attempts),
+                    )
+                    .values(
+                        status=str(OutboxStatus.DEAD),
+                        last_error="the outcome of the last send is unknown (the process stopped)",
+                    )
+                    .returning(outbox.c.job_run_id)
                 )
-                .values(
-                    status=str(OutboxStatus.DEAD),
-                    last_error="the outcome of the last send is unknown (the process stopped)",
-                )
-            )
+            ).all()
             resend = await conn.execute(
                 update(outbox)
                 .where(sending)
@@ -520,18 +563,9 @@ class Outbox:
                     claimed_by=None,
                 )
             )
-            reports = await conn.scalars(
-                select(func.min(outbox.c.id))
-                .join(job_runs, job_runs.c.id == outbox.c.job_run_id)
-                .where(
-                    outbox.c.status == str(OutboxStatus.DEAD),
-                    job_runs.c.delivery_status == "pending",
-                )
-                .group_by(outbox.c.job_run_id)
-            )
-            for row_id in reports.all():
-                await _settle_report(conn, int(row_id))
-        return int(resend.rowcount or 0), int(died.rowcount or 0)
+            for run_id in sorted({int(r[0]) for r in died if r[0] is not None}):
+                await self._settle_report(conn, run_id)
+        return int(resend.rowcount or 0), len(died)
 
     async def list(
         self,
@@ -599,34 +633,6 @@ def _sending_in_chat() -> ColumnElement[bool]:
             other.c.account == outbox.c.account,
             other.c.chat_id == outbox.c.chat_id,
         )
-    )
-
-
-async def _settle_report(conn: AsyncConnection, row_id: int) -> None:
-    """A report chunk was sent or died: once every chunk of its job run is settled, the
-    run's delivery status becomes delivered, or failed (with the reason) if one died."""
-    run_id = await conn.scalar(select(outbox.c.job_run_id).where(outbox.c.id == row_id))
-    if run_id is None:
-        return
-    rows = (
-        await conn.execute(
-            select(outbox.c.status, outbox.c.last_error, outbox.c.platform, outbox.c.chat_id)
-            .where(outbox.c.job_run_id == run_id)
-            .order_by(outbox.c.id)
-        )
-    ).all()
-    dead = [r for r in rows if r[0] == str(OutboxStatus.DEAD)]
-    if dead:
-        status = "failed"
-        detail = "; ".join(f"{r[2]}:{r[3]}: {r[1]}" for r in dead)
-    elif all(r[0] == str(OutboxStatus.SENT) for r in rows):
-        status, detail = "delivered", None
-    else:
-        return
-    await conn.execute(
-        update(job_runs)
-        .where(job_runs.c.id == run_id, job_runs.c.delivery_status == "pending")
-        .values(delivery_status=status, delivery_detail=detail)
     )
 
 

@@ -75,6 +75,7 @@ from gateway.outbox import Outbox
 from gateway.sdnotify import SystemdNotifier
 from gateway.sessions import SessionManager
 from gateway.store import Store
+from gateway.store.jobs import record_report
 
 logger = logging.getLogger(__name__)
 
@@ -395,7 +396,7 @@ class Supervisor:
                         lease = node.lease(f"adapter:{name}:{section.account}")
                         self.receiver_leases[name] = lease
                 delivery = DeliveryWorker(
-                    Outbox(store),
+                    Outbox(store, listeners=[record_report]),
                     channels,
                     cfg.delivery,
                     self.metrics,

@@ -23,8 +23,8 @@ from gateway.config import HeraldConfig, load_config
 from gateway.contracts.ids import UserId
 from gateway.contracts.messages import utcnow
 from gateway.cron.service import JobError, JobService, JobSpec
-from gateway.cron.store import Job
 from gateway.store import Store
+from gateway.store.jobs import Job
 
 jobs_app = HeraldTyper(help="Manage scheduled jobs.", no_args_is_help=True)
 
