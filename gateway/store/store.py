@@ -293,11 +293,6 @@ class Store:
             value = await conn.scalar(select(settings.c.value).where(settings.c.key == name))
         return None if value is None else str(value)
 
-    async def set_setting(self, name: str, value: str) -> None:
-        """Set a runtime value (last write wins)."""
-        async with self.write() as conn:
-            await set_setting(conn, name, value)
-
     async def link_identities(
         self, first: tuple[str, str], second: tuple[str, str]
     ) -> tuple[UserId, UserId | None]:
@@ -411,23 +406,6 @@ class Store:
         return await self.list_sessions(user_id=user_id, limit=limit)
 
     # turns and transcripts ---------------------------------------------------------------------
-
-    async def start_turn(
-        self, session_id: SessionId, user_message: ChatMessage | None
-    ) -> tuple[TurnId, MessageId | None]:
-        """Record a running turn and (in the same transaction) the message that started it."""
-        async with self.write() as conn:
-            turn_id, ids = await record_start(
-                conn, session_id, [] if user_message is None else [user_message]
-            )
-        return turn_id, (ids[0] if ids else None)
-
-    async def finish_turn(
-        self, session_id: SessionId, turn_id: TurnId, result: TurnResult
-    ) -> list[MessageId]:
-        """Store what the turn produced and its final status, in one transaction."""
-        async with self.write() as conn:
-            return await record_finish(conn, session_id, turn_id, result)
 
     async def turn_status(self, turn_id: TurnId) -> str | None:
         """running, completed, failed or interrupted; None when there is no such turn."""

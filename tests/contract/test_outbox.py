@@ -30,6 +30,7 @@ from gateway.outbox import (
 )
 from gateway.store import Store
 from gateway.store.tables import outbox as outbox_table
+from tests.turns import start_turn
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -52,7 +53,7 @@ async def a_turn(store: Store) -> tuple[SessionId, TurnId]:
     session = await store.open_session(
         SessionKey("test:acct:a"), platform="test", user_id=None, snapshot=no_snapshot
     )
-    turn_id, _ = await store.start_turn(session.id, ChatMessage(Role.USER, "hi"))
+    turn_id, _ = await start_turn(store, session.id, ChatMessage(Role.USER, "hi"))
     return session.id, turn_id
 
 
