@@ -71,11 +71,11 @@ from gateway.http.app import OFFLINE_WARNING, create_app
 from gateway.http.deps import AppDeps, ServingState
 from gateway.http.server import server_config
 from gateway.metrics import Metrics
-from gateway.outbox import Outbox
 from gateway.sdnotify import SystemdNotifier
 from gateway.sessions import SessionManager
 from gateway.store import Store
 from gateway.store.jobs import record_report
+from gateway.store.outbox import Outbox
 
 logger = logging.getLogger(__name__)
 

@@ -36,10 +36,10 @@ from gateway.contracts.errors import AuthError, HeraldError, LLMError
 from gateway.contracts.ids import AccountId, ChatId, Platform, SessionKey
 from gateway.contracts.messages import utcnow
 from gateway.http.api import API_ACCOUNT
-from gateway.inbox import Inbox
-from gateway.outbox import Chunk, Outbox, OutboxStatus, Target
 from gateway.redact import Redactor
 from gateway.store import Store, engine
+from gateway.store.inbox import Inbox
+from gateway.store.outbox import Chunk, Outbox, OutboxStatus, Target
 from gateway.store.tables import lanes as lanes_table
 from gateway.supervisor import Supervisor, adapter_context, adapter_factory
 

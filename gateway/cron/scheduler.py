@@ -40,7 +40,6 @@ from gateway.contracts.ids import Platform, SessionId, SessionKey, TurnId, UserI
 from gateway.cron.clock import Clock
 from gateway.cron.schedule import ScheduleError, stored_schedule
 from gateway.cron.targets import HOME, HOME_SETTING, resolve
-from gateway.outbox import Chunk, OutboxKind, Target, enqueue
 from gateway.store import Store
 from gateway.store.jobs import (
     DeliveryStatus,
@@ -53,6 +52,7 @@ from gateway.store.jobs import (
     set_streak,
     start_run,
 )
+from gateway.store.outbox import Chunk, OutboxKind, Target, enqueue
 from gateway.store.store import SnapshotFactory, record_finish, record_start
 from gateway.turns import FailureKind, TurnStatus, classify, log_failure
 

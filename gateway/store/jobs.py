@@ -19,8 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from gateway.cluster.membership import stopped_or_silent
 from gateway.contracts.errors import LeaseLost
 from gateway.contracts.ids import UserId
-from gateway.outbox import SettledReport
 from gateway.store import Store
+from gateway.store.outbox import SettledReport
 from gateway.store.sql import insert_ignore
 from gateway.store.tables import instances, job_runs, jobs, turns
 from gateway.store.types import aware

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from sqlalchemy import insert, select, update
 
-from gateway import inbox as inbox_sql
 from gateway.cluster.bus import PgBus, Signal
 from gateway.cluster.lanes import SqlLanes
 from gateway.cluster.leases import SAFETY, Lease, Leases
@@ -22,8 +21,9 @@ from gateway.contracts.errors import InstanceConflict, LeaseLost
 from gateway.contracts.history import ChatMessage, Role
 from gateway.contracts.ids import SessionKey, TurnId
 from gateway.contracts.messages import utcnow
-from gateway.inbox import Outcome
 from gateway.store import Store
+from gateway.store import inbox as inbox_sql
+from gateway.store.inbox import Outcome
 from gateway.store.store import record_start
 from gateway.store.tables import inbox, instances, sessions, turns
 from tests.fakes.clock import FakeClock

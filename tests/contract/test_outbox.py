@@ -18,7 +18,8 @@ from gateway.contracts.ids import (
     TurnId,
 )
 from gateway.contracts.messages import SendLimits, TextFormat, utcnow
-from gateway.outbox import (
+from gateway.store import Store
+from gateway.store.outbox import (
     Chunk,
     Outbox,
     OutboxKind,
@@ -28,7 +29,6 @@ from gateway.outbox import (
     enqueue,
     reply_chunks,
 )
-from gateway.store import Store
 from gateway.store.tables import outbox as outbox_table
 from tests.turns import start_turn
 

@@ -24,9 +24,9 @@ from gateway.cron.scheduler import CronScheduler
 from gateway.cron.service import JobService, JobSpec
 from gateway.delivery import DeliveryWorker
 from gateway.metrics import Metrics
-from gateway.outbox import Outbox
 from gateway.store import Store
 from gateway.store.jobs import Job, Run, RunStatus, record_report
+from gateway.store.outbox import Outbox
 from tests.fakes.clock import FakeClock
 from tests.fakes.platform import RecordingAdapter
 

@@ -26,11 +26,11 @@ from gateway.contracts.messages import DeliveryReceipt, OutboundMessage, utcnow
 from gateway.delivery import DeliveryWorker
 from gateway.http.app import create_app
 from gateway.http.deps import AppDeps
-from gateway.inbox import Outcome
 from gateway.metrics import Metrics
-from gateway.outbox import Chunk, Outbox, Target
 from gateway.store import Store
 from gateway.store.health import WriteProblem
+from gateway.store.inbox import Outcome
+from gateway.store.outbox import Chunk, Outbox, Target
 from gateway.store.store import set_setting
 from tests.fakes.full_disk import FullDisk
 from tests.fakes.platform import RecordingAdapter, inbound

@@ -352,8 +352,8 @@ async def test_chat_when_the_daemon_is_not_running_exits_1(herald: Herald) -> No
 
 
 async def test_sessions_show_lists_each_inbound_message_with_its_outcome(herald: Herald) -> None:
-    from gateway import inbox as inbox_sql
-    from gateway.inbox import Outcome
+    from gateway.store import inbox as inbox_sql
+    from gateway.store.inbox import Outcome
     from tests.fakes.platform import inbound
 
     key = SessionKey("test:acct:c1")
