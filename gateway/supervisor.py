@@ -42,7 +42,6 @@ from gateway.backoff import Backoff, FailureLog
 from gateway.channels import Channels
 from gateway.checkpoints import StoreCheckpoints
 from gateway.cluster.bus import Signal, SignalAction
-from gateway.cluster.leases import Lease, Leases
 from gateway.cluster.node import Node, run_under
 from gateway.config import HeraldConfig
 from gateway.contracts.adapter import (
@@ -75,6 +74,7 @@ from gateway.sdnotify import SystemdNotifier
 from gateway.sessions import SessionManager
 from gateway.store import Store
 from gateway.store.jobs import record_report
+from gateway.store.leases import Lease, Leases
 from gateway.store.outbox import Outbox
 
 logger = logging.getLogger(__name__)

@@ -26,13 +26,14 @@ from sqlalchemy.engine import make_url
 
 from gateway.backoff import FailureLog
 from gateway.cluster.bus import LocalBus, PgBus, Signal, SignalAction
-from gateway.cluster.lanes import Lanes, SoloLanes, SqlLanes
-from gateway.cluster.leases import Lease, Leases
-from gateway.cluster.membership import Membership, Now
+from gateway.cluster.lanes import Lanes, SoloLanes
 from gateway.config import ClusterConfig
 from gateway.contracts.errors import InstanceConflict
 from gateway.contracts.messages import utcnow
 from gateway.store import Store
+from gateway.store.instances import Membership, Now
+from gateway.store.lanes import SqlLanes
+from gateway.store.leases import Lease, Leases
 
 logger = logging.getLogger(__name__)
 

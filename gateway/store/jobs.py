@@ -16,10 +16,10 @@ from typing import Any
 from sqlalchemy import RowMapping, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gateway.cluster.membership import stopped_or_silent
 from gateway.contracts.errors import LeaseLost
 from gateway.contracts.ids import UserId
 from gateway.store import Store
+from gateway.store.instances import stopped_or_silent
 from gateway.store.outbox import SettledReport
 from gateway.store.sql import insert_ignore
 from gateway.store.tables import instances, job_runs, jobs, turns

@@ -27,7 +27,6 @@ from sqlalchemy import ColumnElement, RowMapping, and_, exists, func, or_, selec
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.chunking import split_chunks
-from gateway.cluster.membership import alive
 from gateway.contracts.ids import (
     AccountId,
     ChatId,
@@ -40,6 +39,7 @@ from gateway.contracts.ids import (
 )
 from gateway.contracts.messages import OutboundMessage, SendLimits, TextFormat, utcnow
 from gateway.store import Store
+from gateway.store.instances import alive
 from gateway.store.sql import insert_ignore
 from gateway.store.tables import outbox
 from gateway.store.types import aware

@@ -601,6 +601,18 @@ class Store:
         ]
 
 
+async def busy_mode_of(conn: AsyncConnection, key: SessionKey) -> str | None:
+    """In the caller's transaction: the busy mode set on the current session of `key`
+    (None when it has none, or there is no session)."""
+    value = await conn.scalar(
+        select(sessions.c.busy_mode)
+        .where(sessions.c.key == key)
+        .order_by(sessions.c.epoch.desc())
+        .limit(1)
+    )
+    return None if value is None else str(value)
+
+
 async def set_setting(conn: AsyncConnection, name: str, value: str) -> None:
     """In the caller's transaction: set a runtime value."""
     now = utcnow()

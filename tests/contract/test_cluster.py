@@ -12,9 +12,6 @@ import pytest
 from sqlalchemy import insert, select, update
 
 from gateway.cluster.bus import PgBus, Signal
-from gateway.cluster.lanes import SqlLanes
-from gateway.cluster.leases import SAFETY, Lease, Leases
-from gateway.cluster.membership import Membership
 from gateway.cluster.node import Node
 from gateway.config import ClusterConfig
 from gateway.contracts.errors import InstanceConflict, LeaseLost
@@ -24,6 +21,9 @@ from gateway.contracts.messages import utcnow
 from gateway.store import Store
 from gateway.store import inbox as inbox_sql
 from gateway.store.inbox import Outcome
+from gateway.store.instances import Membership
+from gateway.store.lanes import SqlLanes
+from gateway.store.leases import SAFETY, Lease, Leases
 from gateway.store.store import record_start
 from gateway.store.tables import inbox, instances, sessions, turns
 from tests.fakes.clock import FakeClock

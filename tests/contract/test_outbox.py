@@ -7,7 +7,6 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import select, update
 
-from gateway.cluster.membership import Membership
 from gateway.contracts.history import ChatMessage, Role
 from gateway.contracts.ids import (
     AccountId,
@@ -19,6 +18,7 @@ from gateway.contracts.ids import (
 )
 from gateway.contracts.messages import SendLimits, TextFormat, utcnow
 from gateway.store import Store
+from gateway.store.instances import Membership
 from gateway.store.outbox import (
     Chunk,
     Outbox,

@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 from sqlalchemy import insert, update
 
-from gateway.cluster.leases import Lease, Leases
-from gateway.cluster.membership import Membership
 from gateway.contracts.errors import LeaseLost
 from gateway.contracts.history import ChatMessage, Role
 from gateway.cron.scheduler import job_session_key, output_path
 from gateway.cron.service import JobService, JobSpec
 from gateway.store import Store
+from gateway.store.instances import Membership
 from gateway.store.jobs import DeliveryStatus, JobStore, RunStatus, Trigger
+from gateway.store.leases import Lease, Leases
 from gateway.store.tables import instances, job_runs
 from gateway.supervisor import LeaseRight
 from tests.fakes.clock import FakeClock
