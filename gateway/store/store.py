@@ -1,4 +1,11 @@
-"""The store: every read and write of Herald's SQL state goes through this class."""
+"""The store: connections and transactions, and the users, sessions, transcripts and
+settings repositories.
+
+All SQL lives in `gateway/store/` (the other repositories: inbox, outbox, jobs, pairings,
+instances, leases, lanes); their contracts are written down in `gateway/store/abc.py`.
+Methods of `Store` open a transaction of their own; module functions take the caller's
+connection and work inside its transaction.
+"""
 
 from __future__ import annotations
 
