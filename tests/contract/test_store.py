@@ -17,7 +17,7 @@ from gateway.contracts.ids import MessageId, SessionId, SessionKey, TurnId, User
 from gateway.contracts.messages import utcnow
 from gateway.store import Store
 from gateway.store import engine as engine_mod
-from gateway.store.store import owner_key
+from gateway.store.store import busy_mode_of, owner_key
 from gateway.store.tables import messages, sessions, turns, users
 from tests.turns import finish_turn, start_turn
 
@@ -188,6 +188,23 @@ async def test_concurrent_open_session_creates_one_session(store: Store) -> None
     opened = await asyncio.gather(*(open_session(store) for _ in range(10)))
     assert len({s.id for s in opened}) == 1
     assert [s.id for s in await store.list_sessions()] == [opened[0].id]
+
+
+async def test_the_busy_mode_follows_the_current_session_of_a_key(store: Store) -> None:
+    key = SessionKey("test:default:busy")
+    async with store.read() as conn:
+        assert await busy_mode_of(conn, key) is None, "no session yet"
+    with pytest.raises(LookupError):
+        await store.set_busy_mode(key, "steer")
+    await open_session(store, key)
+    async with store.read() as conn:
+        assert await busy_mode_of(conn, key) is None, "none set"
+    await store.set_busy_mode(key, "steer")
+    async with store.read() as conn:
+        assert await busy_mode_of(conn, key) == "steer"
+    await store.set_busy_mode(key, None)
+    async with store.read() as conn:
+        assert await busy_mode_of(conn, key) is None
 
 
 # turns -------------------------------------------------------------------------------------------
