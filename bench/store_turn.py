@@ -24,6 +24,7 @@ from bench.stats import percentile
 from gateway.contracts.history import ChatMessage, Role, TurnResult
 from gateway.contracts.ids import SessionKey
 from gateway.store import Store
+from gateway.store.store import record_finish, record_start
 
 
 async def _snapshot(*_: object) -> tuple[str, str]:
@@ -34,12 +35,17 @@ async def one_turn(store: Store, key: SessionKey) -> None:
     """The store calls of one API turn, in the order the gateway makes them."""
     user_id = await store.resolve_user("local", "owner")
     session = await store.open_session(key, platform="api", user_id=user_id, snapshot=_snapshot)
-    turn_id, _ = await store.start_turn(session.id, ChatMessage(Role.USER, "hi"))
+    async with store.write() as conn:
+        turn_id, _ = await record_start(conn, session.id, [ChatMessage(Role.USER, "hi")])
     await store.load_history(session.id, 40)  # with the last turn's usage
     reply = ChatMessage(Role.ASSISTANT, "hello")
-    await store.finish_turn(
-        session.id, turn_id, TurnResult("completed", (reply,), prompt_tokens=5, completion_tokens=1)
-    )
+    async with store.write() as conn:
+        await record_finish(
+            conn,
+            session.id,
+            turn_id,
+            TurnResult("completed", (reply,), prompt_tokens=5, completion_tokens=1),
+        )
 
 
 async def run(url: str, turns: int, concurrency: int, sessions: int) -> dict[str, float]:

@@ -14,10 +14,9 @@ import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from enum import StrEnum
 
-from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.config import AccessConfig
@@ -25,9 +24,8 @@ from gateway.contracts.config import PlatformSection
 from gateway.contracts.ids import UserId
 from gateway.contracts.messages import InboundMessage, utcnow
 from gateway.store import Store
-from gateway.store.sql import insert_ignore
-from gateway.store.tables import grants, pairings
-from gateway.store.types import aware
+from gateway.store import pairings as pairings_sql
+from gateway.store.pairings import Pairing, grant
 
 logger = logging.getLogger(__name__)
 
@@ -53,22 +51,6 @@ class Decision:
     verdict: Verdict
     reply: str | None = None
     detail: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Pairing:
-    """One pairing request."""
-
-    id: int
-    code: str
-    platform: str
-    account: str
-    external_id: str
-    chat_id: str
-    display_name: str
-    status: str
-    created_at: datetime
-    expires_at: datetime
 
 
 def new_code() -> str:
@@ -134,34 +116,16 @@ class Access:
             return Decision(
                 Verdict.IGNORE, detail="sender not allowed; pairing reply sent recently"
             )
-        if conn.dialect.name == "postgresql":
-            # Check-then-insert below must not interleave with another stranger's.
-            await conn.execute(
-                select(func.pg_advisory_xact_lock(func.hashtext(f"herald-pairing:{platform}")))
-            )
+        # Check-then-insert below must not interleave with another stranger's.
+        await pairings_sql.lock_pairings(conn, platform)
         now = utcnow()
-        await conn.execute(
-            update(pairings)
-            .where(pairings.c.status == "pending", pairings.c.expires_at <= now)
-            .values(status="expired", decided_at=now)
-        )
-        existing = await conn.scalar(
-            select(pairings.c.code).where(
-                pairings.c.platform == platform,
-                pairings.c.external_id == sender,
-                pairings.c.status == "pending",
-            )
-        )
+        await pairings_sql.expire_pairings(conn, now)
+        existing = await pairings_sql.pending_code(conn, platform, sender)
         if existing is not None:
             return Decision(
-                Verdict.PAIR, self._pair_text(str(existing)), "sender not allowed; code resent"
+                Verdict.PAIR, self._pair_text(existing), "sender not allowed; code resent"
             )
-        waiting = await conn.scalar(
-            select(func.count())
-            .select_from(pairings)
-            .where(pairings.c.platform == platform, pairings.c.status == "pending")
-        )
-        if int(waiting or 0) >= self.config.max_pending_pairings:
+        if await pairings_sql.count_pending(conn, platform) >= self.config.max_pending_pairings:
             return Decision(
                 Verdict.PAIR,
                 "This assistant is private, and too many access requests are waiting for the "
@@ -170,9 +134,8 @@ class Access:
             )
         for _ in range(5):
             code = new_code()
-            created = await insert_ignore(
+            created = await pairings_sql.insert_pairing(
                 conn,
-                pairings,
                 {
                     "code": code,
                     "platform": platform,
@@ -185,7 +148,7 @@ class Access:
                     "expires_at": now + timedelta(seconds=self.config.pairing_ttl),
                 },
             )
-            if created is not None:
+            if created:
                 logger.info(
                     "%s sender %s asked to pair: code %s, expires %s UTC; "
                     "approve with `herald pairing approve %s`",
@@ -219,13 +182,7 @@ class Access:
 
     @staticmethod
     async def _granted(conn: AsyncConnection, message: InboundMessage) -> bool:
-        granted = await conn.scalar(
-            select(grants.c.id).where(
-                grants.c.platform == str(message.platform),
-                grants.c.external_id == str(message.sender.id),
-            )
-        )
-        return granted is not None
+        return await pairings_sql.is_granted(conn, str(message.platform), str(message.sender.id))
 
     def _pair_text(self, code: str) -> str:
         minutes = max(1, round(self.config.pairing_ttl / 60))
@@ -255,55 +212,25 @@ class Pairings:
 
     async def list(self, *, all_: bool = False) -> list[Pairing]:
         """Pending, unexpired requests (every request with `all_`), newest first."""
-        query = select(pairings).order_by(pairings.c.id.desc())
-        if not all_:
-            query = query.where(pairings.c.status == "pending", pairings.c.expires_at > utcnow())
         async with self.store.read() as conn:
-            rows = (await conn.execute(query)).mappings().all()
-        return [
-            Pairing(
-                id=int(r["id"]),
-                code=str(r["code"]),
-                platform=str(r["platform"]),
-                account=str(r["account"]),
-                external_id=str(r["external_id"]),
-                chat_id=str(r["chat_id"]),
-                display_name=str(r["display_name"]),
-                status=str(r["status"]),
-                created_at=aware(r["created_at"]),
-                expires_at=aware(r["expires_at"]),
-            )
-            for r in rows
-        ]
+            return await pairings_sql.list_pairings(conn, all_=all_)
 
     async def approve(self, code: str) -> Pairing:
         """Grant the code's sender access. Raises LookupError (unknown or expired code)."""
         code = code.strip().upper()
         now = utcnow()
         async with self.store.write() as conn:
-            row = (
-                (await conn.execute(select(pairings).where(pairings.c.code == code)))
-                .mappings()
-                .first()
-            )
-            if row is None or row["status"] != "pending":
+            row = await pairings_sql.pairing_by_code(conn, code)
+            if row is None or row.status != "pending":
                 raise LookupError(f"no pending pairing code {code!r}")
-            expired = aware(row["expires_at"]) <= now
+            expired = row.expires_at <= now
             if expired:
-                await conn.execute(
-                    update(pairings)
-                    .where(pairings.c.id == row["id"])
-                    .values(status="expired", decided_at=now)
-                )
+                await pairings_sql.decide_pairing(conn, row.id, "expired", now)
         if expired:
             raise LookupError(f"pairing code {code} has expired; ask for a new one")
         async with self.store.write() as conn:
-            await conn.execute(
-                update(pairings)
-                .where(pairings.c.id == row["id"])
-                .values(status="approved", decided_at=now)
-            )
-            await grant(conn, str(row["platform"]), str(row["external_id"]), via=f"pairing {code}")
+            await pairings_sql.decide_pairing(conn, row.id, "approved", now)
+            await grant(conn, row.platform, row.external_id, via=f"pairing {code}")
         approved = [p for p in await self.list(all_=True) if p.code == code]
         return approved[0]
 
@@ -313,42 +240,15 @@ class Pairings:
         changed = 0
         async with self.store.write() as conn:
             code = who.strip().upper()
-            row = (
-                (await conn.execute(select(pairings).where(pairings.c.code == code)))
-                .mappings()
-                .first()
-            )
+            row = await pairings_sql.pairing_by_code(conn, code)
             if row is not None:
-                platform, external_id = str(row["platform"]), str(row["external_id"])
+                platform, external_id = row.platform, row.external_id
             else:
                 platform, sep, external_id = who.partition(":")
                 if not sep or not external_id:
                     raise LookupError(f"{who!r} is neither a pairing code nor platform:user_id")
-            result = await conn.execute(
-                update(pairings)
-                .where(
-                    pairings.c.platform == platform,
-                    pairings.c.external_id == external_id,
-                    pairings.c.status.in_(["pending", "approved"]),
-                )
-                .values(status="revoked", decided_at=now)
-            )
-            changed += int(result.rowcount or 0)
-            result = await conn.execute(
-                delete(grants).where(
-                    grants.c.platform == platform, grants.c.external_id == external_id
-                )
-            )
-            changed += int(result.rowcount or 0)
+            changed += await pairings_sql.revoke_pairings(conn, platform, external_id, now)
+            changed += await pairings_sql.delete_grants(conn, platform, external_id)
         if not changed:
             raise LookupError(f"nothing to revoke for {who!r}")
         return changed
-
-
-async def grant(conn: AsyncConnection, platform: str, external_id: str, *, via: str) -> None:
-    """Allow `platform:external_id` (idempotent)."""
-    await insert_ignore(
-        conn,
-        grants,
-        {"platform": platform, "external_id": external_id, "granted_at": utcnow(), "via": via},
-    )

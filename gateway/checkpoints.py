@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from gateway.store import Store
+from gateway.store.store import set_setting
 
 _MAX_KEY = 128
 """The settings table's key width."""
@@ -32,7 +33,8 @@ class StoreCheckpoints:
 
     async def set(self, name: str, value: str) -> None:
         """Store `value` under `name`; durable when this returns."""
-        await self._store.set_setting(self._key(name), value)
+        async with self._store.write() as conn:
+            await set_setting(conn, self._key(name), value)
 
 
 class MemoryCheckpoints:

@@ -24,7 +24,7 @@ from gateway.contracts.adapter import MessageEditor
 from gateway.contracts.errors import MarkupRejected, PermanentSendError, RateLimited
 from gateway.contracts.messages import TextFormat, utcnow
 from gateway.metrics import Metrics
-from gateway.outbox import Outbox, OutboxRow
+from gateway.store.outbox import Outbox, OutboxRow
 
 logger = logging.getLogger(__name__)
 

@@ -41,8 +41,7 @@ from gateway.access import Access
 from gateway.backoff import Backoff, FailureLog
 from gateway.channels import Channels
 from gateway.checkpoints import StoreCheckpoints
-from gateway.cluster.bus import Signal
-from gateway.cluster.leases import Lease, Leases
+from gateway.cluster.bus import Signal, SignalAction
 from gateway.cluster.node import Node, run_under
 from gateway.config import HeraldConfig
 from gateway.contracts.adapter import (
@@ -71,10 +70,12 @@ from gateway.http.app import OFFLINE_WARNING, create_app
 from gateway.http.deps import AppDeps, ServingState
 from gateway.http.server import server_config
 from gateway.metrics import Metrics
-from gateway.outbox import Outbox
 from gateway.sdnotify import SystemdNotifier
 from gateway.sessions import SessionManager
 from gateway.store import Store
+from gateway.store.jobs import record_report
+from gateway.store.leases import Lease, Leases
+from gateway.store.outbox import Outbox
 
 logger = logging.getLogger(__name__)
 
@@ -395,7 +396,7 @@ class Supervisor:
                         lease = node.lease(f"adapter:{name}:{section.account}")
                         self.receiver_leases[name] = lease
                 delivery = DeliveryWorker(
-                    Outbox(store),
+                    Outbox(store, listeners=[record_report]),
                     channels,
                     cfg.delivery,
                     self.metrics,
@@ -408,7 +409,7 @@ class Supervisor:
                     node.announce_outbox()
 
                 def on_signal(signal: Signal) -> None:
-                    if signal.action in ("outbox", "resync"):
+                    if signal.action in (SignalAction.OUTBOX, SignalAction.RESYNC):
                         delivery.wake()
 
                 node.bus.subscribe(on_signal)

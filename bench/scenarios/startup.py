@@ -11,8 +11,8 @@ from bench.procs import CHAT_TOKEN, Herald, chat_server, database
 from bench.seed import seed_sessions
 from bench.stats import fmt_spread, spread
 from gateway.contracts.ids import AccountId, ChatId
-from gateway.outbox import Chunk, Outbox, Target
 from gateway.store import Store
+from gateway.store.outbox import Chunk, Outbox, Target
 from tests.fakes.chat_server import ChatServerClient
 
 NAME = "startup"

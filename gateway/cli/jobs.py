@@ -18,13 +18,13 @@ from rich.markup import escape
 from gateway.cli.base import load
 from gateway.cli.help import HeraldTyper
 from gateway.cli.output import Column, JsonOption, Kind, print_json, print_rows
-from gateway.cluster.membership import list_instances
 from gateway.config import HeraldConfig, load_config
 from gateway.contracts.ids import UserId
 from gateway.contracts.messages import utcnow
 from gateway.cron.service import JobError, JobService, JobSpec
-from gateway.cron.store import Job
 from gateway.store import Store
+from gateway.store.instances import list_instances
+from gateway.store.jobs import Job
 
 jobs_app = HeraldTyper(help="Manage scheduled jobs.", no_args_is_help=True)
 

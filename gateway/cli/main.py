@@ -16,7 +16,6 @@ import typer
 import yaml
 from rich.console import Console
 from rich.markup import escape
-from sqlalchemy import func, select
 
 from agent_core.llm import NOT_LISTED, make_provider
 from agent_core.memory import MemoryFiles
@@ -27,8 +26,6 @@ from gateway.cli.base import DEBUG, HeraldGroup, configure_logging, current_reda
 from gateway.cli.help import HeraldTyper
 from gateway.cli.jobs import jobs_app
 from gateway.cli.output import Column, JsonOption, Kind, print_json, print_rows
-from gateway.cluster.leases import list_leases
-from gateway.cluster.membership import list_instances
 from gateway.commands import Command, parse_command
 from gateway.config import HeraldConfig, masked
 from gateway.contracts.adapter import SelfCheck
@@ -36,11 +33,13 @@ from gateway.contracts.errors import AuthError, HeraldError, LLMError
 from gateway.contracts.ids import AccountId, ChatId, Platform, SessionKey
 from gateway.contracts.messages import utcnow
 from gateway.http.api import API_ACCOUNT
-from gateway.inbox import Inbox
-from gateway.outbox import Chunk, Outbox, OutboxStatus, Target
 from gateway.redact import Redactor
 from gateway.store import Store, engine
-from gateway.store.tables import lanes as lanes_table
+from gateway.store.inbox import Inbox
+from gateway.store.instances import list_instances
+from gateway.store.lanes import lanes_by_owner
+from gateway.store.leases import list_leases
+from gateway.store.outbox import Chunk, Outbox, OutboxStatus, Target
 from gateway.supervisor import Supervisor, adapter_context, adapter_factory
 
 app = HeraldTyper(
@@ -303,13 +302,7 @@ def instances(config: ConfigOption = None, json_: JsonOption = False) -> None:
         async with store.read() as conn:
             found = await list_instances(conn)
             leases = await list_leases(conn)
-            lanes_by_owner = dict(
-                (
-                    await conn.execute(
-                        select(lanes_table.c.owner, func.count()).group_by(lanes_table.c.owner)
-                    )
-                ).all()
-            )
+            held = await lanes_by_owner(conn)
         now = utcnow()
         if json_:
             print_json(
@@ -324,7 +317,7 @@ def instances(config: ConfigOption = None, json_: JsonOption = False) -> None:
                         "heartbeat_at": i.heartbeat_at,
                         "stopped_at": i.stopped_at,
                         "holds": list(i.holds),
-                        "sessions": lanes_by_owner.get(i.id, 0) if i.alive(now, ttl) else None,
+                        "sessions": held.get(i.id, 0) if i.alive(now, ttl) else None,
                         "leases": [
                             {
                                 "name": lease.name,
@@ -362,7 +355,7 @@ def instances(config: ConfigOption = None, json_: JsonOption = False) -> None:
                     f"{i.started_at:%Y-%m-%d %H:%M}",
                     f"{(now - i.heartbeat_at).total_seconds():.0f}s ago",
                     ", ".join(i.holds),
-                    str(lanes_by_owner.get(i.id, 0)) if i.alive(now, ttl) else "",
+                    str(held.get(i.id, 0)) if i.alive(now, ttl) else "",
                 ]
                 for i in found
             ],

@@ -1,7 +1,7 @@
 """Signals between instances: PostgreSQL LISTEN/NOTIFY on one channel.
 
-A signal names a session key and an action (`wake`, `steer`, `interrupt`, `cancel`) or the
-outbox (`outbox`: new chunks were committed). It is published inside the transaction that
+A signal names a session key and an action (`SignalAction`: wake, steer, interrupt, cancel)
+or the outbox (`outbox`: new chunks were committed). It is published inside the transaction that
 made it necessary, so it is delivered exactly when that commits. Signals are hints: the
 state is in SQL, and every instance also looks for orphaned work on a timer, so a signal
 lost with a dropped connection delays work by at most `cluster.scan_interval`.
@@ -15,6 +15,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import asyncpg
@@ -31,18 +32,46 @@ HEALTH_INTERVAL = 5.0
 """Seconds between checks that the listening connection still answers."""
 
 
-@dataclass(frozen=True, slots=True)
+class SignalAction(StrEnum):
+    """What a signal asks of the instance that receives it."""
+
+    WAKE = "wake"
+    """New messages wait for the session."""
+    STEER = "steer"
+    """A message arrived for the running turn to take in."""
+    INTERRUPT = "interrupt"
+    """A newer message interrupts the running turn."""
+    CANCEL = "cancel"
+    """Cancel the running turn (and drop what waits: `/stop`)."""
+    RESYNC = "resync"
+    """Signals may have been missed: look at the state in SQL again (every instance)."""
+    OUTBOX = "outbox"
+    """New chunks were committed (every instance's delivery worker)."""
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class Signal:
     """A hint for the instance that runs `key` (or for every instance: `outbox`, `resync`)."""
 
-    action: str
-    key: str = ""
-    reason: str = ""
-    origin: str = ""
+    action: SignalAction
+    key: str
+    reason: str
+    origin: str
+
+    def __init__(
+        self, action: SignalAction | str, key: str = "", reason: str = "", origin: str = ""
+    ) -> None:
+        """Raise ValueError when `action` is not a `SignalAction` value."""
+        object.__setattr__(self, "action", SignalAction(action))
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "reason", reason)
+        object.__setattr__(self, "origin", origin)
 
     def encode(self) -> str:
         """The NOTIFY payload."""
-        return json.dumps({"a": self.action, "k": self.key, "r": self.reason, "o": self.origin})
+        return json.dumps(
+            {"a": str(self.action), "k": self.key, "r": self.reason, "o": self.origin}
+        )
 
     @classmethod
     def decode(cls, payload: str) -> Signal | None:
@@ -63,6 +92,11 @@ class LocalBus:
     def __init__(self, origin: str = "") -> None:
         self.origin = origin
         self.handlers: list[Handler] = []
+
+    @property
+    def clustered(self) -> bool:
+        """False: signals never leave this process."""
+        return False
 
     @property
     def connected(self) -> bool:
@@ -92,6 +126,11 @@ class PgBus(LocalBus):
         self._dsn = url.render_as_string(hide_password=False)
         self._connected = False
         self.backoff = Backoff(initial=0.2, maximum=5.0)
+
+    @property
+    def clustered(self) -> bool:
+        """True: signals reach every instance sharing the database."""
+        return True
 
     @property
     def connected(self) -> bool:
@@ -128,7 +167,7 @@ class PgBus(LocalBus):
                 await conn.add_listener(CHANNEL, self._on_notify)
                 self._connected = True
                 attempt = 0
-                self._deliver(Signal("resync", origin=self.origin))
+                self._deliver(Signal(SignalAction.RESYNC, origin=self.origin))
                 while not closed.is_set():
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(HEALTH_INTERVAL):

@@ -25,14 +25,15 @@ from typing import IO, Self
 from sqlalchemy.engine import make_url
 
 from gateway.backoff import FailureLog
-from gateway.cluster.bus import LocalBus, PgBus, Signal
-from gateway.cluster.lanes import Lanes, SoloLanes, SqlLanes
-from gateway.cluster.leases import Lease, Leases
-from gateway.cluster.membership import Membership, Now
+from gateway.cluster.bus import LocalBus, PgBus, Signal, SignalAction
+from gateway.cluster.lanes import Lanes, SoloLanes
 from gateway.config import ClusterConfig
 from gateway.contracts.errors import InstanceConflict
 from gateway.contracts.messages import utcnow
 from gateway.store import Store
+from gateway.store.instances import Membership, Now
+from gateway.store.lanes import SqlLanes
+from gateway.store.leases import Lease, Leases
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +159,7 @@ class Node:
             self._outbox.clear()
             try:
                 async with self.store.write() as conn:
-                    await self.bus.publish(conn, Signal("outbox"))
+                    await self.bus.publish(conn, Signal(SignalAction.OUTBOX))
             except Exception as err:  # the others look on their own timer anyway
                 logger.debug("could not announce new chunks: %s", err)
             await asyncio.sleep(0.02)  # coalesce a burst of commits into one signal

@@ -25,7 +25,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
-from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_core.agent import Agent
@@ -40,7 +39,9 @@ from gateway.contracts.history import ChatMessage, Role
 from gateway.contracts.ids import Platform, SessionId, SessionKey, TurnId, UserId, session_key
 from gateway.cron.clock import Clock
 from gateway.cron.schedule import ScheduleError, stored_schedule
-from gateway.cron.store import (
+from gateway.cron.targets import HOME, HOME_SETTING, resolve
+from gateway.store import Store
+from gateway.store.jobs import (
     DeliveryStatus,
     Job,
     JobStore,
@@ -48,13 +49,11 @@ from gateway.cron.store import (
     RunStatus,
     finish_run,
     mark_notified,
+    set_streak,
+    start_run,
 )
-from gateway.cron.targets import HOME, HOME_SETTING, resolve
-from gateway.outbox import Chunk, OutboxKind, Target, enqueue
-from gateway.store import Store
+from gateway.store.outbox import Chunk, OutboxKind, Target, enqueue
 from gateway.store.store import SnapshotFactory, record_finish, record_start
-from gateway.store.tables import job_runs
-from gateway.store.tables import jobs as jobs_table
 from gateway.turns import FailureKind, TurnStatus, classify, log_failure
 
 logger = logging.getLogger(__name__)
@@ -359,12 +358,7 @@ class CronScheduler:
             turn_id, _ = await record_start(
                 conn, session.id, [ChatMessage(Role.USER, self._prompt(job, run))]
             )
-            # Known from the start, so a run cut off with its instance ends its turn too.
-            await conn.execute(
-                update(job_runs)
-                .where(job_runs.c.id == run.id)
-                .values(session_id=session.id, turn_id=turn_id)
-            )
+            await start_run(conn, run.id, session.id, turn_id)
         progress = TurnProgress()
         timeout = job.timeout or self.config.run_timeout
         status, error = RunStatus.OK, None
@@ -539,12 +533,9 @@ class CronScheduler:
             logger.warning("job %s failed %d times in a row", job.id, streak)
             self.on_outbox()
         elif streak != job.consecutive_failures or (job.failure_notified and streak < threshold):
-            values: dict[str, Any] = {"consecutive_failures": streak}
-            if streak < threshold:
-                values["failure_notified"] = False
             async with self.store.write() as conn:
-                await conn.execute(
-                    jobs_table.update().where(jobs_table.c.id == job.id).values(**values)
+                await set_streak(
+                    conn, job.id, streak, notified=False if streak < threshold else None
                 )
 
 

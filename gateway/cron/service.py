@@ -15,7 +15,6 @@ from agent_core.tools.base import ToolContext, ToolError
 from gateway.contracts.ids import UserId
 from gateway.cron.clock import Clock, SystemClock
 from gateway.cron.schedule import ScheduleError, parse_schedule, stored_schedule, zone
-from gateway.cron.store import Job, JobStore, Run
 from gateway.cron.targets import (
     ALL,
     HOME,
@@ -26,6 +25,7 @@ from gateway.cron.targets import (
     session_chat,
 )
 from gateway.store import Store
+from gateway.store.jobs import Job, JobStore, Run
 
 MAX_NAME = 200
 MAX_PROMPT = 20_000

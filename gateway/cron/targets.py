@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from gateway.contracts.config import PlatformSection
 from gateway.contracts.ids import AccountId, ChatId, Platform, ThreadId
-from gateway.outbox import Target
+from gateway.store.outbox import Target
 
 HOME_SETTING = "home.target"
 """The settings key `/sethome` writes: `platform:chat[:thread]`."""

@@ -14,8 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.contracts.ids import UserId
 from gateway.cron.service import MAX_NAME, MAX_PROMPT, JobError, JobService, JobSpec
-from gateway.cron.store import Job, Run
 from gateway.http.api import Deps
+from gateway.store.jobs import Job, Run
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"])
 

@@ -1,4 +1,11 @@
-"""The store: every read and write of Herald's SQL state goes through this class."""
+"""The store: connections and transactions, and the users, sessions, transcripts and
+settings repositories.
+
+All SQL lives in `gateway/store/` (the other repositories: inbox, outbox, jobs, pairings,
+instances, leases, lanes); their contracts are written down in `gateway/store/abc.py`.
+Methods of `Store` open a transaction of their own; module functions take the caller's
+connection and work inside its transaction.
+"""
 
 from __future__ import annotations
 
@@ -293,11 +300,6 @@ class Store:
             value = await conn.scalar(select(settings.c.value).where(settings.c.key == name))
         return None if value is None else str(value)
 
-    async def set_setting(self, name: str, value: str) -> None:
-        """Set a runtime value (last write wins)."""
-        async with self.write() as conn:
-            await set_setting(conn, name, value)
-
     async def link_identities(
         self, first: tuple[str, str], second: tuple[str, str]
     ) -> tuple[UserId, UserId | None]:
@@ -411,23 +413,6 @@ class Store:
         return await self.list_sessions(user_id=user_id, limit=limit)
 
     # turns and transcripts ---------------------------------------------------------------------
-
-    async def start_turn(
-        self, session_id: SessionId, user_message: ChatMessage | None
-    ) -> tuple[TurnId, MessageId | None]:
-        """Record a running turn and (in the same transaction) the message that started it."""
-        async with self.write() as conn:
-            turn_id, ids = await record_start(
-                conn, session_id, [] if user_message is None else [user_message]
-            )
-        return turn_id, (ids[0] if ids else None)
-
-    async def finish_turn(
-        self, session_id: SessionId, turn_id: TurnId, result: TurnResult
-    ) -> list[MessageId]:
-        """Store what the turn produced and its final status, in one transaction."""
-        async with self.write() as conn:
-            return await record_finish(conn, session_id, turn_id, result)
 
     async def turn_status(self, turn_id: TurnId) -> str | None:
         """running, completed, failed or interrupted; None when there is no such turn."""
@@ -621,6 +606,18 @@ class Store:
             )
             for r in rows
         ]
+
+
+async def busy_mode_of(conn: AsyncConnection, key: SessionKey) -> str | None:
+    """In the caller's transaction: the busy mode set on the current session of `key`
+    (None when it has none, or there is no session)."""
+    value = await conn.scalar(
+        select(sessions.c.busy_mode)
+        .where(sessions.c.key == key)
+        .order_by(sessions.c.epoch.desc())
+        .limit(1)
+    )
+    return None if value is None else str(value)
 
 
 async def set_setting(conn: AsyncConnection, name: str, value: str) -> None:

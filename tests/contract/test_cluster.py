@@ -1,5 +1,5 @@
-"""The cluster's building blocks on every store: instances, leases with fencing tokens,
-session lanes with takeover, and (PostgreSQL) the signal bus."""
+"""The cluster's building blocks on every store: instances, leases with fencing tokens and
+the node. Lanes: `test_lanes.py`; the signal bus: `test_bus.py`."""
 
 from __future__ import annotations
 
@@ -9,29 +9,21 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import insert, select, update
+from sqlalchemy import select, update
 
-from gateway import inbox as inbox_sql
-from gateway.cluster.bus import PgBus, Signal
-from gateway.cluster.lanes import SqlLanes
-from gateway.cluster.leases import SAFETY, Lease, Leases
-from gateway.cluster.membership import Membership
 from gateway.cluster.node import Node
 from gateway.config import ClusterConfig
 from gateway.contracts.errors import InstanceConflict, LeaseLost
-from gateway.contracts.history import ChatMessage, Role
-from gateway.contracts.ids import SessionKey, TurnId
 from gateway.contracts.messages import utcnow
-from gateway.inbox import Outcome
 from gateway.store import Store
-from gateway.store.store import record_start
-from gateway.store.tables import inbox, instances, sessions, turns
+from gateway.store.instances import Membership
+from gateway.store.leases import SAFETY, Lease, Leases
+from gateway.store.tables import instances
 from tests.fakes.clock import FakeClock
 
 pytestmark = pytest.mark.timeout(60)
 
 TTL = 10.0
-KEY = SessionKey("test:default:chat-1")
 
 
 @pytest.fixture
@@ -195,218 +187,11 @@ async def test_leave_marks_the_instance_stopped(store: Store, clock: FakeClock) 
     assert not await member.beat([])
 
 
-# lanes ----------------------------------------------------------------------------------------
-
-
 async def _instance(store: Store, clock: FakeClock, name: str) -> Membership:
     member = Membership(store, name, TTL, now=clock.now)
     member.host = f"host-{name}"
     await member.register()
     return member
-
-
-async def _running_turn(store: Store, lanes: SqlLanes, claim_token: int) -> TurnId:
-    """A session with a turn running on `lanes`' owner, and its message taken."""
-    now = utcnow()
-    async with store.write() as conn:
-        session_id = (
-            await conn.execute(
-                insert(sessions)
-                .values(key=KEY, epoch=0, platform="test", created_at=now, updated_at=now)
-                .returning(sessions.c.id)
-            )
-        ).scalar_one()
-        turn_id, _ = await record_start(conn, session_id, [ChatMessage(Role.USER, "hi")])
-        await conn.execute(
-            insert(inbox).values(
-                platform="test",
-                account="default",
-                platform_message_id="m1",
-                session_key=KEY,
-                chat_id="chat-1",
-                sender_id="u1",
-                text="hi",
-                received_at=now,
-                accepted_at=now,
-                status="running",
-                turn_id=turn_id,
-            )
-        )
-    return turn_id
-
-
-async def test_a_lane_has_one_owner_and_a_dead_owners_work_is_taken_over(
-    store: Store, clock: FakeClock
-) -> None:
-    await _instance(store, clock, "a")
-    b_member = await _instance(store, clock, "b")
-    a = SqlLanes(store, "a", TTL, now=clock.now)
-    b = SqlLanes(store, "b", TTL, now=clock.now)
-    claim = await a.claim(KEY)
-    assert claim is not None
-    turn_id = await _running_turn(store, a, claim.token)
-    async with store.write() as conn:
-        await a.check(conn, claim, turn_id)
-    assert await b.claim(KEY) is None
-    async with store.read() as conn:
-        state = await b.state(conn, KEY)
-    assert (state.owner, state.running) == ("a", True)
-    assert KEY not in await b.orphans()
-
-    # a stops beating; b keeps beating and takes the session over.
-    later(clock, TTL / 2)
-    assert await b_member.beat([])
-    later(clock, TTL / 2 + 1)
-    assert KEY in await b.orphans()
-    taken = await b.claim(KEY)
-    assert taken is not None
-    assert taken.token == claim.token + 1
-    async with store.read() as conn:
-        assert await conn.scalar(select(turns.c.status).where(turns.c.id == turn_id)) == (
-            "interrupted"
-        )
-        assert await conn.scalar(select(inbox.c.status)) == "pending"
-        assert (await b.state(conn, KEY)).owner == "b"
-    # a wakes: whatever it tries to store for the session is refused.
-    with pytest.raises(LeaseLost):
-        async with store.write() as conn:
-            await a.check(conn, claim, None)
-
-
-async def test_a_released_lane_is_free_and_waiting_messages_make_it_an_orphan(
-    store: Store, clock: FakeClock
-) -> None:
-    await _instance(store, clock, "a")
-    a = SqlLanes(store, "a", TTL, now=clock.now)
-    b = SqlLanes(store, "b", TTL, now=clock.now)
-    claim = await a.claim(KEY)
-    assert claim is not None
-    await _running_turn(store, a, claim.token)
-    assert KEY not in await b.orphans(), "held by a live instance"
-    await a.release(claim)
-    assert KEY in await b.orphans(), "its message waits and nobody holds the lane"
-    assert await b.claim(KEY) is not None
-
-
-async def test_a_stopped_instance_s_lanes_are_taken_over_at_once(
-    store: Store, clock: FakeClock
-) -> None:
-    a_member = await _instance(store, clock, "a")
-    await _instance(store, clock, "b")
-    a = SqlLanes(store, "a", TTL, now=clock.now)
-    b = SqlLanes(store, "b", TTL, now=clock.now)
-    assert await a.claim(KEY) is not None
-    await a_member.leave()
-    assert await b.claim(KEY) is not None
-
-
-async def test_a_released_lane_keeps_its_token_so_an_old_claim_never_passes_again(
-    store: Store, clock: FakeClock
-) -> None:
-    await _instance(store, clock, "a")
-    a = SqlLanes(store, "a", TTL, now=clock.now)
-    first = await a.claim(KEY)
-    assert first is not None
-    await a.release(first)
-    second = await a.claim(KEY)
-    assert second is not None
-    assert second.token == first.token + 1
-    with pytest.raises(LeaseLost):
-        async with store.write() as conn:
-            await a.check(conn, first, None)
-    async with store.write() as conn:
-        await a.check(conn, second, None)
-    await a.release(second)
-    assert KEY not in await a.orphans(), "a free lane with nothing waiting is nobody's work"
-
-
-async def _command(store: Store, status: str, claimed_by: str | None) -> None:
-    now = utcnow()
-    async with store.write() as conn:
-        await conn.execute(
-            insert(inbox).values(
-                platform="test",
-                account="default",
-                platform_message_id=f"cmd-{claimed_by}",
-                session_key=KEY,
-                chat_id="chat-1",
-                sender_id="u1",
-                text="/new",
-                kind="command",
-                received_at=now,
-                accepted_at=now,
-                status=status,
-                claimed_by=claimed_by,
-            )
-        )
-
-
-async def test_a_command_running_on_a_live_instance_is_not_given_back_by_a_claim(
-    store: Store, clock: FakeClock
-) -> None:
-    await _instance(store, clock, "a")
-    b = SqlLanes(store, "b", TTL, now=clock.now)
-    await _command(store, "running", "a")
-    assert KEY not in await b.orphans(), "a runs it"
-    claim = await b.claim(KEY)  # b claims the lane for a message of its own
-    assert claim is not None
-    async with store.read() as conn:
-        assert await conn.scalar(select(inbox.c.status)) == "running", "never run twice"
-
-
-async def test_a_command_left_running_by_a_gone_instance_is_given_back(
-    store: Store, clock: FakeClock
-) -> None:
-    a_member = await _instance(store, clock, "a")
-    b = SqlLanes(store, "b", TTL, now=clock.now)
-    await _command(store, "running", "a")
-    await a_member.leave()
-    assert KEY in await b.orphans()
-    assert await b.claim(KEY) is not None
-    async with store.read() as conn:
-        row = (await conn.execute(select(inbox.c.status, inbox.c.claimed_by))).one()
-    assert tuple(row) == ("pending", None)
-
-
-async def test_a_batch_settled_by_stop_after_it_was_read_is_not_taken(store: Store) -> None:
-    """`take` moves only rows still pending: a /stop between reading a batch and starting
-    its turn wins, and the turn is not started (the caller rolls back and reads again)."""
-    await _command(store, "pending", None)
-    now = utcnow()
-    async with store.write() as conn:
-        ids = [
-            (
-                await conn.execute(
-                    insert(inbox)
-                    .values(
-                        platform="test",
-                        account="default",
-                        platform_message_id=f"m{i}",
-                        session_key=KEY,
-                        chat_id="chat-1",
-                        sender_id="u1",
-                        text=f"message {i}",
-                        received_at=now,
-                        accepted_at=now,
-                        status="pending",
-                    )
-                    .returning(inbox.c.id)
-                )
-            ).scalar_one()
-            for i in range(2)
-        ]
-    async with store.write() as conn:
-        assert await inbox_sql.settle(conn, ids[:1], Outcome.DROPPED, only_pending=True) == 1
-    async with store.write() as conn:
-        session_id = (
-            await conn.execute(
-                insert(sessions)
-                .values(key=KEY, epoch=0, platform="test", created_at=now, updated_at=now)
-                .returning(sessions.c.id)
-            )
-        ).scalar_one()
-        turn_id, _ = await record_start(conn, session_id, [])
-        assert await inbox_sql.take(conn, ids, turn_id) == 1
 
 
 # the node -------------------------------------------------------------------------------------
@@ -441,44 +226,6 @@ async def test_a_lease_moves_to_a_standby_instance_when_its_holder_stops(pg_url:
             async with asyncio.timeout(10):
                 await held_second.wait_held()
             assert held_second.token == 2
-
-
-@pytest.mark.postgres
-async def test_signals_reach_the_other_instances_only_when_committed(pg_url: str) -> None:
-    async with Store.open(pg_url) as store, asyncio.TaskGroup() as tg:
-        sender = PgBus(pg_url, "sender")
-        receiver = PgBus(pg_url, "receiver")
-        got: list[Signal] = []
-        arrived = asyncio.Event()
-
-        def on_signal(signal: Signal) -> None:
-            got.append(signal)
-            arrived.set()
-
-        receiver.subscribe(on_signal)
-        sender.subscribe(on_signal)  # its own signals are not delivered to itself
-        listening = [tg.create_task(receiver.run()), tg.create_task(sender.run())]
-        async with asyncio.timeout(10):
-            while not (receiver.connected and sender.connected and len(got) >= 2):
-                await arrived.wait()
-                arrived.clear()
-        assert {s.action for s in got} == {"resync"}
-        got.clear()
-
-        async def rolled_back() -> None:
-            async with store.write() as conn:
-                await sender.publish(conn, Signal("interrupt", "never"))
-                raise RuntimeError("rolled back")
-
-        with pytest.raises(RuntimeError):
-            await rolled_back()
-        async with store.write() as conn:
-            await sender.publish(conn, Signal("steer", str(KEY), "why"))
-        async with asyncio.timeout(10):
-            await arrived.wait()
-        assert got == [Signal("steer", str(KEY), "why", "sender")]
-        for task in listening:
-            task.cancel()
 
 
 @pytest.mark.postgres

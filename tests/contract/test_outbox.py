@@ -6,8 +6,8 @@ from datetime import datetime, timedelta
 
 import pytest
 from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gateway.cluster.membership import Membership
 from gateway.contracts.history import ChatMessage, Role
 from gateway.contracts.ids import (
     AccountId,
@@ -18,18 +18,21 @@ from gateway.contracts.ids import (
     TurnId,
 )
 from gateway.contracts.messages import SendLimits, TextFormat, utcnow
-from gateway.outbox import (
+from gateway.store import Store
+from gateway.store.instances import Membership
+from gateway.store.outbox import (
     Chunk,
     Outbox,
     OutboxKind,
     OutboxRow,
     OutboxStatus,
+    SettledReport,
     Target,
     enqueue,
     reply_chunks,
 )
-from gateway.store import Store
 from gateway.store.tables import outbox as outbox_table
+from tests.turns import start_turn
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -52,7 +55,7 @@ async def a_turn(store: Store) -> tuple[SessionId, TurnId]:
     session = await store.open_session(
         SessionKey("test:acct:a"), platform="test", user_id=None, snapshot=no_snapshot
     )
-    turn_id, _ = await store.start_turn(session.id, ChatMessage(Role.USER, "hi"))
+    turn_id, _ = await start_turn(store, session.id, ChatMessage(Role.USER, "hi"))
     return session.id, turn_id
 
 
@@ -263,6 +266,73 @@ async def test_retry_of_anything_but_a_dead_letter_is_a_lookup_error(store: Stor
     assert (await get(box, pending)).status is OutboxStatus.PENDING
     assert (await get(box, sending)).status is OutboxStatus.SENDING
     assert (await get(box, sent)).status is OutboxStatus.SENT
+
+
+# settled reports: announced to the listeners, never written into cron's tables -----------------
+
+
+class Heard:
+    """A listener that records what it was told and checks it runs inside the transaction."""
+
+    def __init__(self) -> None:
+        self.reports: list[SettledReport] = []
+
+    async def __call__(self, conn: AsyncConnection, report: SettledReport) -> None:
+        assert conn.in_transaction()
+        self.reports.append(report)
+
+
+def report_chunk(key: str, run_id: int, target: Target = A) -> Chunk:
+    return Chunk(key, target, "the report", kind=OutboxKind.REPORT, job_run_id=run_id)
+
+
+async def test_a_report_is_announced_once_when_its_last_chunk_is_sent(store: Store) -> None:
+    heard = Heard()
+    box = Outbox(store, listeners=[heard])
+    first, second = await box.enqueue([report_chunk("r1", 7), report_chunk("r2", 7, B)])
+    [plain] = await box.enqueue([chunk("not a report")])
+    for row_id in (first, plain):
+        assert await box.claim(row_id)
+        await box.sent(row_id, "m", utcnow())
+    assert heard.reports == [], "one chunk of the report is still unsent"
+    assert await box.claim(second)
+    await box.sent(second, "m2", utcnow())
+    assert heard.reports == [SettledReport(7)]
+
+
+async def test_a_dead_chunk_settles_its_report_as_failed_with_the_reason(store: Store) -> None:
+    heard = Heard()
+    box = Outbox(store)
+    box.subscribe(heard)
+    [row_id] = await box.enqueue([report_chunk("r1", 8)])
+    assert await box.claim(row_id)
+    await box.dead(row_id, "chat not found")
+    assert heard.reports == [SettledReport(8, ("test:a: chat not found",))]
+
+
+async def test_a_listener_that_raises_rolls_the_settling_back(store: Store) -> None:
+    async def broken(conn: AsyncConnection, report: SettledReport) -> None:
+        raise RuntimeError("listener failed")
+
+    box = Outbox(store, listeners=[broken])
+    [row_id] = await box.enqueue([report_chunk("r1", 9)])
+    assert await box.claim(row_id)
+    with pytest.raises(RuntimeError, match="listener failed"):
+        await box.sent(row_id, "m", utcnow())
+    assert (await get(box, row_id)).status is OutboxStatus.SENDING
+
+
+async def test_recovery_announces_the_reports_its_dead_chunks_settle(store: Store) -> None:
+    heard = Heard()
+    box = Outbox(store, listeners=[heard])
+    [stale] = await box.enqueue([report_chunk("r1", 10)])
+    [fresh] = await box.enqueue([report_chunk("r2", 11)])
+    for row_id in (stale, fresh):
+        assert await box.claim(row_id)
+    await age(store, stale, timedelta(hours=2))
+    assert await box.recover(max_age=3600, max_attempts=5) == (1, 1)
+    assert [r.run_id for r in heard.reports] == [10], "the resent one is not settled yet"
+    assert heard.reports[0].failures[0].startswith("test:a: the outcome of the last send")
 
 
 # recover -------------------------------------------------------------------------------------

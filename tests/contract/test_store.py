@@ -17,8 +17,9 @@ from gateway.contracts.ids import MessageId, SessionId, SessionKey, TurnId, User
 from gateway.contracts.messages import utcnow
 from gateway.store import Store
 from gateway.store import engine as engine_mod
-from gateway.store.store import owner_key
+from gateway.store.store import busy_mode_of, owner_key
 from gateway.store.tables import messages, sessions, turns, users
+from tests.turns import finish_turn, start_turn
 
 KEY = SessionKey("test:acct:chat")
 
@@ -53,15 +54,16 @@ async def add_turn(
     store: Store, session_id: SessionId, *replies: ChatMessage, prompt: str = "hello"
 ) -> TurnId:
     """One completed turn: `prompt` from the user, then `replies`."""
-    turn_id, _ = await store.start_turn(session_id, user(prompt))
-    await store.finish_turn(session_id, turn_id, TurnResult(status="completed", messages=replies))
+    turn_id, _ = await start_turn(store, session_id, user(prompt))
+    await finish_turn(store, session_id, turn_id, TurnResult(status="completed", messages=replies))
     return turn_id
 
 
 async def add_messages(store: Store, session_id: SessionId, texts: list[str]) -> list[MessageId]:
     """Store `texts` as assistant messages of one turn, in order; return their ids."""
-    turn_id, _ = await store.start_turn(session_id, None)
-    return await store.finish_turn(
+    turn_id, _ = await start_turn(store, session_id, None)
+    return await finish_turn(
+        store,
         session_id,
         turn_id,
         TurnResult(status="completed", messages=tuple(assistant(t) for t in texts)),
@@ -188,6 +190,23 @@ async def test_concurrent_open_session_creates_one_session(store: Store) -> None
     assert [s.id for s in await store.list_sessions()] == [opened[0].id]
 
 
+async def test_the_busy_mode_follows_the_current_session_of_a_key(store: Store) -> None:
+    key = SessionKey("test:default:busy")
+    async with store.read() as conn:
+        assert await busy_mode_of(conn, key) is None, "no session yet"
+    with pytest.raises(LookupError):
+        await store.set_busy_mode(key, "steer")
+    await open_session(store, key)
+    async with store.read() as conn:
+        assert await busy_mode_of(conn, key) is None, "none set"
+    await store.set_busy_mode(key, "steer")
+    async with store.read() as conn:
+        assert await busy_mode_of(conn, key) == "steer"
+    await store.set_busy_mode(key, None)
+    async with store.read() as conn:
+        assert await busy_mode_of(conn, key) is None
+
+
 # turns -------------------------------------------------------------------------------------------
 
 
@@ -203,11 +222,12 @@ async def test_turn_messages_round_trip_in_order(store: Store) -> None:
         ChatMessage(role=Role.TOOL, content="12:00", tool_call_id="call_2", name="clock"),
         ChatMessage(role=Role.ASSISTANT, content="Here you go, half", interrupted=True),
     )
-    turn_id, first_id = await store.start_turn(session.id, user("what's up?"))
+    turn_id, first_id = await start_turn(store, session.id, user("what's up?"))
     assert first_id is not None
     assert await store.turn_status(turn_id) == "running"
 
-    ids = await store.finish_turn(
+    ids = await finish_turn(
+        store,
         session.id,
         turn_id,
         TurnResult(status="interrupted", messages=produced, prompt_tokens=12, completion_tokens=3),
@@ -262,7 +282,7 @@ async def test_concurrent_turns_keep_every_message_counted(store: Store) -> None
 
 async def test_start_turn_without_a_message(store: Store) -> None:
     session = await open_session(store)
-    turn_id, message_id = await store.start_turn(session.id, None)
+    turn_id, message_id = await start_turn(store, session.id, None)
     assert message_id is None
     assert await store.turn_status(turn_id) == "running"
     assert await store.transcript(session.id) == []
@@ -274,7 +294,7 @@ async def test_turn_status_of_unknown_turn_is_none(store: Store) -> None:
 
 async def test_failed_finish_turn_writes_nothing(store: Store) -> None:
     session = await open_session(store)
-    turn_id, _ = await store.start_turn(session.id, user("go"))
+    turn_id, _ = await start_turn(store, session.id, user("go"))
     before = await store.get_session(KEY)
     # The first message is inserted before the second one is refused.
     broken = TurnResult(
@@ -285,7 +305,7 @@ async def test_failed_finish_turn_writes_nothing(store: Store) -> None:
         ),
     )
     with pytest.raises(StatementError, match="naive datetime"):
-        await store.finish_turn(session.id, turn_id, broken)
+        await finish_turn(store, session.id, turn_id, broken)
 
     assert await store.turn_status(turn_id) == "running"
     assert [bare(m) for m in await store.transcript(session.id)] == [user("go")]
@@ -295,9 +315,10 @@ async def test_failed_finish_turn_writes_nothing(store: Store) -> None:
 
 async def test_finish_turn_for_unknown_session_writes_nothing(store: Store) -> None:
     session = await open_session(store)
-    turn_id, _ = await store.start_turn(session.id, user("go"))
+    turn_id, _ = await start_turn(store, session.id, user("go"))
     with pytest.raises(IntegrityError):
-        await store.finish_turn(
+        await finish_turn(
+            store,
             SessionId(session.id + 1000),
             turn_id,
             TurnResult(status="completed", messages=(assistant("orphan"),)),
@@ -311,7 +332,7 @@ async def test_start_turn_with_a_refused_message_writes_nothing(store: Store) ->
     session = await open_session(store)
     naive = ChatMessage(role=Role.USER, content="hi", created_at=datetime(2024, 1, 1))
     with pytest.raises(StatementError, match="naive datetime") as info:
-        await store.start_turn(session.id, naive)
+        await start_turn(store, session.id, naive)
     assert isinstance(info.value.orig, ValueError)
     async with store.read() as conn:
         assert await conn.scalar(select(func.count()).select_from(turns)) == 0
@@ -321,9 +342,9 @@ async def test_start_turn_with_a_refused_message_writes_nothing(store: Store) ->
 async def test_interrupt_running_turns_marks_only_running(store: Store) -> None:
     session = await open_session(store)
     done = await add_turn(store, session.id, assistant("ok"))
-    failed, _ = await store.start_turn(session.id, user("boom"))
-    await store.finish_turn(session.id, failed, TurnResult(status="failed", error="llm down"))
-    running = [(await store.start_turn(session.id, user(f"r{i}")))[0] for i in range(2)]
+    failed, _ = await start_turn(store, session.id, user("boom"))
+    await finish_turn(store, session.id, failed, TurnResult(status="failed", error="llm down"))
+    running = [(await start_turn(store, session.id, user(f"r{i}")))[0] for i in range(2)]
 
     assert await store.interrupt_running_turns() == 2
     assert await store.turn_status(done) == "completed"
@@ -605,11 +626,14 @@ async def test_list_sessions_most_recently_updated_first(store: Store) -> None:
 async def test_timestamps_are_aware_utc(store: Store) -> None:
     session = await open_session(store)
     plus_two = datetime(2024, 5, 1, 14, 30, tzinfo=timezone(timedelta(hours=2)))
-    turn_id, _ = await store.start_turn(
-        session.id, ChatMessage(role=Role.USER, content="timed message", created_at=plus_two)
+    turn_id, _ = await start_turn(
+        store, session.id, ChatMessage(role=Role.USER, content="timed message", created_at=plus_two)
     )
-    await store.finish_turn(
-        session.id, turn_id, TurnResult(status="completed", messages=(assistant("timed reply"),))
+    await finish_turn(
+        store,
+        session.id,
+        turn_id,
+        TurnResult(status="completed", messages=(assistant("timed reply"),)),
     )
 
     current = await store.get_session(KEY)
@@ -638,11 +662,11 @@ async def test_timestamps_are_aware_utc(store: Store) -> None:
 
 async def test_naive_datetime_is_refused(store: Store) -> None:
     session = await open_session(store)
-    turn_id, _ = await store.start_turn(session.id, None)
+    turn_id, _ = await start_turn(store, session.id, None)
     naive = ChatMessage(role=Role.ASSISTANT, content="x", created_at=datetime(2024, 1, 1))
     with pytest.raises(StatementError, match="naive datetime") as info:
-        await store.finish_turn(
-            session.id, turn_id, TurnResult(status="completed", messages=(naive,))
+        await finish_turn(
+            store, session.id, turn_id, TurnResult(status="completed", messages=(naive,))
         )
     assert isinstance(info.value.orig, ValueError)
     assert await store.transcript(session.id) == []

@@ -22,11 +22,11 @@ from gateway.contracts.errors import LLMUnavailable
 from gateway.contracts.history import ChatMessage, Role
 from gateway.cron.scheduler import CronScheduler
 from gateway.cron.service import JobService, JobSpec
-from gateway.cron.store import Job, Run, RunStatus
 from gateway.delivery import DeliveryWorker
 from gateway.metrics import Metrics
-from gateway.outbox import Outbox
 from gateway.store import Store
+from gateway.store.jobs import Job, Run, RunStatus, record_report
+from gateway.store.outbox import Outbox
 from tests.fakes.clock import FakeClock
 from tests.fakes.platform import RecordingAdapter
 
@@ -164,7 +164,7 @@ async def cron_rig(
     channels = Channels()
     channels.register("test", "acct", adapter.limits, lambda: adapter)
     metrics = Metrics()
-    outbox = Outbox(store)
+    outbox = Outbox(store, listeners=[record_report])
     worker = DeliveryWorker(
         outbox, channels, DeliveryConfig(backoff_initial=0.01, backoff_max=0.05), metrics
     )

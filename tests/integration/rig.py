@@ -21,11 +21,11 @@ from gateway.config import AccessConfig, DeliveryConfig, SessionsConfig
 from gateway.contracts.config import PlatformSection
 from gateway.contracts.ids import SessionKey
 from gateway.delivery import DeliveryWorker
-from gateway.inbox import Inbox, InboxRow, Outcome
 from gateway.metrics import Metrics
-from gateway.outbox import Outbox
 from gateway.sessions import SessionManager
 from gateway.store import Store
+from gateway.store.inbox import Inbox, InboxRow, Outcome
+from gateway.store.outbox import Outbox
 from tests.fakes.platform import GatedLLM, RecordingAdapter
 
 

@@ -25,9 +25,9 @@ from gateway.contracts.config import GroupSessions, PlatformSection
 from gateway.contracts.history import Role
 from gateway.contracts.ids import SessionKey, UserId
 from gateway.contracts.messages import utcnow
-from gateway.inbox import Outcome
-from gateway.outbox import OutboxRow
 from gateway.store import Store
+from gateway.store.inbox import Outcome
+from gateway.store.outbox import OutboxRow
 from gateway.store.tables import pairings, users
 from tests.fakes.platform import inbound
 from tests.integration.rig import Rig, outcomes, running_rig

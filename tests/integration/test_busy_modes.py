@@ -18,9 +18,9 @@ from sqlalchemy import select
 from gateway.config import SessionsConfig
 from gateway.contracts.config import BusyMode
 from gateway.contracts.history import ChatMessage, Role
-from gateway.inbox import InboxRow, Outcome, Status
 from gateway.sessions import ACKS
 from gateway.store import Store
+from gateway.store.inbox import InboxRow, Outcome, Status
 from gateway.store.tables import sessions as sessions_table
 from gateway.store.tables import turns as turns_table
 from tests.fakes.platform import Delivered, inbound

@@ -16,8 +16,8 @@ from gateway.config import ClusterConfig
 from gateway.contracts.config import BusyMode
 from gateway.contracts.history import Role
 from gateway.contracts.ids import SessionKey
-from gateway.inbox import Outcome
 from gateway.store import Store
+from gateway.store.inbox import Outcome
 from tests.fakes.platform import GatedLLM, RecordingAdapter, inbound
 from tests.integration.rig import Rig, running_rig
 from tests.integration.test_busy_modes import (

@@ -16,9 +16,9 @@ from gateway.config import AccessConfig, SessionsConfig
 from gateway.contracts.config import BusyMode
 from gateway.contracts.history import ChatMessage, Role
 from gateway.contracts.ids import SessionKey
-from gateway.inbox import InboxRow, Outcome, Status
 from gateway.sessions import ACKS, HOME_SETTING
 from gateway.store import Store
+from gateway.store.inbox import InboxRow, Outcome, Status
 from tests.fakes.platform import Delivered, inbound
 from tests.integration.rig import Rig, running_rig
 

@@ -14,19 +14,20 @@ from typing import Any
 import pytest
 from sqlalchemy import insert, update
 
-from gateway.cluster.leases import Lease, Leases
-from gateway.cluster.membership import Membership
 from gateway.contracts.errors import LeaseLost
 from gateway.contracts.history import ChatMessage, Role
 from gateway.cron.scheduler import job_session_key, output_path
 from gateway.cron.service import JobService, JobSpec
-from gateway.cron.store import DeliveryStatus, JobStore, RunStatus, Trigger
 from gateway.store import Store
+from gateway.store.instances import Membership
+from gateway.store.jobs import DeliveryStatus, JobStore, RunStatus, Trigger
+from gateway.store.leases import Lease, Leases
 from gateway.store.tables import instances, job_runs
 from gateway.supervisor import LeaseRight
 from tests.fakes.clock import FakeClock
 from tests.fakes.platform import Delivered, RecordingAdapter
 from tests.integration.cron_rig import CronRig, ScriptLLM, cron_config, cron_rig
+from tests.turns import start_turn
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -238,7 +239,7 @@ async def test_a_run_of_an_instance_known_to_be_gone_is_reaped_at_once(
     session = await store.open_session(
         job_session_key(job.id), platform="cron", user_id=None, snapshot=no_snapshot
     )
-    turn_id, _ = await store.start_turn(session.id, ChatMessage(Role.USER, "the job's prompt"))
+    turn_id, _ = await start_turn(store, session.id, ChatMessage(Role.USER, "the job's prompt"))
     async with store.write() as conn:
         await conn.execute(update(job_runs).where(job_runs.c.id == claimed).values(turn_id=turn_id))
     clock.set(NINE + timedelta(seconds=30))

@@ -34,8 +34,8 @@ from gateway.contracts.messages import (
     TextFormat,
     utcnow,
 )
-from gateway.outbox import Chunk, Outbox, OutboxRow, OutboxStatus, Target, enqueue
 from gateway.store import Store
+from gateway.store.outbox import Chunk, Outbox, OutboxRow, OutboxStatus, Target, enqueue
 from gateway.store.tables import outbox as outbox_table
 from tests.fakes.platform import Delivered, GatedLLM, RecordingAdapter, inbound
 from tests.integration import rig as rig_module

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.inbox import Outcome
 from gateway.store import Store
+from gateway.store.inbox import Outcome
 from tests.fakes.platform import inbound
 from tests.integration.rig import outcomes, running_rig
 

@@ -26,11 +26,12 @@ from gateway.contracts.messages import DeliveryReceipt, OutboundMessage, utcnow
 from gateway.delivery import DeliveryWorker
 from gateway.http.app import create_app
 from gateway.http.deps import AppDeps
-from gateway.inbox import Outcome
 from gateway.metrics import Metrics
-from gateway.outbox import Chunk, Outbox, Target
 from gateway.store import Store
 from gateway.store.health import WriteProblem
+from gateway.store.inbox import Outcome
+from gateway.store.outbox import Chunk, Outbox, Target
+from gateway.store.store import set_setting
 from tests.fakes.full_disk import FullDisk
 from tests.fakes.platform import RecordingAdapter, inbound
 from tests.integration.rig import outcomes, running_rig
@@ -182,7 +183,8 @@ async def test_sqlite_itself_reports_a_full_database(tmp_path: Path) -> None:
         limit[0] = pages
         await store.engine.dispose()  # new connections, with the limit
         with pytest.raises(OperationalError, match="database or disk is full") as full:
-            await store.set_setting("big", "x" * 200_000)
+            async with store.write() as conn:
+                await set_setting(conn, "big", "x" * 200_000)
         assert isinstance(full.value.orig, sqlite3.OperationalError)
         degraded = store.health.degraded
         assert degraded is not None
@@ -190,5 +192,6 @@ async def test_sqlite_itself_reports_a_full_database(tmp_path: Path) -> None:
 
         limit[0] = pages * 100
         await store.engine.dispose()
-        await store.set_setting("big", "x" * 200_000)
+        async with store.write() as conn:
+            await set_setting(conn, "big", "x" * 200_000)
         assert store.health.describe() == "ok"

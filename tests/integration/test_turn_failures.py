@@ -15,9 +15,9 @@ from gateway.config import SessionsConfig
 from gateway.contracts.errors import LLMUnavailable
 from gateway.contracts.history import ChatMessage, Role
 from gateway.contracts.ids import SessionKey
-from gateway.inbox import Outcome
 from gateway.sessions import TurnRequest
 from gateway.store import Store
+from gateway.store.inbox import Outcome
 from tests.fakes.platform import GatedLLM, inbound
 from tests.integration.rig import running_rig
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from gateway.contracts.ids import AccountId, ChatId
-from gateway.outbox import Chunk, Outbox, OutboxKind, OutboxStatus, Target
+from gateway.store.outbox import Chunk, Outbox, OutboxKind, OutboxStatus, Target
 from tests.e2e.daemon import free_port
 from tests.fakes.clock import FakeClock
 from tests.fakes.llm import FakeLLM, Reply

@@ -20,6 +20,7 @@ from gateway.contracts.ids import SessionKey
 from gateway.store import Store
 from gateway.store import engine as engine_mod
 from tests.fakes.llm import FakeLLM
+from tests.turns import finish_turn, start_turn
 from tests.unit.cli_harness import Herald
 
 pytestmark = pytest.mark.usefixtures("clean_environment")
@@ -39,8 +40,8 @@ async def add_exchange(
 ) -> None:
     """One turn of `key`: the first message starts it, the others finish it."""
     session = await store.open_session(key, platform="test", user_id=None, snapshot=no_snapshot)
-    turn_id, _ = await store.start_turn(session.id, messages[0])
-    await store.finish_turn(session.id, turn_id, TurnResult(status=status, messages=messages[1:]))
+    turn_id, _ = await start_turn(store, session.id, messages[0])
+    await finish_turn(store, session.id, turn_id, TurnResult(status=status, messages=messages[1:]))
 
 
 @pytest.fixture
@@ -351,8 +352,8 @@ async def test_chat_when_the_daemon_is_not_running_exits_1(herald: Herald) -> No
 
 
 async def test_sessions_show_lists_each_inbound_message_with_its_outcome(herald: Herald) -> None:
-    from gateway import inbox as inbox_sql
-    from gateway.inbox import Outcome
+    from gateway.store import inbox as inbox_sql
+    from gateway.store.inbox import Outcome
     from tests.fakes.platform import inbound
 
     key = SessionKey("test:acct:c1")

@@ -19,8 +19,8 @@ from gateway.config import AccessConfig
 from gateway.contracts.config import PlatformSection
 from gateway.contracts.ids import AccountId, ChatId, ExternalUserId, Platform, PlatformMessageId
 from gateway.contracts.messages import InboundMessage, Sender
-from gateway.outbox import Outbox
 from gateway.store import Store
+from gateway.store.outbox import Outbox
 from gateway.store.tables import grants, users
 from tests.unit.cli_harness import Herald
 

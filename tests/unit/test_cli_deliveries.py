@@ -12,8 +12,8 @@ import pytest
 
 from gateway.contracts.ids import AccountId, ChatId
 from gateway.contracts.messages import utcnow
-from gateway.outbox import Chunk, Outbox, OutboxRow, OutboxStatus, Target
 from gateway.store import Store
+from gateway.store.outbox import Chunk, Outbox, OutboxRow, OutboxStatus, Target
 from tests.unit.cli_harness import Herald
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("clean_environment")]

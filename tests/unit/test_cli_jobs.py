@@ -9,8 +9,8 @@ from sqlalchemy import update
 
 from gateway.contracts.messages import utcnow
 from gateway.cron.service import JobService
-from gateway.cron.store import JobStore, RunStatus, Trigger
 from gateway.store import Store
+from gateway.store.jobs import JobStore, RunStatus, Trigger
 from gateway.store.tables import job_runs
 from tests.unit.cli_harness import Herald
 

@@ -11,12 +11,12 @@ from typer.testing import CliRunner
 
 from gateway import __version__
 from gateway.cli.main import app
-from gateway.cluster.membership import Membership
 from gateway.contracts.history import ChatMessage, Role
 from gateway.contracts.ids import AccountId, ChatId, SessionKey
 from gateway.contracts.messages import utcnow
-from gateway.outbox import Chunk, Outbox, Target
 from gateway.store import Store
+from gateway.store.instances import Membership
+from gateway.store.outbox import Chunk, Outbox, Target
 from gateway.store.tables import pairings
 from tests.unit.cli_harness import Herald
 from tests.unit.test_cli import add_exchange

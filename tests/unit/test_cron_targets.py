@@ -11,7 +11,7 @@ from gateway.cron.targets import (
     resolve,
     session_chat,
 )
-from gateway.outbox import Target
+from gateway.store.outbox import Target
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -14,6 +14,7 @@ from gateway.contracts.errors import LLMUnavailable
 from gateway.contracts.history import ChatMessage, Role
 from gateway.contracts.ids import UserId
 from gateway.store import Store
+from tests.turns import finish_turn, start_turn
 from tests.unit.agent.fakes import (
     BlockingTool,
     EchoTool,
@@ -304,8 +305,8 @@ async def test_cancelling_mid_call_keeps_the_partial_text_marked_interrupted(
 
     # Stored and read back, the complete messages and the interrupted partial are intact.
     session = await open_session(sql_store)
-    turn_id, _ = await sql_store.start_turn(session.id, user("what time is it?"))
-    await sql_store.finish_turn(session.id, turn_id, result)
+    turn_id, _ = await start_turn(sql_store, session.id, user("what time is it?"))
+    await finish_turn(sql_store, session.id, turn_id, result)
     history = await sql_store.load_history(session.id, 10)
     assert [(m.role, m.content, m.interrupted) for m in history.messages] == [
         (Role.USER, "what time is it?", False),
@@ -336,8 +337,8 @@ async def test_cancelling_during_a_tool_leaves_a_call_that_the_next_context_drop
     assert result.messages == (ChatMessage(Role.ASSISTANT, "", tool_calls=(asked,)),)
 
     session = await open_session(sql_store)
-    turn_id, _ = await sql_store.start_turn(session.id, user("wait for it"))
-    await sql_store.finish_turn(session.id, turn_id, result)
+    turn_id, _ = await start_turn(sql_store, session.id, user("wait for it"))
+    await finish_turn(sql_store, session.id, turn_id, result)
     context = build_context("soul", session, await sql_store.load_history(session.id, 10))
     assert [(m.role, m.content) for m in context[1:]] == [(Role.USER, "wait for it")]
 

@@ -8,6 +8,7 @@ from agent_core.llm import Usage
 from gateway.contracts.history import ChatMessage, Role, SessionInfo, TurnResult
 from gateway.contracts.ids import MessageId, SessionKey, UserId
 from gateway.store import Store
+from tests.turns import finish_turn, start_turn
 
 
 class FixedSnapshot:
@@ -58,10 +59,11 @@ async def add_turn(
     status: str = "completed",
 ) -> list[MessageId]:
     """A finished turn: `prompt` from the user, then `replies`; returns every message id."""
-    turn_id, prompt_id = await store.start_turn(session.id, user(prompt))
+    turn_id, prompt_id = await start_turn(store, session.id, user(prompt))
     assert prompt_id is not None
     messages = tuple(assistant(r) if isinstance(r, str) else r for r in replies)
-    ids = await store.finish_turn(
+    ids = await finish_turn(
+        store,
         session.id,
         turn_id,
         TurnResult(
@@ -84,7 +86,7 @@ async def add_exchanges(store: Store, session: SessionInfo, count: int) -> list[
 
 async def start_user_turn(store: Store, session: SessionInfo, text: str) -> None:
     """Store the user message that starts a (running) turn."""
-    await store.start_turn(session.id, user(text))
+    await start_turn(store, session.id, user(text))
 
 
 def contents(messages: Sequence[ChatMessage]) -> list[str]:

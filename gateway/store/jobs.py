@@ -16,10 +16,11 @@ from typing import Any
 from sqlalchemy import RowMapping, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gateway.cluster.membership import stopped_or_silent
 from gateway.contracts.errors import LeaseLost
 from gateway.contracts.ids import UserId
 from gateway.store import Store
+from gateway.store.instances import stopped_or_silent
+from gateway.store.outbox import SettledReport
 from gateway.store.sql import insert_ignore
 from gateway.store.tables import instances, job_runs, jobs, turns
 from gateway.store.types import aware
@@ -500,3 +501,41 @@ def _run(r: RowMapping) -> Run:
         finished_at=None if r["finished_at"] is None else aware(r["finished_at"]),
         owner=r["owner"],
     )
+
+
+async def record_report(conn: AsyncConnection, report: SettledReport) -> None:
+    """In the outbox's transaction (an `Outbox` listener): every chunk of a run's report is
+    settled, so its pending delivery status becomes delivered, or failed with the reasons."""
+    status = DeliveryStatus.FAILED if report.failures else DeliveryStatus.DELIVERED
+    await conn.execute(
+        update(job_runs)
+        .where(
+            job_runs.c.id == report.run_id,
+            job_runs.c.delivery_status == str(DeliveryStatus.PENDING),
+        )
+        .values(
+            delivery_status=str(status),
+            delivery_detail="; ".join(report.failures) if report.failures else None,
+        )
+    )
+
+
+async def start_run(conn: AsyncConnection, run_id: int, session_id: int, turn_id: int) -> None:
+    """In the caller's transaction: the session and turn a running run works in (known
+    from the start, so a run cut off with its instance ends its turn too)."""
+    await conn.execute(
+        update(job_runs)
+        .where(job_runs.c.id == run_id)
+        .values(session_id=session_id, turn_id=turn_id)
+    )
+
+
+async def set_streak(
+    conn: AsyncConnection, job_id: str, streak: int, *, notified: bool | None
+) -> None:
+    """In the caller's transaction: a job's count of failed runs in a row (and whether its
+    owner was told of them, unless `notified` is None)."""
+    values: dict[str, Any] = {"consecutive_failures": streak}
+    if notified is not None:
+        values["failure_notified"] = notified
+    await conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values))

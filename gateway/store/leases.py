@@ -17,10 +17,10 @@ from datetime import datetime, timedelta
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gateway.cluster.membership import Now, gone
 from gateway.contracts.errors import LeaseLost
 from gateway.contracts.messages import utcnow
 from gateway.store import Store
+from gateway.store.instances import Now, gone
 from gateway.store.sql import insert_or_skip
 from gateway.store.tables import leases
 

@@ -1,0 +1,410 @@
+"""The inbox: every accepted inbound message is a row, and its queue state lives there.
+
+Status: `pending` (waiting for a turn; `steer` rows wait to be injected into the running
+turn), `running` (taken by the turn `turn_id`), `done` (with exactly one outcome). A pending
+row that already has a `turn_id` was cut off by a stop: its user message is in the history
+and the next turn answers it without storing it twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import RowMapping, case, func, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gateway.contracts.ids import (
+    AccountId,
+    ChatId,
+    ExternalUserId,
+    InboxId,
+    PlatformMessageId,
+    SessionKey,
+    ThreadId,
+    TurnId,
+    UserId,
+)
+from gateway.contracts.messages import Attachment, InboundMessage, utcnow
+from gateway.store import Store
+from gateway.store.sql import insert_ignore
+from gateway.store.tables import inbox
+
+
+class Outcome(StrEnum):
+    """What finally happened to an inbound message (recorded exactly once)."""
+
+    ANSWERED = "answered"
+    MERGED = "merged"
+    STEERED = "steered"
+    DROPPED = "dropped"
+    REJECTED = "rejected"
+
+
+class Status(StrEnum):
+    """Where an inbound message is in its session's queue."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+
+
+@dataclass(frozen=True, slots=True)
+class InboxRow:
+    """One stored inbound message."""
+
+    id: InboxId
+    platform: str
+    account: AccountId
+    platform_message_id: PlatformMessageId
+    session_key: SessionKey
+    chat_id: ChatId
+    thread_id: ThreadId | None
+    sender_id: ExternalUserId
+    sender_name: str
+    text: str
+    is_direct: bool
+    kind: str
+    priority: int
+    steer: bool
+    attempts: int
+    status: Status
+    outcome: Outcome | None
+    outcome_detail: str | None
+    turn_id: TurnId | None
+    user_id: UserId | None
+    received_at: datetime
+    accepted_at: datetime
+    reply_to: PlatformMessageId | None = None
+    attachments: tuple[Attachment, ...] = ()
+
+    @property
+    def content(self) -> str:
+        """The text with a line per attachment, as the agent sees it."""
+        lines = [
+            f"[attached file: {a.filename or a.path.name} ({a.mime_type}, {a.size} bytes) "
+            f"saved at {a.path}]"
+            for a in self.attachments
+        ]
+        return "\n".join([self.text, *lines]) if self.text else "\n".join(lines)
+
+    @property
+    def is_command(self) -> bool:
+        """Commands bypass the queue."""
+        return self.kind == "command"
+
+
+async def insert(
+    conn: AsyncConnection,
+    message: InboundMessage,
+    *,
+    key: SessionKey,
+    user_id: UserId | None,
+    text: str | None = None,
+    kind: str = "message",
+    priority: int = 0,
+    steer: bool = False,
+    outcome: Outcome | None = None,
+    detail: str | None = None,
+) -> InboxId | None:
+    """Store a message in the caller's transaction; None when it was already stored."""
+    new_id = await insert_ignore(
+        conn,
+        inbox,
+        {
+            "platform": str(message.platform),
+            "account": message.account,
+            "platform_message_id": message.platform_message_id,
+            "session_key": key,
+            "chat_id": message.chat_id,
+            "thread_id": message.thread_id,
+            "sender_id": message.sender.id,
+            "sender_name": message.sender.display_name[:256],
+            "text": message.text if text is None else text,
+            "payload": _payload(message),
+            "received_at": message.received_at,
+            "accepted_at": utcnow(),
+            "status": str(Status.DONE if outcome else Status.PENDING),
+            "outcome": None if outcome is None else str(outcome),
+            "outcome_detail": detail,
+            "user_id": user_id,
+            "is_direct": message.is_direct,
+            "kind": kind,
+            "priority": priority,
+            "steer": steer,
+            "attempts": 0,
+        },
+    )
+    return None if new_id is None else InboxId(new_id)
+
+
+async def count_waiting(conn: AsyncConnection, key: SessionKey) -> int:
+    """Messages of the session waiting for a turn (commands and steer rows excluded)."""
+    value = await conn.scalar(
+        select(func.count())
+        .select_from(inbox)
+        .where(
+            inbox.c.session_key == key,
+            inbox.c.status == str(Status.PENDING),
+            inbox.c.kind == "message",
+            inbox.c.steer.is_(False),
+        )
+    )
+    return int(value or 0)
+
+
+async def pending(
+    conn: AsyncConnection, key: SessionKey, *, kind: str = "message"
+) -> list[InboxRow]:
+    """The session's pending rows of that kind, in the order they are to be handled."""
+    rows = (
+        (
+            await conn.execute(
+                select(inbox)
+                .where(
+                    inbox.c.session_key == key,
+                    inbox.c.status == str(Status.PENDING),
+                    inbox.c.kind == kind,
+                )
+                .order_by(inbox.c.priority.desc(), inbox.c.id)
+            )
+        )
+        .mappings()
+        .all()
+    )
+    return [_row(r) for r in rows]
+
+
+async def take(conn: AsyncConnection, ids: Sequence[InboxId], turn_id: TurnId) -> int:
+    """pending → running in `turn_id` (one more attempt each); returns how many were still
+    pending (a /stop may have settled some since they were read)."""
+    result = await conn.execute(
+        update(inbox)
+        .where(inbox.c.id.in_(list(ids)), inbox.c.status == str(Status.PENDING))
+        .values(
+            status=str(Status.RUNNING),
+            turn_id=turn_id,
+            steer=False,
+            attempts=inbox.c.attempts + 1,
+        )
+    )
+    return int(result.rowcount or 0)
+
+
+async def take_command(conn: AsyncConnection, inbox_id: InboxId, instance: str) -> bool:
+    """pending → running for a command row, run by `instance`; False when someone else has
+    taken it. (If that instance dies, the row is given back once it counts as gone.)"""
+    result = await conn.execute(
+        update(inbox)
+        .where(inbox.c.id == inbox_id, inbox.c.status == str(Status.PENDING))
+        .values(status=str(Status.RUNNING), attempts=inbox.c.attempts + 1, claimed_by=instance)
+    )
+    return bool(result.rowcount)
+
+
+async def settle(
+    conn: AsyncConnection,
+    ids: Sequence[InboxId],
+    outcome: Outcome,
+    *,
+    turn_id: TurnId | None = None,
+    detail: str | None = None,
+    only_pending: bool = False,
+) -> int:
+    """Record the final outcome of rows that have none yet; return how many were settled.
+
+    With `only_pending`, rows a turn has already taken are left to that turn.
+    """
+    if not ids:
+        return 0
+    values: dict[str, Any] = {
+        "status": str(Status.DONE),
+        "outcome": str(outcome),
+        "outcome_detail": detail,
+        "steer": False,
+    }
+    if turn_id is not None:
+        values["turn_id"] = turn_id
+    open_ = (
+        inbox.c.status == str(Status.PENDING)
+        if only_pending
+        else inbox.c.status != str(Status.DONE)
+    )
+    result = await conn.execute(
+        update(inbox).where(inbox.c.id.in_(list(ids)), open_).values(**values)
+    )
+    return int(result.rowcount or 0)
+
+
+async def requeue(
+    conn: AsyncConnection,
+    ids: Sequence[InboxId],
+    *,
+    turn_id: TurnId | None = None,
+    refund: bool = False,
+) -> None:
+    """running / steer → plain pending (the turn stopped before answering them).
+
+    `turn_id`: the turn that already stored them in the history (not to be stored again).
+    `refund`: the try does not count towards the attempts after which a message is given up
+    (it failed for a reason outside the message, such as the model being unreachable).
+    """
+    values: dict[str, Any] = {"status": str(Status.PENDING), "steer": False}
+    if turn_id is not None:
+        values["turn_id"] = turn_id
+    if refund:
+        values["attempts"] = case((inbox.c.attempts > 0, inbox.c.attempts - 1), else_=0)
+    await conn.execute(
+        update(inbox)
+        .where(inbox.c.id.in_(list(ids)), inbox.c.status != str(Status.DONE))
+        .values(**values)
+    )
+
+
+async def restore_pending(conn: AsyncConnection, key: SessionKey) -> int:
+    """The session's waiting rows that an earlier turn already stored in the history (cut
+    off, or tried while the model was away) are stored again by their next turn: for a new
+    conversation (`/new`), whose history does not hold them. Returns how many."""
+    result = await conn.execute(
+        update(inbox)
+        .where(
+            inbox.c.session_key == key,
+            inbox.c.status == str(Status.PENDING),
+            inbox.c.turn_id.is_not(None),
+        )
+        .values(turn_id=None)
+    )
+    return int(result.rowcount or 0)
+
+
+class Inbox:
+    """Queries of the inbox table that are their own transactions."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def recover(self) -> list[SessionKey]:
+        """After a stop: rows taken by a turn that never finished go back to pending.
+
+        Returns the session keys with pending rows (to be woken).
+        """
+        async with self.store.write() as conn:
+            await conn.execute(
+                update(inbox)
+                .where(inbox.c.status == str(Status.RUNNING))
+                .values(status=str(Status.PENDING))
+            )
+            await conn.execute(
+                update(inbox)
+                .where(inbox.c.status == str(Status.PENDING), inbox.c.steer.is_(True))
+                .values(steer=False)
+            )
+            rows = (
+                await conn.execute(
+                    select(inbox.c.session_key, func.min(inbox.c.id))
+                    .where(inbox.c.status == str(Status.PENDING))
+                    .group_by(inbox.c.session_key)
+                    .order_by(func.min(inbox.c.id))
+                )
+            ).all()
+        return [SessionKey(r[0]) for r in rows]
+
+    async def get(self, inbox_id: InboxId) -> InboxRow | None:
+        """The row with that id, or None."""
+        async with self.store.read() as conn:
+            row = (
+                (await conn.execute(select(inbox).where(inbox.c.id == inbox_id))).mappings().first()
+            )
+        return None if row is None else _row(row)
+
+    async def for_session(self, key: SessionKey | str, *, limit: int = 200) -> list[InboxRow]:
+        """The inbound messages of a session key (all epochs), oldest first."""
+        async with self.store.read() as conn:
+            rows = (
+                (
+                    await conn.execute(
+                        select(inbox)
+                        .where(inbox.c.session_key == key)
+                        .order_by(inbox.c.id.desc())
+                        .limit(limit)
+                    )
+                )
+                .mappings()
+                .all()
+            )
+        return [_row(r) for r in reversed(rows)]
+
+    async def counts(self) -> dict[str, int]:
+        """Rows per outcome (`pending` / `running` for rows without one yet)."""
+        async with self.store.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(inbox.c.status, inbox.c.outcome, func.count()).group_by(
+                        inbox.c.status, inbox.c.outcome
+                    )
+                )
+            ).all()
+        out: dict[str, int] = {}
+        for status, outcome, n in rows:
+            name = str(outcome) if outcome else str(status)
+            out[name] = out.get(name, 0) + int(n)
+        return out
+
+
+def _payload(message: InboundMessage) -> dict[str, Any] | None:
+    """What a row keeps beyond its columns: the reply-to id and the attachments."""
+    payload: dict[str, Any] = {}
+    if message.reply_to:
+        payload["reply_to"] = message.reply_to
+    if message.attachments:
+        payload["attachments"] = [
+            {"path": str(a.path), "mime_type": a.mime_type, "size": a.size, "filename": a.filename}
+            for a in message.attachments
+        ]
+    return payload or None
+
+
+def _attachments(payload: Any) -> tuple[Attachment, ...]:
+    items = payload.get("attachments") if isinstance(payload, dict) else None
+    if not isinstance(items, list):
+        return ()
+    return tuple(
+        Attachment(Path(a["path"]), str(a["mime_type"]), int(a["size"]), str(a["filename"]))
+        for a in items
+        if isinstance(a, dict)
+    )
+
+
+def _row(r: RowMapping) -> InboxRow:
+    payload = r["payload"] or {}
+    reply_to = payload.get("reply_to") if isinstance(payload, dict) else None
+    return InboxRow(
+        id=InboxId(r["id"]),
+        platform=str(r["platform"]),
+        account=AccountId(r["account"]),
+        platform_message_id=PlatformMessageId(r["platform_message_id"]),
+        session_key=SessionKey(r["session_key"]),
+        chat_id=ChatId(r["chat_id"]),
+        thread_id=None if r["thread_id"] is None else ThreadId(r["thread_id"]),
+        sender_id=ExternalUserId(r["sender_id"]),
+        sender_name=str(r["sender_name"]),
+        text=str(r["text"]),
+        is_direct=bool(r["is_direct"]),
+        kind=str(r["kind"]),
+        priority=int(r["priority"]),
+        steer=bool(r["steer"]),
+        attempts=int(r["attempts"]),
+        status=Status(r["status"]),
+        outcome=None if r["outcome"] is None else Outcome(r["outcome"]),
+        outcome_detail=r["outcome_detail"],
+        turn_id=None if r["turn_id"] is None else TurnId(r["turn_id"]),
+        user_id=None if r["user_id"] is None else UserId(r["user_id"]),
+        received_at=r["received_at"],
+        accepted_at=r["accepted_at"],
+        reply_to=None if reply_to is None else PlatformMessageId(str(reply_to)),
+        attachments=_attachments(payload),
+    )
