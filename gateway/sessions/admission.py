@@ -13,21 +13,21 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 
-from gateway import inbox as inbox_sql
 from gateway.access import Verdict
-from gateway.cluster.bus import Signal
+from gateway.cluster.bus import Signal, SignalAction
 from gateway.cluster.lanes import LaneState
 from gateway.commands import WITH_TEXT, parse_command
 from gateway.contracts.config import BusyMode, GroupSessions
 from gateway.contracts.errors import ShuttingDown
 from gateway.contracts.ids import SessionKey
 from gateway.contracts.messages import InboundMessage
-from gateway.inbox import InboxRow, Outcome
-from gateway.outbox import Chunk, Target, enqueue
 from gateway.sessions.context import SessionContext
 from gateway.sessions.keys import derive_session_key
 from gateway.sessions.policies import policy
 from gateway.sessions.state import INTERRUPTED_BY_NEWER
+from gateway.store import inbox as inbox_sql
+from gateway.store.inbox import InboxRow, Outcome
+from gateway.store.outbox import Chunk, Target, enqueue
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +132,13 @@ class Admission:
                         await enqueue(conn, notices)
                 if row_id is not None and outcome is None and elsewhere:
                     # Another instance runs this session: tell it (sent when this commits).
-                    action = "interrupt" if interrupt else "steer" if steer_text else "wake"
+                    action = (
+                        SignalAction.INTERRUPT
+                        if interrupt
+                        else SignalAction.STEER
+                        if steer_text
+                        else SignalAction.WAKE
+                    )
                     if interrupt and remote.turn_id is not None:
                         await ctx.lane_store.request_cancel(
                             conn, key, remote.turn_id, INTERRUPTED_BY_NEWER

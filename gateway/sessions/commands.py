@@ -10,18 +10,19 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from gateway import inbox as inbox_sql
+from gateway.cluster.bus import SignalAction
 from gateway.commands import HELP_TEXT, WITH_TEXT, Command, ParsedCommand, parse_command
 from gateway.contracts.config import BusyMode, PlatformSection
 from gateway.contracts.ids import SessionKey
 from gateway.contracts.messages import TextFormat
 from gateway.cron.service import JobService, describe
 from gateway.cron.targets import HOME_SETTING, chat_target
-from gateway.inbox import InboxRow, Outcome
-from gateway.outbox import Chunk, Target, enqueue
 from gateway.sessions.context import SessionContext
 from gateway.sessions.signals import ClusterSignals
 from gateway.sessions.state import Lane, Running
+from gateway.store import inbox as inbox_sql
+from gateway.store.inbox import InboxRow, Outcome
+from gateway.store.outbox import Chunk, Target, enqueue
 from gateway.store.store import set_setting
 
 STOPPING = (Command.STOP, Command.NEW, Command.RESET)
@@ -106,7 +107,7 @@ class Commands:
         if answer.cancel is not None and running is not None:
             running.cancel(answer.cancel)
         elif answer.cancel is not None:
-            await self.signals.tell_owner(row.session_key, "cancel", answer.cancel)
+            await self.signals.tell_owner(row.session_key, SignalAction.CANCEL, answer.cancel)
 
     # handlers, one per command ---------------------------------------------------------------
 

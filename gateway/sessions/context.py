@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_core.agent import Agent
@@ -22,16 +21,16 @@ from gateway.access import Access
 from gateway.backoff import Backoff
 from gateway.channels import Channels
 from gateway.cluster.bus import LocalBus
-from gateway.cluster.lanes import Lanes, SoloLanes
+from gateway.cluster.lanes import Lanes
 from gateway.config import SessionsConfig
 from gateway.contracts.config import BusyMode, PlatformSection
 from gateway.contracts.ids import SessionKey, UserId
-from gateway.inbox import InboxRow
 from gateway.metrics import Metrics
-from gateway.outbox import Outbox
 from gateway.sessions.state import Lane
 from gateway.store import Store
-from gateway.store.tables import sessions as sessions_table
+from gateway.store.inbox import InboxRow
+from gateway.store.outbox import Outbox
+from gateway.store.store import busy_mode_of
 from gateway.turns import TurnFailure
 
 logger = logging.getLogger(__name__)
@@ -87,7 +86,7 @@ class SessionContext:
     @property
     def clustered(self) -> bool:
         """Whether other instances may share the database (lanes are claimed in SQL)."""
-        return not isinstance(self.lane_store, SoloLanes)
+        return self.lane_store.clustered
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         """Run `coro` as a child of the manager's TaskGroup, counted until it ends."""
@@ -123,12 +122,7 @@ class SessionContext:
         self, conn: AsyncConnection, key: SessionKey, section: PlatformSection | None
     ) -> BusyMode:
         """The session's busy mode: its `/mode`, else its platform's, else the default."""
-        value = await conn.scalar(
-            select(sessions_table.c.busy_mode)
-            .where(sessions_table.c.key == key)
-            .order_by(sessions_table.c.epoch.desc())
-            .limit(1)
-        )
+        value = await busy_mode_of(conn, key)
         if value:
             return BusyMode(value)
         if section is not None and section.busy_mode is not None:

@@ -14,8 +14,8 @@ from datetime import datetime, timedelta
 from gateway.contracts.adapter import Adapter, MessageEditor, TypingIndicator, WorkingIndicator
 from gateway.contracts.ids import Platform, PlatformMessageId, TurnId
 from gateway.contracts.messages import OutboundMessage, TextFormat, utcnow
-from gateway.outbox import Target
 from gateway.sessions.context import SessionContext
+from gateway.store.outbox import Target
 
 logger = logging.getLogger(__name__)
 

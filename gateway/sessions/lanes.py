@@ -12,15 +12,15 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from gateway import inbox as inbox_sql
 from gateway.cluster.lanes import Claim
 from gateway.contracts.errors import LeaseLost
 from gateway.contracts.ids import SessionKey
 from gateway.contracts.messages import utcnow
-from gateway.inbox import InboxRow
 from gateway.sessions.context import SessionContext
 from gateway.sessions.policies import policy
 from gateway.sessions.state import Lane
+from gateway.store import inbox as inbox_sql
+from gateway.store.inbox import InboxRow
 
 logger = logging.getLogger(__name__)
 

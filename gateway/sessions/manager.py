@@ -17,7 +17,6 @@ from types import TracebackType
 from typing import Self
 
 from agent_core.agent import Agent
-from gateway import inbox as inbox_sql
 from gateway.access import Access
 from gateway.channels import Channels
 from gateway.cluster.bus import LocalBus
@@ -37,6 +36,7 @@ from gateway.sessions.runner import InboxTurns
 from gateway.sessions.signals import ClusterSignals
 from gateway.sessions.stream import TurnRequest, TurnStream
 from gateway.store import Store
+from gateway.store import inbox as inbox_sql
 
 logger = logging.getLogger(__name__)
 

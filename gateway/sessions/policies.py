@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from gateway.contracts.config import BusyMode
-from gateway.inbox import InboxRow
+from gateway.store.inbox import InboxRow
 
 
 class BusyPolicy(Protocol):

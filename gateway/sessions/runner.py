@@ -14,16 +14,16 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_core.loop import TurnProgress
-from gateway import inbox as inbox_sql
 from gateway.contracts.errors import LeaseLost
 from gateway.contracts.history import ChatMessage, Role, SessionInfo, TurnResult
 from gateway.contracts.ids import InboxId, SessionId, SessionKey, TurnId, UserId
 from gateway.contracts.messages import utcnow
-from gateway.inbox import InboxRow, Outcome
-from gateway.outbox import Chunk, Target, enqueue, reply_chunks
 from gateway.sessions.context import SessionContext
 from gateway.sessions.feedback import Feedback, Preview
 from gateway.sessions.state import Lane, Running
+from gateway.store import inbox as inbox_sql
+from gateway.store.inbox import InboxRow, Outcome
+from gateway.store.outbox import Chunk, Target, enqueue, reply_chunks
 from gateway.store.store import record_finish, record_start
 from gateway.turns import FailureKind, TurnFailure, TurnStatus, run_agent
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from gateway import inbox as inbox_sql
-from gateway.cluster.bus import Signal
+from gateway.cluster.bus import Signal, SignalAction
 from gateway.cluster.lanes import LaneState
 from gateway.contracts.ids import SessionKey
 from gateway.sessions.context import SessionContext
 from gateway.sessions.state import INTERRUPTED_BY_NEWER, Running
+from gateway.store import inbox as inbox_sql
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ class ClusterSignals:
     def on_signal(self, signal: Signal) -> None:
         """A hint from another instance (see `gateway.cluster.bus`)."""
         ctx = self.ctx
-        if signal.action == "resync":
+        if signal.action is SignalAction.RESYNC:
             self.scan.set()
             assert ctx.tg is not None
             ctx.tg.create_task(self._missed_signals(), name="missed signals")
@@ -38,17 +38,17 @@ class ClusterSignals:
         key = SessionKey(signal.key)
         lane = ctx.lanes.get(key)
         running = lane.running if lane is not None else None
-        if signal.action == "cancel" and lane is not None:
+        if signal.action is SignalAction.CANCEL and lane is not None:
             lane.stops += 1
-        if signal.action == "cancel" and running is not None:
+        if signal.action is SignalAction.CANCEL and running is not None:
             running.cancel(signal.reason or "cancelled")
-        elif signal.action == "interrupt" and running is not None:
+        elif signal.action is SignalAction.INTERRUPT and running is not None:
             running.cancel(INTERRUPTED_BY_NEWER)
-        elif signal.action == "steer" and running is not None:
+        elif signal.action is SignalAction.STEER and running is not None:
             assert ctx.tg is not None
             ctx.tg.create_task(self._pick_up_steer(key, running), name=f"steer {key}")
             return
-        if signal.action != "cancel" and lane is not None and lane.claim is not None:
+        if signal.action is not SignalAction.CANCEL and lane is not None and lane.claim is not None:
             ctx.wake(key)  # a lane free here is found by the scan, if nobody else runs it
 
     async def _missed_signals(self) -> None:
@@ -115,7 +115,7 @@ class ClusterSignals:
             state = await self.ctx.lane_store.state(conn, key)
         return state if state.owner not in (None, self.ctx.instance) else None
 
-    async def tell_owner(self, key: SessionKey, action: str, reason: str) -> None:
+    async def tell_owner(self, key: SessionKey, action: SignalAction, reason: str) -> None:
         """Signal the instance running `key`, when that is another one."""
         ctx = self.ctx
         if not ctx.clustered:
@@ -123,6 +123,6 @@ class ClusterSignals:
         async with ctx.store.write() as conn:
             state = await ctx.lane_store.state(conn, key)
             if state.owner is not None and state.owner != ctx.instance:
-                if action == "cancel" and state.turn_id is not None:
+                if action is SignalAction.CANCEL and state.turn_id is not None:
                     await ctx.lane_store.request_cancel(conn, key, state.turn_id, reason)
                 await ctx.bus.publish(conn, Signal(action, key, reason))

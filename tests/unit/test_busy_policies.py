@@ -13,8 +13,8 @@ from gateway.contracts.ids import (
     PlatformMessageId,
     SessionKey,
 )
-from gateway.inbox import InboxRow, Status
 from gateway.sessions import ACKS, POLICIES
+from gateway.store.inbox import InboxRow, Status
 
 NOW = datetime(2026, 11, 26, tzinfo=UTC)
 
