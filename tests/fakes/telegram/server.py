@@ -1,0 +1,1376 @@
+"""`FakeTelegramServer`: the fake Bot API itself (see the package's docstring)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import copy
+import itertools
+import re
+import secrets
+import time
+from collections.abc import Callable, Mapping, Sequence
+from http import HTTPStatus
+from typing import Any, Literal
+
+import httpx
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from tests.fakes.control import (
+    ControlError,
+    control_endpoint,
+    control_json,
+    control_object,
+    integer_limits,
+    wait_answer,
+    wait_timeout,
+)
+from tests.fakes.params import hang_up, jsonable
+from tests.fakes.serving import LocalServer, Served
+from tests.fakes.telegram.entities import (
+    PARSERS,
+    EntityParseError,
+    FormattedText,
+    auto_entities,
+    utf16_len,
+)
+from tests.fakes.telegram.records import (
+    BLOCKED_BY_USER,
+    CANT_PARSE,
+    CAPTION_TOO_LONG,
+    CHAT_ACTIONS,
+    CHAT_MIGRATED,
+    DEFAULT_UPDATE_KINDS,
+    EDIT_NOT_FOUND,
+    JSON,
+    MAX_CAPTION_LENGTH,
+    MAX_POLL_TIMEOUT,
+    MAX_TEXT_LENGTH,
+    MAX_UPDATES,
+    NOT_MODIFIED,
+    POLL_CONFLICT,
+    REJECTED_MARKUP,
+    REPLY_NOT_FOUND,
+    TEXT_EMPTY,
+    TEXT_TOO_LONG,
+    THREAD_NOT_FOUND,
+    WEBHOOK_CONFLICT,
+    WEBHOOK_TIMEOUT,
+    Action,
+    Call,
+    Edit,
+    Injected,
+    Rejected,
+    Sent,
+    StoredFile,
+    Update,
+    Upload,
+    Webhook,
+    WebhookDelivery,
+    _api_error,
+    _ApiError,
+    _Chat,
+    _Faults,
+    _Handler,
+    _number,
+    _Params,
+    _Queued,
+    _read_params,
+)
+from tests.fakes.waiting import Changes, Waitable
+
+# -- the server -----------------------------------------------------------------------------------
+
+
+class FakeTelegramServer(Served, Waitable):
+    """A fake Bot API for one test (or one standalone process).
+
+    Single event loop only: the server runs as tasks of the loop that enters it, and the
+    Python API (injection, faults, waits) must be called from that loop.
+    """
+
+    def __init__(
+        self,
+        token: str = "123:abc",
+        *,
+        bot_username: str = "herald_bot",
+        bot_name: str = "Herald",
+        port: int = 0,
+        webhook_retry_delay: float = 0.2,
+        first_update_id: int = 1,
+        log_level: str | None = None,
+    ) -> None:
+        self.token = token
+        prefix = token.split(":", 1)[0]
+        self.bot_user: JSON = {
+            "id": int(prefix) if prefix.isdigit() else 1,
+            "is_bot": True,
+            "first_name": bot_name,
+            "username": bot_username,
+        }
+        """The bot as `from` of its messages (getMe adds its capabilities)."""
+        self.sent: list[Sent] = []
+        """Every message the bot sent, in arrival order."""
+        self.edits: list[Edit] = []
+        """Every accepted editMessageText, in arrival order."""
+        self.actions: list[Action] = []
+        """Every accepted sendChatAction, in arrival order."""
+        self.deleted: list[tuple[int, int]] = []
+        """(chat_id, message_id) of every accepted deleteMessage."""
+        self.calls: list[Call] = []
+        """Every Bot API request with the right token (faulted ones included), in order."""
+        self.downloads: list[str] = []
+        """The `file_path` of every file download (`GET /file/bot<token>/...`), in order."""
+        self.rejected: list[Rejected] = []
+        """Every Bot API request answered with an error, in order."""
+        self.confirmed: list[int] = []
+        """Update ids confirmed (by a later offset or a webhook's 2xx), in confirmation order."""
+        self.discarded: list[int] = []
+        """Update ids dropped unconfirmed (allowed_updates, negative offset, drop_pending)."""
+        self.webhook_deliveries: list[WebhookDelivery] = []
+        """Every attempt to push an update to a webhook, in order."""
+        self.commands: list[JSON] = []
+        """The commands of the last setMyCommands."""
+        self.polls = 0
+        """How many getUpdates requests arrived (faulted ones included)."""
+        self.polls_waiting = 0
+        """How many getUpdates requests are being held (long polls and stalled polls)."""
+        self._port = port
+        self._log_level = log_level
+        self._retry_delay = webhook_retry_delay
+        self._queue: list[_Queued] = []
+        self._updates: dict[int, Update] = {}
+        self._update_ids = itertools.count(first_update_id)
+        self._chats: dict[int, _Chat] = {}
+        self._files: dict[str, StoredFile] = {}
+        self._file_numbers = itertools.count(1)
+        self._channel_ids = itertools.count(1)
+        self._allowed: frozenset[str] = DEFAULT_UPDATE_KINDS
+        self._webhook: Webhook | None = None
+        self._poll_generation = 0
+        self._faults = _Faults()
+        self._methods: dict[str, tuple[str, _Handler]] = {
+            name.lower(): (name, handler)
+            for name, handler in [
+                ("getMe", self._get_me),
+                ("getUpdates", self._get_updates),
+                ("sendMessage", self._send_message),
+                ("editMessageText", self._edit_message_text),
+                ("deleteMessage", self._delete_message),
+                ("sendChatAction", self._send_chat_action),
+                ("sendPhoto", self._send_photo),
+                ("sendDocument", self._send_document),
+                ("getFile", self._get_file),
+                ("setWebhook", self._set_webhook),
+                ("deleteWebhook", self._delete_webhook),
+                ("getWebhookInfo", self._get_webhook_info),
+                ("setMyCommands", self._set_my_commands),
+                ("getMyCommands", self._get_my_commands),
+                ("deleteMyCommands", self._delete_my_commands),
+            ]
+        }
+        self._changes = Changes()
+        self._local: LocalServer | None = None
+        self._pusher: asyncio.Task[None] | None = None
+        self._http: httpx.AsyncClient | None = None
+
+    # -- where it listens -------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        """The bound TCP port."""
+        if self._local is None:
+            raise RuntimeError("the server is not started")
+        return self._local.port
+
+    @property
+    def url(self) -> str:
+        """`http://127.0.0.1:<port>`: the root, where `/control/*` lives."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """`Bot(base_url=...)`: python-telegram-bot appends the token."""
+        return f"{self.url}/bot"
+
+    @property
+    def base_file_url(self) -> str:
+        """`Bot(base_file_url=...)`: python-telegram-bot appends the token."""
+        return f"{self.url}/file/bot"
+
+    # -- inbound ----------------------------------------------------------------------------------
+
+    @property
+    def pending(self) -> list[Update]:
+        """The updates the server still holds, in delivery order."""
+        return [queued.update for queued in self._queue]
+
+    @property
+    def webhook(self) -> Webhook | None:
+        """The webhook set, None while polling."""
+        return self._webhook
+
+    def inject_message(
+        self,
+        chat_id: int,
+        text: str = "",
+        *,
+        sender_id: int,
+        sender_name: str = "",
+        sender_username: str | None = None,
+        sender_is_bot: bool = False,
+        chat_type: Literal["private", "group", "supergroup", "channel"] = "private",
+        chat_title: str | None = None,
+        is_forum: bool = False,
+        thread_id: int | None = None,
+        reply_to: int | None = None,
+        entities: Sequence[Mapping[str, Any]] | None = None,
+        photo: str | None = None,
+        document: str | None = None,
+        date: float | None = None,
+        message_id: int | None = None,
+        edit_of: int | None = None,
+    ) -> Injected:
+        """Queue a user's message as a new update; return its update, chat and message ids.
+
+        `entities` default to Telegram's automatic ones (mentions, a leading bot command).
+        `photo` / `document`: the file id of an `add_file()`; `text` becomes the caption.
+        `thread_id` in a forum makes a topic message. `reply_to`: a message id in this chat
+        (the bot's included), embedded as `reply_to_message`. `edit_of`: make an
+        `edited_message` update of that earlier message instead (new text, `edit_date`).
+        Raises KeyError for an unknown `reply_to`, `edit_of` or file id.
+        """
+        known = self._chats[chat_id].messages if chat_id in self._chats else {}
+        for name, value, where in (
+            ("reply_to", reply_to, known),
+            ("edit_of", edit_of, known),
+            ("photo", photo, self._files),
+            ("document", document, self._files),
+        ):
+            if value is not None and value not in where:
+                raise KeyError(f"unknown {name}: {value!r}")
+        now = int(time.time() if date is None else date)
+        chat = self._chat(chat_id, chat_type)
+        chat.type = chat_type
+        chat.is_forum = is_forum
+        if chat_title is not None:
+            chat.title = chat_title
+        if chat_type == "private":
+            chat.first_name = sender_name or chat.first_name
+            chat.username = sender_username or chat.username
+        entity_list = None if entities is None else [dict(e) for e in entities]
+        if edit_of is not None:
+            message = copy.deepcopy(chat.messages[edit_of])
+            self._set_content(message, text, entity_list, photo, document)
+            message["edit_date"] = now
+            chat.messages[edit_of] = message
+            kind = "edited_channel_post" if chat.type == "channel" else "edited_message"
+            update_id = self._enqueue({kind: copy.deepcopy(message)})
+            return Injected(update_id, chat.id, edit_of)
+        if thread_id is not None:
+            chat.topics.add(thread_id)
+            chat.last_message_id = max(chat.last_message_id, thread_id)
+        if message_id is None:
+            message_id = chat.next_message_id()
+        elif message_id in chat.messages:
+            raise ValueError(f"message {message_id} already exists in chat {chat.id}")
+        chat.last_message_id = max(chat.last_message_id, message_id)
+        sender: JSON = {
+            "id": sender_id,
+            "is_bot": sender_is_bot,
+            "first_name": sender_name or f"User {sender_id}",
+        }
+        if sender_username:
+            sender["username"] = sender_username
+        message = {"message_id": message_id, "date": now, "chat": chat.to_json()}
+        if chat.type != "channel":
+            message["from"] = sender
+        self._set_content(message, text, entity_list, photo, document)
+        if thread_id is not None:
+            message["message_thread_id"] = thread_id
+            if chat.is_forum:
+                message["is_topic_message"] = True
+        if reply_to is not None:
+            message["reply_to_message"] = _without_reply(chat.messages[reply_to])
+        elif thread_id is not None and chat.is_forum:
+            message["reply_to_message"] = self._topic_creation(chat, thread_id, now, sender)
+        chat.messages[message_id] = message
+        kind = "channel_post" if chat.type == "channel" else "message"
+        update_id = self._enqueue({kind: copy.deepcopy(message)})
+        return Injected(update_id, chat.id, message_id)
+
+    def inject_update(self, raw: Mapping[str, Any]) -> int:
+        """Queue `raw` as an update, as is; its `update_id` is kept when given, else assigned.
+
+        Kinds outside `allowed_updates` (by default: chat_member, message_reaction,
+        message_reaction_count) are discarded, as Telegram never creates them.
+        """
+        payload = copy.deepcopy(dict(raw))
+        given = payload.get("update_id")
+        if isinstance(given, int) and not isinstance(given, bool):
+            self._update_ids = itertools.count(max(given + 1, next(self._update_ids)))
+            return self._enqueue(payload, update_id=given)
+        return self._enqueue(payload)
+
+    def duplicate(self, update_id: int) -> None:
+        """Deliver an update again, same id and content, even if already confirmed.
+
+        The copy is delivered once even below the current offset, then confirmed like any
+        update. KeyError for an update never created.
+        """
+        self._queue.append(_Queued(self._updates[update_id], redelivery=True))
+        self._changes.notify()
+
+    def add_file(
+        self,
+        content: bytes,
+        *,
+        file_path: str | None = None,
+        file_name: str | None = None,
+        mime_type: str | None = None,
+    ) -> str:
+        """Register a file getFile serves; return its file id (for `inject_message(photo=...)`)."""
+        number = next(self._file_numbers)
+        stored = StoredFile(
+            file_id=f"BQACAgIAAxkBAAI{number:04d}{secrets.token_urlsafe(12)}",
+            file_unique_id=f"AgAD{number:04d}{secrets.token_hex(4)}",
+            file_path=file_path or f"files/file_{number}",
+            content=content,
+            file_name=file_name,
+            mime_type=mime_type,
+        )
+        self._files[stored.file_id] = stored
+        return stored.file_id
+
+    def file(self, file_id: str) -> StoredFile:
+        """A registered or uploaded file; KeyError if unknown."""
+        return self._files[file_id]
+
+    async def wait_until_confirmed(self, *update_ids: int, timeout: float = 10.0) -> None:
+        """Wait until these updates (default: every pending one) are confirmed.
+
+        Raises TimeoutError after `timeout` seconds.
+        """
+
+        def done() -> bool:
+            if not update_ids:
+                return not self._queue
+            pending = {queued.update.update_id for queued in self._queue}
+            return all(u in self.confirmed and u not in pending for u in update_ids)
+
+        await self.wait_for(done, timeout)
+
+    # -- outbound ---------------------------------------------------------------------------------
+
+    def message(self, chat_id: int, message_id: int) -> JSON:
+        """The current state of a message (a copy); KeyError if unknown."""
+        return copy.deepcopy(self._chats[chat_id].messages[message_id])
+
+    def texts_in(self, chat_id: int) -> list[str]:
+        """What the user sees of the bot's messages in `chat_id` (after edits), in send order."""
+        chat = self._chats.get(chat_id)
+        if chat is None:
+            return []
+        texts = []
+        for sent in self.sent:
+            message = chat.messages.get(sent.message_id) if sent.chat_id == chat_id else None
+            if message is not None:
+                texts.append(str(message.get("text", message.get("caption", ""))))
+        return texts
+
+    async def wait_for_sent(
+        self,
+        expected: int | Callable[[Sent], bool],
+        timeout: float = 10.0,
+    ) -> list[Sent]:
+        """Wait for sends: a count (return all sends) or a predicate (return the matches).
+
+        Raises TimeoutError after `timeout` seconds.
+        """
+        return await self._changes.wait_for_items(self.sent, expected, timeout)
+
+    # -- faults -----------------------------------------------------------------------------------
+
+    def rate_limit(self, chat_id: int, count: int = 1, retry_after: float = 1) -> None:
+        """The next `count` sends, edits and actions in `chat_id` answer 429 `retry_after`.
+
+        `retry_after` must be > 0 (python-telegram-bot ignores a zero).
+        """
+        if not retry_after > 0:
+            raise ValueError("retry_after must be > 0")
+        self._faults.rate_limits[chat_id] = (count, retry_after)
+
+    def fail(self, method: str, count: int = 1, status: int = 500) -> None:
+        """The next `count` calls of `method` ("*": any) answer `status` (a 5xx) unprocessed."""
+        self._faults.failures[method.lower()] = (count, status)
+
+    def drop(self, method: str, count: int = 1) -> None:
+        """The next `count` calls of `method` ("*": any) get their connection closed unanswered.
+
+        Nothing is processed (a dropped getUpdates confirms nothing).
+        """
+        self._faults.drops[method.lower()] = count
+
+    def reject_markup(self, count: int = 1) -> None:
+        """The next `count` sends / edits with a parse_mode answer "can't parse entities"."""
+        self._faults.reject_markup = count
+
+    def migrate_chat(self, old_chat_id: int, new_chat_id: int) -> None:
+        """`old_chat_id` became supergroup `new_chat_id`: calls to the old id answer 400 with
+        `migrate_to_chat_id` from now on."""
+        old = self._chat(old_chat_id)
+        new = self._chat(new_chat_id, "supergroup")
+        new.type, new.title = "supergroup", new.title or old.title
+        self._faults.migrations[old_chat_id] = new_chat_id
+
+    def block_chat(self, chat_id: int, blocked: bool = True) -> None:
+        """Calls in `chat_id` answer 403 (blocked by the user; kicked from a group)."""
+        if blocked:
+            self._faults.blocked.add(chat_id)
+        else:
+            self._faults.blocked.discard(chat_id)
+
+    def delete_topic(self, chat_id: int, thread_id: int) -> None:
+        """Sends to this forum topic answer "message thread not found"."""
+        self._faults.deleted_topics.add((chat_id, thread_id))
+
+    def stall_polls(self, count: int = 1) -> None:
+        """The next `count` getUpdates never answer (held until the client leaves); they confirm
+        nothing."""
+        self._faults.stall_polls = count
+
+    def clear_faults(self) -> None:
+        """Switch every fault off (migrations, blocks and deleted topics included)."""
+        self._faults = _Faults()
+
+    # -- state as JSON ----------------------------------------------------------------------------
+
+    def webhook_info(self) -> JSON:
+        """What getWebhookInfo answers."""
+        info: JSON = {
+            "url": "",
+            "has_custom_certificate": False,
+            "pending_update_count": len(self._queue),
+        }
+        webhook = self._webhook
+        if webhook is not None:
+            info.update(url=webhook.url, max_connections=webhook.max_connections)
+            if webhook.allowed_updates is not None:
+                info["allowed_updates"] = list(webhook.allowed_updates)
+            if webhook.last_error_date is not None:
+                info["last_error_date"] = webhook.last_error_date
+                info["last_error_message"] = webhook.last_error_message
+        return info
+
+    def state(self) -> JSON:
+        """Everything a test inspects, as JSON (what `GET /control/state` answers)."""
+        texts = {str(chat_id): self.texts_in(chat_id) for chat_id in {s.chat_id for s in self.sent}}
+        return {
+            "ok": True,
+            "sent": jsonable(self.sent),
+            "edits": jsonable(self.edits),
+            "actions": jsonable(self.actions),
+            "deleted": jsonable(self.deleted),
+            "rejected": jsonable(self.rejected),
+            "texts": texts,
+            "pending": [queued.update.update_id for queued in self._queue],
+            "pending_updates": [queued.update.payload for queued in self._queue],
+            "confirmed": list(self.confirmed),
+            "discarded": list(self.discarded),
+            "polls": self.polls,
+            "polls_waiting": self.polls_waiting,
+            "webhook": self.webhook_info(),
+            "webhook_deliveries": jsonable(self.webhook_deliveries),
+            "calls": [call.method for call in self.calls],
+        }
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    async def _start(self) -> None:
+        self._local = LocalServer(self._app(), port=self._port, log_level=self._log_level)
+        self._http = httpx.AsyncClient(timeout=WEBHOOK_TIMEOUT, trust_env=False)
+        await self._local.start()
+        self._pusher = asyncio.create_task(self._push_to_webhook())
+
+    async def _stop(self) -> None:
+        self._changes.stop()  # ends long polls, stalled polls and control waits
+        try:
+            if self._pusher is not None:
+                self._pusher.cancel()
+                await asyncio.gather(self._pusher, return_exceptions=True)
+            if self._local is not None:
+                await self._local.stop()
+        finally:
+            if self._http is not None:
+                await self._http.aclose()
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _enqueue(self, payload: JSON, *, update_id: int | None = None) -> int:
+        if update_id is None:
+            update_id = next(self._update_ids)
+        payload = {"update_id": update_id, **{k: v for k, v in payload.items() if k != "update_id"}}
+        update = Update(update_id, payload)
+        self._updates[update_id] = update
+        if update.kind in self._allowed:
+            self._queue.append(_Queued(update))
+        else:
+            self.discarded.append(update_id)
+        self._changes.notify()
+        return update_id
+
+    def _confirm(self, offset: int) -> None:
+        """Forget what a getUpdates `offset` confirms."""
+        if offset == 0:
+            return
+        if offset < 0:
+            dropped, self._queue = self._queue[:offset], self._queue[offset:]
+            self.discarded.extend(queued.update.update_id for queued in dropped)
+        else:
+            kept = []
+            for queued in self._queue:
+                done = queued.update.update_id < offset and (
+                    not queued.redelivery or queued.delivered
+                )
+                if done:
+                    self.confirmed.append(queued.update.update_id)
+                else:
+                    kept.append(queued)
+            if len(kept) == len(self._queue):
+                return
+            self._queue = kept
+        self._changes.notify()
+
+    def _deliverable(self, limit: int) -> list[_Queued]:
+        """The updates the next getUpdates answer carries: one per update id, in order."""
+        batch: list[_Queued] = []
+        seen: set[int] = set()
+        for queued in self._queue:
+            if queued.update.update_id in seen:
+                continue
+            seen.add(queued.update.update_id)
+            batch.append(queued)
+            if len(batch) >= limit:
+                break
+        return batch
+
+    def _chat(self, chat_id: int, chat_type: str | None = None) -> _Chat:
+        chat = self._chats.get(chat_id)
+        if chat is None:
+            if chat_type is None:
+                if chat_id > 0:
+                    chat_type = "private"
+                else:
+                    chat_type = "supergroup" if str(chat_id).startswith("-100") else "group"
+            chat = self._chats[chat_id] = _Chat(chat_id, chat_type)
+        return chat
+
+    def _set_content(
+        self,
+        message: JSON,
+        text: str,
+        entities: list[JSON] | None,
+        photo: str | None,
+        document: str | None,
+    ) -> None:
+        """Give `message` a text, or a photo / document with `text` as its caption."""
+        if entities is None:
+            entities = auto_entities(text)
+        for key in ("text", "entities", "caption", "caption_entities"):
+            message.pop(key, None)
+        if photo is not None or document is not None:
+            if photo is not None:
+                message["photo"] = self._photo_sizes(self._files[photo])
+            if document is not None:
+                message["document"] = _document_json(self._files[document])
+            if text:
+                message["caption"] = text
+                if entities:
+                    message["caption_entities"] = entities
+            return
+        message["text"] = text
+        if entities:
+            message["entities"] = entities
+
+    def _photo_sizes(self, stored: StoredFile) -> list[JSON]:
+        """PhotoSizes of `stored`: a thumbnail (its own file id, same bytes), then `stored`."""
+        thumbnail_id = self.add_file(stored.content, file_path=f"{stored.file_path}.thumb.jpg")
+        thumbnail = self._files[thumbnail_id]
+        return [
+            {
+                "file_id": thumbnail.file_id,
+                "file_unique_id": thumbnail.file_unique_id,
+                "width": 90,
+                "height": 90,
+                "file_size": len(thumbnail.content),
+            },
+            {
+                "file_id": stored.file_id,
+                "file_unique_id": stored.file_unique_id,
+                "width": 1280,
+                "height": 960,
+                "file_size": len(stored.content),
+            },
+        ]
+
+    def _topic_creation(self, chat: _Chat, thread_id: int, date: int, sender: JSON) -> JSON:
+        """The service message that created forum topic `thread_id` (made up when unknown)."""
+        created = chat.messages.get(thread_id)
+        if created is None:
+            created = chat.messages[thread_id] = {
+                "message_id": thread_id,
+                "date": date,
+                "chat": chat.to_json(),
+                "from": sender,
+                "message_thread_id": thread_id,
+                "forum_topic_created": {"name": f"Topic {thread_id}", "icon_color": 7322096},
+                "is_topic_message": True,
+            }
+        return _without_reply(created)
+
+    def _authorized(self, request: Request) -> bool:
+        given = str(request.path_params.get("token", ""))
+        return secrets.compare_digest(given.encode(), self.token.encode())
+
+    def _app(self) -> Starlette:
+        control = [
+            ("inject", self._control_inject, "POST"),
+            ("file", self._control_file, "POST"),
+            ("state", self._control_state, "GET"),
+            ("fault", self._control_fault, "POST"),
+            ("wait", self._control_wait, "POST"),
+        ]
+        routes = [
+            Route("/bot{token}/{method}", self._bot_endpoint, methods=["GET", "POST"]),
+            Route("/file/bot{token}/{file_path:path}", self._download, methods=["GET"]),
+        ]
+        routes += [
+            Route(f"/control/{name}", control_endpoint(h), methods=[m]) for name, h, m in control
+        ]
+        return Starlette(routes=routes, exception_handlers={HTTPException: self._http_error})
+
+    async def _http_error(self, request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        return _api_error(status, HTTPStatus(status).phrase)
+
+    def _countdown(self, counters: dict[str, int], method: str) -> bool:
+        for key in (method.lower(), "*"):
+            if counters.get(key, 0) > 0:
+                counters[key] -= 1
+                return True
+        return False
+
+    def _failure(self, method: str) -> int | None:
+        failures = self._faults.failures
+        for key in (method.lower(), "*"):
+            count, status = failures.get(key, (0, 500))
+            if count > 0:
+                failures[key] = (count - 1, status)
+                return status
+        return None
+
+    async def _bot_endpoint(self, request: Request) -> Response:
+        if not self._authorized(request):
+            return _api_error(401, "Unauthorized")
+        entry = self._methods.get(str(request.path_params["method"]).lower())
+        method = entry[0] if entry is not None else str(request.path_params["method"])
+        try:
+            params = await _read_params(request)
+        except _ApiError as err:
+            params = _Params({}, {})
+            return self._refuse(method, params, err)
+        self.calls.append(Call(method, params.logged(), time.monotonic()))
+        if method == "getUpdates":
+            self.polls += 1
+        self._changes.notify()
+        if entry is None:
+            return self._refuse(method, params, _ApiError(404, "Not Found"))
+        if self._countdown(self._faults.drops, method):
+            return await hang_up(request)
+        status = self._failure(method)
+        if status is not None:
+            return self._refuse(method, params, _ApiError(status, HTTPStatus(status).phrase))
+        try:
+            result = await entry[1](request, params)
+        except _ApiError as err:
+            return self._refuse(method, params, err)
+        if isinstance(result, Response):
+            return result
+        return JSONResponse({"ok": True, "result": result})
+
+    def _refuse(self, method: str, params: _Params, err: _ApiError) -> Response:
+        self.rejected.append(
+            Rejected(method, err.status, err.description, params.logged(), time.monotonic())
+        )
+        self._changes.notify()
+        return _api_error(err.status, err.description, err.parameters)
+
+    async def _hold(
+        self, request: Request, seconds: float | None, done: Callable[[], bool]
+    ) -> bool:
+        """Wait until `done()`, `seconds` pass (None: no limit), the client leaves or the
+        server stops; False when the client left."""
+        if done() or (seconds is not None and seconds <= 0):
+            return True
+
+        self.polls_waiting += 1
+        self._changes.notify()
+        try:
+            return await self._changes.hold(request, seconds, done)
+        finally:
+            self.polls_waiting -= 1
+            self._changes.notify()
+
+    # -- chat checks shared by sends, edits and actions ------------------------------------------
+
+    def _target_chat(self, params: _Params) -> _Chat:
+        """The chat of `chat_id`, after the chat's faults (migration, block, rate limit)."""
+        raw = params.raw("chat_id")
+        if raw is None or raw == "":
+            raise _ApiError(400, "Bad Request: chat_id is empty")
+        if isinstance(raw, str) and raw.startswith("@"):
+            chat = next((c for c in self._chats.values() if c.username == raw[1:]), None)
+            if chat is None:
+                chat = self._chat(-1_000_000_000_000 - next(self._channel_ids), "channel")
+                chat.username, chat.title = raw[1:], raw[1:]
+        else:
+            chat_id = params.integer("chat_id")
+            if not chat_id:
+                raise _ApiError(400, "Bad Request: chat not found")
+            chat = self._chat(chat_id)
+        faults = self._faults
+        if chat.id in faults.migrations:
+            raise _ApiError(400, CHAT_MIGRATED, migrate_to_chat_id=faults.migrations[chat.id])
+        if chat.id in faults.blocked:
+            raise _ApiError(403, _blocked_description(chat.type))
+        left, retry_after = faults.rate_limits.get(chat.id, (0, 0.0))
+        if left > 0:
+            faults.rate_limits[chat.id] = (left - 1, retry_after)
+            raise _ApiError(
+                429,
+                f"Too Many Requests: retry after {_number(retry_after)}",
+                retry_after=_number(retry_after),
+            )
+        return chat
+
+    def _thread(self, chat: _Chat, params: _Params) -> int | None:
+        thread_id = params.integer("message_thread_id")
+        if thread_id is None:
+            return None
+        if (chat.id, thread_id) in self._faults.deleted_topics or (
+            chat.is_forum and thread_id not in chat.topics
+        ):
+            raise _ApiError(400, THREAD_NOT_FOUND)
+        return thread_id
+
+    def _format(
+        self, params: _Params, key: str, *, caption: bool = False
+    ) -> tuple[str, str | None, FormattedText]:
+        """The raw text of `key`, its parse_mode and what it parses to; 400 when refused."""
+        text = params.string(key) or ""
+        parse_mode = params.string("parse_mode") or None
+        if parse_mode is not None:
+            parser = PARSERS.get(parse_mode.lower())
+            if parser is None:
+                raise _ApiError(400, "Bad Request: unsupported parse_mode")
+            if self._faults.reject_markup > 0:
+                self._faults.reject_markup -= 1
+                raise _ApiError(400, CANT_PARSE + REJECTED_MARKUP)
+            try:
+                formatted = parser(text)
+            except EntityParseError as err:
+                raise _ApiError(400, f"{CANT_PARSE}{err}") from err
+        else:
+            given = params.json("caption_entities" if caption else "entities", "JSON array")
+            entities = tuple(e for e in given if isinstance(e, dict)) if given else ()
+            formatted = FormattedText(text, entities)
+        formatted = formatted.trimmed()
+        if not caption and not formatted.text:
+            raise _ApiError(400, TEXT_EMPTY)
+        if utf16_len(formatted.text) > (MAX_CAPTION_LENGTH if caption else MAX_TEXT_LENGTH):
+            raise _ApiError(400, CAPTION_TOO_LONG if caption else TEXT_TOO_LONG)
+        return text, parse_mode, formatted
+
+    def _reply_target(self, chat: _Chat, params: _Params) -> JSON | None:
+        """The message a send replies to (None: no reply); 400 when it does not exist."""
+        reply = params.json("reply_parameters")
+        if reply is not None:
+            if not isinstance(reply, dict):
+                raise _ApiError(400, "Bad Request: can't parse reply parameters JSON object")
+            reply_params = _Params(reply, {})
+            message_id = reply_params.integer("message_id")
+            allow = reply_params.boolean("allow_sending_without_reply")
+            if "chat_id" in reply_params:  # a reply to a message in another chat
+                other = self._chats.get(reply_params.integer("chat_id") or 0)
+                target = other.messages.get(message_id or 0) if other is not None else None
+                if target is None and not allow:
+                    raise _ApiError(400, REPLY_NOT_FOUND)
+                return None if target is None else _without_reply(target)
+        elif "reply_to_message_id" in params:
+            message_id = params.integer("reply_to_message_id")
+            allow = params.boolean("allow_sending_without_reply")
+        else:
+            return None
+        target = chat.messages.get(message_id) if isinstance(message_id, int) else None
+        if target is None:
+            if allow:
+                return None
+            raise _ApiError(400, REPLY_NOT_FOUND)
+        return _without_reply(target)
+
+    def _bot_message(self, chat: _Chat, thread_id: int | None, reply: JSON | None) -> JSON:
+        message: JSON = {
+            "message_id": chat.next_message_id(),
+            "from": dict(self.bot_user),
+            "chat": chat.to_json(),
+            "date": int(time.time()),
+        }
+        if thread_id is not None:
+            message["message_thread_id"] = thread_id
+            if chat.is_forum:
+                message["is_topic_message"] = True
+        if reply is not None:
+            message["reply_to_message"] = reply
+        if chat.type == "channel":
+            message.pop("from")
+        return message
+
+    def _record_sent(
+        self,
+        method: str,
+        chat: _Chat,
+        message: JSON,
+        params: _Params,
+        *,
+        text: str,
+        parse_mode: str | None,
+        formatted: FormattedText,
+        upload: Upload | None = None,
+    ) -> JSON:
+        chat.messages[message["message_id"]] = message
+        reply = message.get("reply_to_message")
+        self.sent.append(
+            Sent(
+                method=method,
+                chat_id=chat.id,
+                message_id=message["message_id"],
+                text=text,
+                parse_mode=parse_mode,
+                plain_text=formatted.text,
+                entities=formatted.entities,
+                message_thread_id=message.get("message_thread_id"),
+                reply_to_message_id=reply["message_id"] if reply is not None else None,
+                disable_notification=params.boolean("disable_notification"),
+                upload=upload,
+                received_at=time.monotonic(),
+            )
+        )
+        self._changes.notify()
+        return copy.deepcopy(message)
+
+    # -- Bot API methods --------------------------------------------------------------------------
+
+    async def _get_me(self, request: Request, params: _Params) -> Any:
+        return {
+            **self.bot_user,
+            "can_join_groups": True,
+            "can_read_all_group_messages": False,
+            "supports_inline_queries": False,
+            "can_connect_to_business": False,
+            "has_main_web_app": False,
+        }
+
+    async def _get_updates(self, request: Request, params: _Params) -> Any:
+        if self._faults.stall_polls > 0:
+            self._faults.stall_polls -= 1
+            await self._hold(request, None, lambda: False)
+            return _api_error(502, "Bad Gateway")  # only if the server stops first
+        if self._webhook is not None:
+            raise _ApiError(409, WEBHOOK_CONFLICT)
+        offset = params.integer("offset") or 0
+        limit = min(max(params.integer("limit") or MAX_UPDATES, 1), MAX_UPDATES)
+        timeout = min(max(params.number("timeout") or 0.0, 0.0), MAX_POLL_TIMEOUT)
+        allowed = params.json("allowed_updates", "JSON array")
+        if isinstance(allowed, list):
+            kinds = frozenset(str(kind) for kind in allowed)
+            self._allowed = kinds or DEFAULT_UPDATE_KINDS
+        self._confirm(offset)
+        self._poll_generation += 1
+        generation = self._poll_generation
+        self._changes.notify()  # a waiting older poll ends with 409
+
+        def superseded() -> bool:
+            return self._poll_generation != generation
+
+        present = await self._hold(
+            request,
+            timeout,
+            lambda: bool(self._queue) or superseded() or self._webhook is not None,
+        )
+        if not present:
+            return Response(status_code=499)  # nobody to answer: deliver nothing
+        if superseded():
+            raise _ApiError(409, POLL_CONFLICT)
+        if self._webhook is not None:
+            raise _ApiError(409, WEBHOOK_CONFLICT)
+        batch = self._deliverable(limit)
+        for queued in batch:
+            queued.delivered = True
+        return [copy.deepcopy(queued.update.payload) for queued in batch]
+
+    async def _send_message(self, request: Request, params: _Params) -> Any:
+        chat = self._target_chat(params)
+        thread_id = self._thread(chat, params)
+        text, parse_mode, formatted = self._format(params, "text")
+        params.json("link_preview_options")
+        message = self._bot_message(chat, thread_id, self._reply_target(chat, params))
+        message["text"] = formatted.text
+        if formatted.entities:
+            message["entities"] = list(formatted.entities)
+        return self._record_sent(
+            "sendMessage",
+            chat,
+            message,
+            params,
+            text=text,
+            parse_mode=parse_mode,
+            formatted=formatted,
+        )
+
+    async def _edit_message_text(self, request: Request, params: _Params) -> Any:
+        if "inline_message_id" in params:
+            raise _ApiError(400, "Bad Request: inline messages are not supported by the fake")
+        chat = self._target_chat(params)
+        text, parse_mode, formatted = self._format(params, "text")
+        message_id = params.integer("message_id") or 0
+        message = chat.messages.get(message_id)
+        if message is None:
+            raise _ApiError(400, EDIT_NOT_FOUND)
+        if message.get("from", self.bot_user).get("id") != self.bot_user["id"]:
+            raise _ApiError(400, "Bad Request: message can't be edited")
+        if "text" not in message:
+            raise _ApiError(400, "Bad Request: there is no text in the message to edit")
+        if message["text"] == formatted.text and message.get("entities", []) == list(
+            formatted.entities
+        ):
+            raise _ApiError(400, NOT_MODIFIED)
+        message["text"] = formatted.text
+        message.pop("entities", None)
+        if formatted.entities:
+            message["entities"] = list(formatted.entities)
+        message["edit_date"] = int(time.time())
+        self.edits.append(
+            Edit(
+                chat.id,
+                message_id,
+                text,
+                parse_mode,
+                formatted.text,
+                formatted.entities,
+                time.monotonic(),
+            )
+        )
+        self._changes.notify()
+        return copy.deepcopy(message)
+
+    async def _delete_message(self, request: Request, params: _Params) -> Any:
+        chat = self._target_chat(params)
+        message_id = params.integer("message_id") or 0
+        if chat.messages.pop(message_id, None) is None:
+            raise _ApiError(400, "Bad Request: message to delete not found")
+        self.deleted.append((chat.id, message_id))
+        self._changes.notify()
+        return True
+
+    async def _send_chat_action(self, request: Request, params: _Params) -> Any:
+        chat = self._target_chat(params)
+        thread_id = self._thread(chat, params)
+        action = params.string("action") or ""
+        if action not in CHAT_ACTIONS:
+            raise _ApiError(400, "Bad Request: wrong parameter action in request")
+        self.actions.append(Action(chat.id, action, thread_id, time.monotonic()))
+        self._changes.notify()
+        return True
+
+    async def _send_photo(self, request: Request, params: _Params) -> Any:
+        return await self._send_file("sendPhoto", "photo", params)
+
+    async def _send_document(self, request: Request, params: _Params) -> Any:
+        return await self._send_file("sendDocument", "document", params)
+
+    async def _send_file(self, method: str, kind: str, params: _Params) -> Any:
+        chat = self._target_chat(params)
+        thread_id = self._thread(chat, params)
+        text, parse_mode, formatted = self._format(params, "caption", caption=True)
+        reply = self._reply_target(chat, params)
+        upload, stored = self._input_file(params, kind)  # last: it registers the file
+        message = self._bot_message(chat, thread_id, reply)
+        if kind == "photo":
+            message["photo"] = self._photo_sizes(stored)
+        else:
+            message["document"] = _document_json(stored)
+        if formatted.text:
+            message["caption"] = formatted.text
+            if formatted.entities:
+                message["caption_entities"] = list(formatted.entities)
+        return self._record_sent(
+            method,
+            chat,
+            message,
+            params,
+            text=text,
+            parse_mode=parse_mode,
+            formatted=formatted,
+            upload=upload,
+        )
+
+    def _input_file(self, params: _Params, kind: str) -> tuple[Upload, StoredFile]:
+        """The file a sendPhoto / sendDocument carries; registered so getFile serves it."""
+        part = params.files.get(kind)
+        value = params.string(kind)
+        if part is None and value is not None and value.startswith("attach://"):
+            part = params.files.get(value.removeprefix("attach://"))
+        if part is not None:
+            # Telegram's style: photos/file_3.jpg, documents/file_4.csv
+            if kind == "photo":
+                folder, suffix = "photos", ".jpg"
+            else:
+                folder = "documents"
+                match = re.search(r"\.[A-Za-z0-9]{1,10}$", part.filename or "")
+                suffix = match.group() if match else ""
+            file_id = self.add_file(
+                part.content,
+                file_path=f"{folder}/file_{len(self._files) + 1}{suffix}",
+                file_name=part.filename,
+                mime_type=part.content_type,
+            )
+            upload = Upload(kind, "upload", file_id, part.filename, part.content_type, part.content)
+            return upload, self._files[file_id]
+        if not value:
+            raise _ApiError(400, f"Bad Request: there is no {kind} in the request")
+        if value in self._files:
+            stored = self._files[value]
+            upload = Upload(
+                kind, "file_id", value, stored.file_name, stored.mime_type, stored.content
+            )
+            return upload, stored
+        if value.startswith(("http://", "https://")):
+            file_id = self.add_file(b"", file_name=value.rsplit("/", 1)[-1] or None)
+            return Upload(kind, "url", file_id, None, None, b"", url=value), self._files[file_id]
+        raise _ApiError(400, "Bad Request: wrong file identifier/HTTP URL specified")
+
+    async def _get_file(self, request: Request, params: _Params) -> Any:
+        stored = self._files.get(params.string("file_id") or "")
+        if stored is None:
+            raise _ApiError(400, "Bad Request: invalid file_id")
+        return stored.to_json()
+
+    async def _download(self, request: Request) -> Response:
+        path = str(request.path_params["file_path"])
+        stored = next((f for f in self._files.values() if f.file_path == path), None)
+        if not self._authorized(request) or stored is None:
+            return _api_error(404, "Not Found")
+        self.downloads.append(path)
+        return Response(stored.content, media_type=stored.mime_type or "application/octet-stream")
+
+    async def _set_webhook(self, request: Request, params: _Params) -> Any:
+        url = params.string("url") or ""
+        if not url:
+            return await self._delete_webhook(request, params)
+        try:
+            scheme = httpx.URL(url).scheme
+        except httpx.InvalidURL:
+            scheme = ""
+        if scheme not in ("http", "https"):  # Telegram wants https; the fake takes http too
+            raise _ApiError(400, "Bad Request: bad webhook: HTTPS url must be provided for webhook")
+        secret = params.string("secret_token") or None
+        if secret is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,256}", secret):
+            raise _ApiError(400, "Bad Request: secret token contains unallowed characters")
+        allowed = params.json("allowed_updates", "JSON array")
+        if isinstance(allowed, list):
+            kinds = [str(kind) for kind in allowed]
+            self._allowed = frozenset(kinds) or DEFAULT_UPDATE_KINDS
+        else:
+            kinds = None
+        if params.boolean("drop_pending_updates"):
+            self._drop_pending()
+        self._webhook = Webhook(
+            url=url,
+            secret_token=secret,
+            max_connections=params.integer("max_connections") or 40,
+            allowed_updates=kinds,
+        )
+        self._changes.notify()
+        return JSONResponse({"ok": True, "result": True, "description": "Webhook was set"})
+
+    async def _delete_webhook(self, request: Request, params: _Params) -> Any:
+        if params.boolean("drop_pending_updates"):
+            self._drop_pending()
+        was_set = self._webhook is not None
+        self._webhook = None
+        self._changes.notify()
+        description = "Webhook was deleted" if was_set else "Webhook is already deleted"
+        return JSONResponse({"ok": True, "result": True, "description": description})
+
+    async def _get_webhook_info(self, request: Request, params: _Params) -> Any:
+        return self.webhook_info()
+
+    async def _set_my_commands(self, request: Request, params: _Params) -> Any:
+        commands = params.json("commands", "JSON array")
+        if not isinstance(commands, list):
+            raise _ApiError(400, "Bad Request: can't parse commands JSON array")
+        self.commands = [dict(c) for c in commands if isinstance(c, dict)]
+        self._changes.notify()
+        return True
+
+    async def _get_my_commands(self, request: Request, params: _Params) -> Any:
+        return list(self.commands)
+
+    async def _delete_my_commands(self, request: Request, params: _Params) -> Any:
+        self.commands = []
+        self._changes.notify()
+        return True
+
+    def _drop_pending(self) -> None:
+        self.discarded.extend(queued.update.update_id for queued in self._queue)
+        self._queue = []
+        self._changes.notify()
+
+    # -- webhook pusher ---------------------------------------------------------------------------
+
+    async def _push_to_webhook(self) -> None:
+        """While a webhook is set, push pending updates to it one at a time, in order."""
+        while True:
+            await self.wait_for(lambda: self._webhook is not None and bool(self._queue), None)
+            webhook = self._webhook
+            queued = self._queue[0]
+            assert webhook is not None
+            status, error = await self._post_update(webhook, queued.update)
+            self.webhook_deliveries.append(
+                WebhookDelivery(
+                    queued.update.update_id, webhook.url, status, error, time.monotonic()
+                )
+            )
+            if error is None:
+                if queued in self._queue:
+                    self._queue.remove(queued)
+                    self.confirmed.append(queued.update.update_id)
+                self._changes.notify()
+                continue
+            webhook.last_error_date = int(time.time())
+            webhook.last_error_message = error
+            self._changes.notify()
+            await self._pause_pushing(webhook)
+
+    async def _pause_pushing(self, webhook: Webhook) -> None:
+        """Wait `webhook_retry_delay` before retrying, less if the webhook changes."""
+        with contextlib.suppress(TimeoutError):
+            await self.wait_for(lambda: self._webhook is not webhook, self._retry_delay)
+
+    async def _post_update(self, webhook: Webhook, update: Update) -> tuple[int | None, str | None]:
+        """POST one update; (status, None) on a 2xx, else the error Telegram would report."""
+        assert self._http is not None
+        headers = {}
+        if webhook.secret_token is not None:
+            headers["X-Telegram-Bot-Api-Secret-Token"] = webhook.secret_token
+        try:
+            response = await self._http.post(webhook.url, json=update.payload, headers=headers)
+        except httpx.ConnectError:
+            return None, "Connection refused"
+        except httpx.TimeoutException:
+            return None, "Read timeout expired"
+        except (httpx.HTTPError, httpx.InvalidURL) as err:
+            return None, f"{type(err).__name__}: {err}"
+        if 200 <= response.status_code < 300:
+            return response.status_code, None
+        phrase = response.reason_phrase or HTTPStatus(response.status_code).phrase
+        return (
+            response.status_code,
+            f"Wrong response from the webhook: {response.status_code} {phrase}",
+        )
+
+    # -- control routes ---------------------------------------------------------------------------
+
+    async def _control_inject(self, request: Request) -> Response:
+        body = await control_json(request)
+        specs = [body] if isinstance(body, dict) else body
+        if not isinstance(specs, list) or not specs:
+            raise ControlError("expected a message spec or a non-empty list of them")
+        calls = [_inject_arguments(spec) for spec in specs]  # all valid, or none injected
+        injected: list[JSON] = []
+        for args in calls:
+            try:
+                if "update" in args:
+                    injected.append({"update_id": self.inject_update(args["update"])})
+                else:
+                    chat_id, text = args.pop("chat_id"), args.pop("text", "")
+                    made = self.inject_message(chat_id, text, **args)
+                    injected.append(jsonable(made))
+            except (KeyError, ValueError) as err:
+                raise ControlError(f"cannot inject {args}: {err!r}") from err
+        return JSONResponse({"ok": True, "injected": injected})
+
+    async def _control_file(self, request: Request) -> Response:
+        spec = await control_json(request)
+        if not isinstance(spec, dict) or not isinstance(spec.get("content_b64"), str):
+            raise ControlError("expected {content_b64, file_path?, file_name?, mime_type?}")
+        try:
+            content = base64.b64decode(spec["content_b64"], validate=True)
+        except ValueError as err:
+            raise ControlError("content_b64 is not base64") from err
+        names = ("file_path", "file_name", "mime_type")
+        options = {k: spec.get(k) for k in names if isinstance(spec.get(k), str)}
+        return JSONResponse({"ok": True, "file_id": self.add_file(content, **options)})
+
+    async def _control_state(self, request: Request) -> Response:
+        return JSONResponse(self.state())
+
+    async def _control_fault(self, request: Request) -> Response:
+        spec = await control_object(request)
+        kind = spec.get("fault")
+
+        def integer(name: str, default: int | None = None) -> int:
+            value = spec.get(name, default)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ControlError(f"{kind} needs an integer {name}")
+            return value
+
+        def number(name: str, default: float) -> float:
+            value = spec.get(name, default)
+            if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+                raise ControlError(f"{kind} needs a number {name} > 0")
+            return float(value)
+
+        def method() -> str:
+            value = spec.get("method")
+            if not isinstance(value, str) or not value:
+                raise ControlError(f"{kind} needs a method")
+            return value
+
+        if kind == "rate_limit":
+            self.rate_limit(integer("chat_id"), integer("count", 1), number("retry_after", 1.0))
+        elif kind == "fail":
+            self.fail(method(), integer("count", 1), integer("status", 500))
+        elif kind == "drop":
+            self.drop(method(), integer("count", 1))
+        elif kind == "reject_markup":
+            self.reject_markup(integer("count", 1))
+        elif kind == "migrate_chat":
+            self.migrate_chat(integer("old_chat_id"), integer("new_chat_id"))
+        elif kind == "block_chat":
+            self.block_chat(integer("chat_id"), bool(spec.get("blocked", True)))
+        elif kind == "delete_topic":
+            self.delete_topic(integer("chat_id"), integer("thread_id"))
+        elif kind == "stall_polls":
+            self.stall_polls(integer("count", 1))
+        elif kind == "duplicate":
+            update_id = integer("update_id")
+            if update_id not in self._updates:
+                raise ControlError(f"no update {update_id}")
+            self.duplicate(update_id)
+        elif kind == "clear":
+            self.clear_faults()
+        else:
+            raise ControlError(f"unknown fault {kind!r}")
+        return JSONResponse({"ok": True})
+
+    async def _control_wait(self, request: Request) -> Response:
+        spec = await control_object(request)
+        limits = integer_limits(
+            spec, ("min_sent", "min_edits", "min_actions", "min_polls", "max_pending")
+        )
+        confirmed = spec.get("confirmed", [])
+        if not isinstance(confirmed, list) or not all(isinstance(u, int) for u in confirmed):
+            raise ControlError("confirmed must be a list of update ids")
+        timeout = wait_timeout(spec)
+
+        def met() -> bool:
+            pending = {queued.update.update_id for queued in self._queue}
+            return (
+                len(self.sent) >= limits.get("min_sent", 0)
+                and len(self.edits) >= limits.get("min_edits", 0)
+                and len(self.actions) >= limits.get("min_actions", 0)
+                and self.polls >= limits.get("min_polls", 0)
+                and len(self._queue) <= limits.get("max_pending", len(self._queue))
+                and all(u in self.confirmed and u not in pending for u in confirmed)
+            )
+
+        return await wait_answer(self._changes, met, min(timeout, MAX_POLL_TIMEOUT), self.state)
+
+
+def _without_reply(message: JSON) -> JSON:
+    """A copy of `message` to embed as `reply_to_message` (Telegram does not nest them)."""
+    embedded = copy.deepcopy(message)
+    embedded.pop("reply_to_message", None)
+    return embedded
+
+
+def _document_json(stored: StoredFile) -> JSON:
+    document: JSON = {
+        "file_id": stored.file_id,
+        "file_unique_id": stored.file_unique_id,
+        "file_size": len(stored.content),
+    }
+    if stored.file_name is not None:
+        document["file_name"] = stored.file_name
+    if stored.mime_type is not None:
+        document["mime_type"] = stored.mime_type
+    return document
+
+
+def _blocked_description(chat_type: str) -> str:
+    if chat_type == "private":
+        return BLOCKED_BY_USER
+    if chat_type == "channel":
+        return "Forbidden: bot is not a member of the channel chat"
+    return f"Forbidden: bot was kicked from the {chat_type} chat"
+
+
+_INJECT_FIELDS: dict[str, tuple[type, ...]] = {
+    "chat_id": (int,),
+    "text": (str,),
+    "sender_id": (int,),
+    "sender_name": (str,),
+    "sender_username": (str,),
+    "sender_is_bot": (bool,),
+    "chat_type": (str,),
+    "chat_title": (str,),
+    "is_forum": (bool,),
+    "thread_id": (int,),
+    "reply_to": (int,),
+    "entities": (list,),
+    "photo": (str,),
+    "document": (str,),
+    "date": (int, float),
+    "message_id": (int,),
+    "edit_of": (int,),
+}
+"""The fields of a control-route message spec and their JSON types."""
+
+
+def _inject_arguments(spec: Any) -> JSON:
+    """The `inject_message()` keyword arguments (or `{"update": raw}`) a spec stands for."""
+    if not isinstance(spec, dict):
+        raise ControlError("a message spec must be a JSON object")
+    if "update" in spec:
+        if set(spec) != {"update"} or not isinstance(spec["update"], dict):
+            raise ControlError('a raw update spec is {"update": {...}} alone')
+        return {"update": spec["update"]}
+    unknown = set(spec) - set(_INJECT_FIELDS)
+    if unknown:
+        raise ControlError(f"unknown message fields {sorted(unknown)}")
+    for name in ("chat_id", "sender_id"):
+        if name not in spec:
+            raise ControlError(f"{name} is required")
+    for name, value in spec.items():
+        kinds = _INJECT_FIELDS[name]
+        if value is None and name not in ("chat_id", "sender_id"):
+            continue
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            raise ControlError(f"{name} must be {' or '.join(k.__name__ for k in kinds)}")
+    return {k: v for k, v in spec.items() if v is not None}
