@@ -18,26 +18,19 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 import httpx
-from aiohttp import WSMsgType, web
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from tests.fakes.control import (
-    ControlError,
     control_endpoint,
-    control_json,
-    control_object,
-    integer_limits,
-    wait_answer,
-    wait_timeout,
 )
 from tests.fakes.params import hang_up, jsonable
 from tests.fakes.serving import LocalServer, Served, WebSocketListener
+from tests.fakes.slack import control_routes, delivery, methods
 from tests.fakes.slack.records import (
     _CHANNEL_ID,
-    _REACTION,
     _USER_ID,
     DEFAULT_ACK_TIMEOUT,
     DEFAULT_APP_TOKEN,
@@ -47,7 +40,6 @@ from tests.fakes.slack.records import (
     DEFAULT_USER,
     JSON,
     MAX_TEXT_LENGTH,
-    MAX_WAIT,
     STALE_AFTER,
     Ack,
     Call,
@@ -184,17 +176,26 @@ class FakeSlackServer(Served, Waitable):
         self._last_ts = 0
         self._faults = _Faults()
         self._methods: dict[str, tuple[str, _Handler]] = {
-            "auth.test": ("bot", self._auth_test),
-            "apps.connections.open": ("app", self._apps_connections_open),
-            "chat.postMessage": ("bot", self._chat_post_message),
-            "chat.update": ("bot", self._chat_update),
-            "chat.delete": ("bot", self._chat_delete),
-            "reactions.add": ("bot", self._reactions_add),
-            "reactions.remove": ("bot", self._reactions_remove),
-            "conversations.info": ("bot", self._conversations_info),
-            "users.info": ("bot", self._users_info),
-            "files.getUploadURLExternal": ("bot", self._files_get_upload_url),
-            "files.completeUploadExternal": ("bot", self._files_complete_upload),
+            "auth.test": ("bot", functools.partial(methods.auth_test, self)),
+            "apps.connections.open": (
+                "app",
+                functools.partial(methods.apps_connections_open, self),
+            ),
+            "chat.postMessage": ("bot", functools.partial(methods.chat_post_message, self)),
+            "chat.update": ("bot", functools.partial(methods.chat_update, self)),
+            "chat.delete": ("bot", functools.partial(methods.chat_delete, self)),
+            "reactions.add": ("bot", functools.partial(methods.reactions_add, self)),
+            "reactions.remove": ("bot", functools.partial(methods.reactions_remove, self)),
+            "conversations.info": ("bot", functools.partial(methods.conversations_info, self)),
+            "users.info": ("bot", functools.partial(methods.users_info, self)),
+            "files.getUploadURLExternal": (
+                "bot",
+                functools.partial(methods.files_get_upload_url, self),
+            ),
+            "files.completeUploadExternal": (
+                "bot",
+                functools.partial(methods.files_complete_upload, self),
+            ),
         }
         self._changes = Changes()
         self._local: LocalServer | None = None
@@ -668,7 +669,8 @@ class FakeSlackServer(Served, Waitable):
             told += 1
             if close_after is not None:
                 handle = asyncio.get_running_loop().call_later(
-                    close_after, functools.partial(self._close_later, sock)
+                    close_after,
+                    functools.partial(delivery.close_later, self, sock),
                 )
                 self._timers.add(handle)
         self._changes.notify()
@@ -746,7 +748,9 @@ class FakeSlackServer(Served, Waitable):
 
     async def _start(self) -> None:
         self._local = LocalServer(self._app(), port=self._port, log_level=self._log_level)
-        self._listener = WebSocketListener(self._socket_endpoint, self._ws_port, "/link/")
+        self._listener = WebSocketListener(
+            functools.partial(delivery.socket_endpoint, self), self._ws_port, "/link/"
+        )
         await self._local.start()
         await self._listener.start()
 
@@ -929,7 +933,7 @@ class FakeSlackServer(Served, Waitable):
         """Send pending events: to the Events API URL, or each to one usable socket."""
         if self.events_url is not None:
             while self._pending:
-                self._spawn(self._deliver_over_http(self._pending.pop(0)))
+                self._spawn(delivery.deliver_over_http(self, self._pending.pop(0)))
             return
         while self._pending:
             targets = [s for s in self._open if s.deliverable]
@@ -1033,170 +1037,29 @@ class FakeSlackServer(Served, Waitable):
             self._open.remove(sock)
         self._changes.notify()
 
-    # -- internals: Socket Mode -------------------------------------------------------------------
-
-    async def _socket_endpoint(self, request: web.Request) -> web.StreamResponse:
-        ticket = request.query.get("ticket", "")
-        if self._faults.refuse_handshake > 0:
-            self._faults.refuse_handshake -= 1
-            self.refused_connections += 1
-            self._changes.notify()
-            return web.Response(status=503, text="Service Unavailable")
-        if ticket not in self._tickets:
-            return web.Response(status=401, text="invalid ticket")
-        ws = web.WebSocketResponse(autoping=False, heartbeat=None, timeout=5.0)
-        await ws.prepare(request)
-        self._tickets.discard(ticket)
-        info = SocketInfo(next(self._socket_ids), ticket, time.monotonic())
-        transport = request.transport
-        sock = _Socket(info, ws, transport if isinstance(transport, asyncio.Transport) else None)
-        self.sockets.append(info)
-        self._open.append(sock)
-        self.max_open_sockets = max(self.max_open_sockets, len(self._open))
-        hello = {
-            "type": "hello",
-            "num_connections": len(self._open),
-            "debug_info": {
-                "host": f"applink-fake-{info.id}",
-                "build_number": 1,
-                "approximate_connection_time": 18060,
-            },
-            "connection_info": {"app_id": self.app_id},
-        }
-        sock.outbox.put_nowait(json.dumps(hello))
-        sock.ready = True
-        sender = asyncio.create_task(self._send_loop(sock))
-        self._changes.notify()
-        self._dispatch()
-        reason = "connection_lost"
-        try:
-            while not sock.closed:
-                msg = await ws.receive()
-                if msg.type is WSMsgType.TEXT:
-                    self._on_text(sock, msg.data)
-                elif msg.type is WSMsgType.PING:
-                    if not sock.info.silenced:
-                        with contextlib.suppress(ConnectionError, RuntimeError):
-                            await ws.pong(msg.data)
-                elif msg.type is WSMsgType.CLOSE:
-                    reason = "client_close"
-                    break
-                elif msg.type is WSMsgType.CLOSING and sock.closing:
-                    # The server's own close, from the sender: let it finish the handshake.
-                    await sock.close_done.wait()
-                    break
-                elif msg.type in (WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
-                    break
-        finally:
-            self._mark_closed(sock, reason)
-            self._dispatch()
-            sender.cancel()
-            await asyncio.gather(sender, return_exceptions=True)
-        return ws
-
-    async def _send_loop(self, sock: _Socket) -> None:
-        """Write what is queued for `sock`, in order, while it is open (a silenced socket's
-        frames are dropped); close it when told to (waiting up to 5 s for the client's close)."""
-        while True:
-            text = await sock.outbox.get()
-            if sock.closed:
-                return
-            if text is None:
-                try:
-                    with contextlib.suppress(ConnectionError, RuntimeError):
-                        await sock.ws.close()
-                finally:
-                    self._mark_closed(sock, "server_close")
-                    sock.close_done.set()
-                return
-            if sock.info.silenced:
-                continue
-            try:
-                await sock.ws.send_str(text)
-            except (ConnectionError, RuntimeError):
-                return
-
-    def _close_later(self, sock: _Socket) -> None:
-        """Close `sock` with a close frame once what is queued for it is sent."""
-        if sock.closed or sock.closing:
-            return
-        sock.closing = True
-        sock.outbox.put_nowait(None)
-        self._changes.notify()
-
-    # -- internals: Events API --------------------------------------------------------------------
-
-    async def _deliver_over_http(self, event: _Event) -> None:
-        """POST `event` to the Events API URL until a 2xx, retrying like Slack."""
-        reason = ""
-        while not event.acked:
-            url = self.events_url
-            if url is None:  # switched back to Socket Mode
-                self._pending.append(event)
-                self._pending.sort(key=lambda e: e.seq)
-                self._dispatch()
-                return
-            attempt = event.attempts
-            event.attempts += 1
-            status, error, no_retry = await self._post_event(url, event, attempt, reason)
-            self.http_deliveries.append(
-                HttpDelivery(event.event_id, url, attempt, reason, status, error, time.monotonic())
-            )
-            if error is None:
-                self._acknowledge(event)
-                self._changes.notify()
-                return
-            self._changes.notify()
-            if no_retry or attempt >= self.max_retries:
-                event.expired = True
-                self.expired.append(event.event_id)
-                self._changes.notify()
-                return
-            reason = error
-            with contextlib.suppress(TimeoutError):
-                await self.wait_for(self._changes.stopping.is_set, self.events_retry_delay)
-            if self._changes.stopping.is_set():
-                return
-
-    async def _post_event(
-        self, url: str, event: _Event, attempt: int, reason: str
-    ) -> tuple[int | None, str | None, bool]:
-        """POST one attempt: (status, None when 2xx else Slack's retry reason, no-retry asked)."""
-        request = self.signed_request(
-            event.body,
-            retry_num=attempt or None,
-            retry_reason=reason or None,
-        )
-        try:
-            response = await self._client().post(url, content=request.body, headers=request.headers)
-        except httpx.TimeoutException:
-            return None, "http_timeout", False
-        except httpx.ConnectError:
-            return None, "connection_failed", False
-        except (httpx.HTTPError, httpx.InvalidURL):
-            return None, "unknown_error", False
-        no_retry = response.headers.get("x-slack-no-retry") == "1"
-        if 200 <= response.status_code < 300:
-            return response.status_code, None, no_retry
-        if 300 <= response.status_code < 400:
-            return response.status_code, "too_many_redirects", no_retry
-        return response.status_code, "http_error", no_retry
-
     # -- internals: Web API -----------------------------------------------------------------------
 
     def _app(self) -> Starlette:
         control = [
-            ("inject", self._control_inject, "POST"),
-            ("file", self._control_file, "POST"),
-            ("state", self._control_state, "GET"),
-            ("fault", self._control_fault, "POST"),
-            ("mode", self._control_mode, "POST"),
-            ("wait", self._control_wait, "POST"),
+            ("inject", functools.partial(control_routes.control_inject, self), "POST"),
+            ("file", functools.partial(control_routes.control_file, self), "POST"),
+            ("state", functools.partial(control_routes.control_state, self), "GET"),
+            ("fault", functools.partial(control_routes.control_fault, self), "POST"),
+            ("mode", functools.partial(control_routes.control_mode, self), "POST"),
+            ("wait", functools.partial(control_routes.control_wait, self), "POST"),
         ]
         routes = [
             Route("/api/{method}", self._api_endpoint, methods=["GET", "POST"]),
-            Route("/upload/v1/{slot}", self._upload_endpoint, methods=["POST"]),
-            Route("/files-pri/{key}/{rest:path}", self._download, methods=["GET"]),
+            Route(
+                "/upload/v1/{slot}",
+                functools.partial(methods.upload_endpoint, self),
+                methods=["POST"],
+            ),
+            Route(
+                "/files-pri/{key}/{rest:path}",
+                functools.partial(methods.download, self),
+                methods=["GET"],
+            ),
         ]
         routes += [
             Route(f"/control/{name}", control_endpoint(h), methods=[m]) for name, h, m in control
@@ -1314,416 +1177,3 @@ class FakeSlackServer(Served, Waitable):
         if message is None:
             raise _ApiError("message_not_found")
         return channel, ts, message
-
-    async def _auth_test(self, params: _Params) -> JSON:
-        return {
-            "url": f"https://{self.team}.slack.com/",
-            "team": self.team,
-            "user": self.bot_name,
-            "team_id": self.team_id,
-            "user_id": self.bot_user_id,
-            "bot_id": self.bot_id,
-            "is_enterprise_install": False,
-        }
-
-    async def _apps_connections_open(self, params: _Params) -> JSON:
-        if self._faults.refuse_open > 0:
-            self._faults.refuse_open -= 1
-            self.refused_connections += 1
-            raise _ApiError("internal_error")
-        ticket = str(uuid.uuid4())
-        self._tickets.add(ticket)
-        return {"url": f"ws://127.0.0.1:{self.ws_port}/link/?ticket={ticket}&app_id={self.app_id}"}
-
-    async def _chat_post_message(self, params: _Params) -> JSON:
-        channel = self._target(params)
-        if not channel.is_member and channel.kind != "im":
-            raise _ApiError("not_in_channel")
-        text = self._text(params)
-        thread_ts = params.string("thread_ts") or None
-        ts = self._next_ts()
-        message = self._bot_message(text, ts, thread_ts)
-        blocks = params.decoded("blocks")
-        if blocks:
-            message["blocks"] = blocks
-        self._messages[(channel.id, ts)] = copy.deepcopy(message)
-        self._bot_messages.append((channel.id, ts))
-        self.posted.append(
-            Posted(
-                channel=channel.id,
-                ts=ts,
-                text=text,
-                thread_ts=thread_ts,
-                reply_broadcast=params.boolean("reply_broadcast"),
-                mrkdwn=params.boolean("mrkdwn", default=True),
-                blocks=blocks,
-                params=params.logged(),
-                received_at=time.monotonic(),
-            )
-        )
-        if self.echo_bot_messages:
-            self._queue(self._message_event(message, channel.id, None))
-        return {"channel": channel.id, "ts": ts, "message": message}
-
-    async def _chat_update(self, params: _Params) -> JSON:
-        channel, ts, message = self._own_message(params)
-        if message.get("user") != self.bot_user_id:
-            raise _ApiError("cant_update_message")
-        text = self._text(params)
-        message["text"] = text
-        message["edited"] = {"user": self.bot_user_id, "ts": self._next_ts()}
-        blocks = params.decoded("blocks")
-        if blocks:
-            message["blocks"] = blocks
-        self.updates.append(Updated(channel.id, ts, text, params.logged(), time.monotonic()))
-        return {
-            "channel": channel.id,
-            "ts": ts,
-            "text": text,
-            "message": {k: v for k, v in message.items() if k != "ts"},
-        }
-
-    async def _chat_delete(self, params: _Params) -> JSON:
-        channel, ts, message = self._own_message(params)
-        if message.get("user") != self.bot_user_id:
-            raise _ApiError("cant_delete_message")
-        del self._messages[(channel.id, ts)]
-        self._current_reactions.pop((channel.id, ts), None)
-        self.deleted.append(Deleted(channel.id, ts, time.monotonic()))
-        return {"channel": channel.id, "ts": ts}
-
-    def _reaction(self, params: _Params) -> tuple[str, str, str, list[str]]:
-        name = (params.string("name") or "").strip(":")
-        if not _REACTION.match(name):
-            raise _ApiError("invalid_name")
-        channel, ts, _ = self._own_message(params, "timestamp")
-        return channel.id, ts, name, self._current_reactions.setdefault((channel.id, ts), [])
-
-    async def _reactions_add(self, params: _Params) -> JSON:
-        channel, ts, name, current = self._reaction(params)
-        if name in current:
-            raise _ApiError("already_reacted")
-        current.append(name)
-        self.reactions.append(ReactionChange("add", channel, ts, name, time.monotonic()))
-        return {}
-
-    async def _reactions_remove(self, params: _Params) -> JSON:
-        channel, ts, name, current = self._reaction(params)
-        if name not in current:
-            raise _ApiError("no_reaction")
-        current.remove(name)
-        self.reactions.append(ReactionChange("remove", channel, ts, name, time.monotonic()))
-        return {}
-
-    async def _conversations_info(self, params: _Params) -> JSON:
-        return {"channel": self._target(params).to_json()}
-
-    async def _users_info(self, params: _Params) -> JSON:
-        user_id = params.string("user") or ""
-        if user_id == self.bot_user_id:
-            bot = _User(user_id, self.bot_name, self.bot_name, self.bot_name, is_bot=True)
-            return {"user": bot.to_json(self.team_id)}
-        user = self._user(user_id)
-        if user is None:
-            raise _ApiError("user_not_found")
-        return {"user": user.to_json(self.team_id)}
-
-    async def _files_get_upload_url(self, params: _Params) -> JSON:
-        filename = params.string("filename") or ""
-        length = params.string("length") or ""
-        if not filename or not length.isdigit():
-            raise _ApiError("invalid_arguments")
-        slot = secrets.token_urlsafe(16)
-        file_id = _random_id("F")
-        self._upload_slots[slot] = {
-            "file_id": file_id,
-            "filename": filename,
-            "length": int(length),
-            "content": None,
-        }
-        return {"upload_url": f"{self.url}/upload/v1/{slot}", "file_id": file_id}
-
-    async def _upload_endpoint(self, request: Request) -> Response:
-        slot = self._upload_slots.get(str(request.path_params["slot"]))
-        if slot is None:
-            return PlainTextResponse("Not Found", status_code=404)
-        params = await _read_params(request)
-        part = next(iter(params.files.values()), None)
-        content = part.content if part is not None else await request.body()
-        slot["content"] = content
-        self._changes.notify()
-        return PlainTextResponse(f"OK - {len(content)}")
-
-    async def _files_complete_upload(self, params: _Params) -> JSON:
-        items = params.decoded("files")
-        if not isinstance(items, list) or not items:
-            raise _ApiError("invalid_arguments")
-        by_id = {slot["file_id"]: slot for slot in self._upload_slots.values()}
-        completed: list[tuple[dict[str, Any], str]] = []
-        for item in items:
-            if not isinstance(item, dict) or item.get("id") not in by_id:
-                raise _ApiError("file_not_found")
-            slot = by_id[item["id"]]
-            if slot["content"] is None:
-                raise _ApiError("file_not_found")
-            completed.append((slot, str(item.get("title") or slot["filename"])))
-        channel = self._target(params, "channel_id") if params.string("channel_id") else None
-        thread_ts = params.string("thread_ts") or None
-        comment = params.string("initial_comment") or None
-        ts = self._next_ts() if channel is not None else None
-        answer = []
-        for slot, title in completed:
-            self._upload_slots = {k: v for k, v in self._upload_slots.items() if v is not slot}
-            stored = self._store_file(
-                slot["content"],
-                name=slot["filename"],
-                mimetype="application/octet-stream",
-                title=title,
-                user=self.bot_user_id,
-                file_id=slot["file_id"],
-            )
-            file_json = stored.to_json()
-            if channel is not None and ts is not None:
-                share: JSON = {"ts": ts, "channel_name": channel.display_name}
-                if thread_ts is not None:
-                    share["thread_ts"] = thread_ts
-                scope = "public" if channel.kind == "channel" else "private"
-                file_json["shares"] = {scope: {channel.id: [share]}}
-                file_json["channels" if scope == "public" else "groups"] = [channel.id]
-            answer.append(file_json)
-            self.uploads.append(
-                Upload(
-                    file_id=stored.id,
-                    filename=stored.name,
-                    title=title,
-                    content=stored.content,
-                    channel=channel.id if channel is not None else None,
-                    thread_ts=thread_ts,
-                    initial_comment=comment,
-                    ts=ts,
-                    received_at=time.monotonic(),
-                )
-            )
-        if channel is not None and ts is not None:
-            message = self._bot_message(comment or "", ts, thread_ts)
-            message.update(subtype="file_share", files=copy.deepcopy(answer), upload=True)
-            self._messages[(channel.id, ts)] = message
-        return {"files": answer}
-
-    async def _download(self, request: Request) -> Response:
-        key = str(request.path_params["key"])
-        file_id = key.removeprefix(f"{self.team_id}-")
-        stored = self._files.get(file_id)
-        header = request.headers.get("authorization", "")
-        token = header[7:].strip() if header.lower().startswith("bearer ") else ""
-        authorized = self._token_kind(token) == "bot"
-        status = 404 if stored is None else 200 if authorized else 403
-        self.downloads.append(Download(file_id, authorized, status, time.monotonic()))
-        self._changes.notify()
-        if stored is None:
-            return PlainTextResponse("Not Found", status_code=404)
-        if not authorized:
-            return PlainTextResponse("Forbidden", status_code=403)
-        disposition = f"attachment; filename*=UTF-8''{quote(stored.name)}"
-        return Response(
-            stored.content,
-            media_type=stored.mimetype,
-            headers={"Content-Disposition": disposition},
-        )
-
-    # -- control routes ---------------------------------------------------------------------------
-
-    async def _control_inject(self, request: Request) -> Response:
-        body = await control_json(request)
-        specs = [body] if isinstance(body, dict) else body
-        if not isinstance(specs, list) or not specs:
-            raise ControlError("expected an injection spec or a non-empty list of them")
-        calls = [_inject_call(spec) for spec in specs]  # all valid, or none injected
-        injected: list[JSON] = []
-        for kind, args in calls:
-            try:
-                made = getattr(self, _INJECT_KINDS[kind][0])(**args)
-            except (KeyError, ValueError, TypeError) as err:
-                raise ControlError(f"cannot inject {kind} {args}: {err!r}") from err
-            injected.append(jsonable(made))
-        return JSONResponse({"ok": True, "injected": injected})
-
-    async def _control_file(self, request: Request) -> Response:
-        spec = await control_json(request)
-        if not isinstance(spec, dict) or not isinstance(spec.get("content_b64"), str):
-            raise ControlError("expected {content_b64, name?, mimetype?, title?, user?}")
-        try:
-            content = base64.b64decode(spec["content_b64"], validate=True)
-        except ValueError as err:
-            raise ControlError("content_b64 is not base64") from err
-        names = ("name", "mimetype", "title", "user")
-        options = {k: spec[k] for k in names if isinstance(spec.get(k), str)}
-        return JSONResponse({"ok": True, "file": self.add_file(content, **options)})
-
-    async def _control_state(self, request: Request) -> Response:
-        return JSONResponse(self.state())
-
-    async def _control_mode(self, request: Request) -> Response:
-        spec = await control_json(request)
-        if not isinstance(spec, dict) or not isinstance(spec.get("events_url"), str | None):
-            raise ControlError('expected {"events_url": url or null}')
-        self.use_events_api(spec.get("events_url"))
-        return JSONResponse({"ok": True})
-
-    async def _control_fault(self, request: Request) -> Response:
-        spec = await control_object(request)
-        kind = spec.get("fault")
-
-        def integer(name: str, default: int | None = None) -> int:
-            value = spec.get(name, default)
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise ControlError(f"{kind} needs an integer {name}")
-            return value
-
-        def optional_integer(name: str) -> int | None:
-            return None if spec.get(name) is None else integer(name)
-
-        def text(name: str, default: str | None = None) -> str:
-            value = spec.get(name, default)
-            if not isinstance(value, str) or not value:
-                raise ControlError(f"{kind} needs a string {name}")
-            return value
-
-        done: int | None = None
-        if kind == "rate_limit":
-            self.rate_limit(text("target"), integer("count", 1), integer("retry_after", 1))
-        elif kind == "fail":
-            self.fail(text("method"), integer("count", 1), integer("status", 500))
-        elif kind == "drop":
-            self.drop(text("method"), integer("count", 1))
-        elif kind == "drop_socket":
-            done = self.drop_socket(optional_integer("socket_id"))
-        elif kind == "send_disconnect":
-            close_after = spec.get("close_after")
-            if close_after is not None and not isinstance(close_after, int | float):
-                raise ControlError("close_after must be a number")
-            done = self.send_disconnect(
-                text("reason", "refresh_requested"),
-                optional_integer("socket_id"),
-                close_after=None if close_after is None else float(close_after),
-            )
-        elif kind == "silence_socket":
-            done = self.silence_socket(optional_integer("socket_id"))
-        elif kind == "ignore_acks":
-            self.ignore_acks(integer("count", 1))
-        elif kind == "refuse_connections":
-            stage = text("stage", "handshake")
-            if stage not in ("open", "handshake"):
-                raise ControlError("stage must be open or handshake")
-            self.refuse_connections(
-                integer("count", 1), stage="open" if stage == "open" else "handshake"
-            )
-        elif kind == "clear":
-            self.clear_faults()
-        else:
-            raise ControlError(f"unknown fault {kind!r}")
-        return JSONResponse({"ok": True, "affected": done})
-
-    async def _control_wait(self, request: Request) -> Response:
-        spec = await control_object(request)
-        names = (
-            "min_posted",
-            "min_updates",
-            "min_reactions",
-            "min_uploads",
-            "min_sockets_opened",
-            "max_pending",
-        )
-        limits = integer_limits(spec, names)
-        acked = spec.get("acked", [])
-        if not isinstance(acked, list) or not all(isinstance(e, str) for e in acked):
-            raise ControlError("acked must be a list of event ids")
-        connected = spec.get("connected")
-        if connected is not None and not isinstance(connected, bool):
-            raise ControlError("connected must be a boolean")
-        timeout = wait_timeout(spec)
-
-        def met() -> bool:
-            pending = len(self.pending)
-            return (
-                len(self.posted) >= limits.get("min_posted", 0)
-                and len(self.updates) >= limits.get("min_updates", 0)
-                and len(self.reactions) >= limits.get("min_reactions", 0)
-                and len(self.uploads) >= limits.get("min_uploads", 0)
-                and self.sockets_opened >= limits.get("min_sockets_opened", 0)
-                and pending <= limits.get("max_pending", pending)
-                and all(e in self.acked for e in acked)
-                and (connected is None or self.connected == connected)
-            )
-
-        return await wait_answer(self._changes, met, min(timeout, MAX_WAIT), self.state)
-
-
-_INJECT_KINDS: dict[str, tuple[str, dict[str, tuple[type, ...]]]] = {
-    "message": (
-        "inject_message",
-        {
-            "channel": (str,),
-            "text": (str,),
-            "user": (str,),
-            "thread_ts": (str,),
-            "files": (list,),
-            "ts": (str,),
-            "channel_type": (str,),
-            "event_id": (str,),
-        },
-    ),
-    "app_mention": (
-        "inject_app_mention",
-        {
-            "channel": (str,),
-            "text": (str,),
-            "user": (str,),
-            "thread_ts": (str,),
-            "files": (list,),
-            "ts": (str,),
-            "with_message": (bool,),
-        },
-    ),
-    "edit": ("inject_edit", {"channel": (str,), "ts": (str,), "text": (str,)}),
-    "delete": ("inject_delete", {"channel": (str,), "ts": (str,)}),
-    "bot_message": (
-        "inject_bot_message",
-        {
-            "channel": (str,),
-            "text": (str,),
-            "bot_id": (str,),
-            "username": (str,),
-            "thread_ts": (str,),
-        },
-    ),
-    "own_message": (
-        "inject_own_message",
-        {"channel": (str,), "text": (str,), "thread_ts": (str,)},
-    ),
-    "event": ("inject_event", {"event": (dict,), "event_id": (str,)}),
-}
-"""Injection kinds of `/control/inject`: the method, and its fields with their JSON types."""
-
-
-def _inject_call(spec: Any) -> tuple[str, JSON]:
-    """The injection kind and the method's keyword arguments a control spec stands for."""
-    if not isinstance(spec, dict):
-        raise ControlError("an injection spec must be a JSON object")
-    kind = spec.get("kind", "message")
-    if kind not in _INJECT_KINDS:
-        raise ControlError(f"unknown kind {kind!r}; one of {sorted(_INJECT_KINDS)}")
-    fields = _INJECT_KINDS[kind][1]
-    args = {k: v for k, v in spec.items() if k != "kind" and v is not None}
-    unknown = set(args) - set(fields)
-    if unknown:
-        raise ControlError(f"unknown {kind} fields {sorted(unknown)}")
-    for name, value in args.items():
-        kinds = fields[name]
-        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            raise ControlError(f"{name} must be {' or '.join(k.__name__ for k in kinds)}")
-    required = {"event"} if kind == "event" else {"channel"}
-    missing = required - set(args)
-    if missing:
-        raise ControlError(f"{kind} needs {sorted(missing)}")
-    return kind, args

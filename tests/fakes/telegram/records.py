@@ -417,3 +417,16 @@ async def _read_params(request: Request) -> _Params:
 
 
 _Handler = Callable[[Request, _Params], Awaitable[Any]]
+
+
+def _document_json(stored: StoredFile) -> JSON:
+    document: JSON = {
+        "file_id": stored.file_id,
+        "file_unique_id": stored.file_unique_id,
+        "file_size": len(stored.content),
+    }
+    if stored.file_name is not None:
+        document["file_name"] = stored.file_name
+    if stored.mime_type is not None:
+        document["mime_type"] = stored.mime_type
+    return document

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import copy
+import functools
 import itertools
-import re
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +31,7 @@ from tests.fakes.control import (
 )
 from tests.fakes.params import hang_up, jsonable
 from tests.fakes.serving import LocalServer, Served
+from tests.fakes.telegram import methods
 from tests.fakes.telegram.entities import (
     PARSERS,
     EntityParseError,
@@ -43,23 +43,17 @@ from tests.fakes.telegram.records import (
     BLOCKED_BY_USER,
     CANT_PARSE,
     CAPTION_TOO_LONG,
-    CHAT_ACTIONS,
     CHAT_MIGRATED,
     DEFAULT_UPDATE_KINDS,
-    EDIT_NOT_FOUND,
     JSON,
     MAX_CAPTION_LENGTH,
     MAX_POLL_TIMEOUT,
     MAX_TEXT_LENGTH,
-    MAX_UPDATES,
-    NOT_MODIFIED,
-    POLL_CONFLICT,
     REJECTED_MARKUP,
     REPLY_NOT_FOUND,
     TEXT_EMPTY,
     TEXT_TOO_LONG,
     THREAD_NOT_FOUND,
-    WEBHOOK_CONFLICT,
     WEBHOOK_TIMEOUT,
     Action,
     Call,
@@ -75,6 +69,7 @@ from tests.fakes.telegram.records import (
     _api_error,
     _ApiError,
     _Chat,
+    _document_json,
     _Faults,
     _Handler,
     _number,
@@ -157,21 +152,21 @@ class FakeTelegramServer(Served, Waitable):
         self._methods: dict[str, tuple[str, _Handler]] = {
             name.lower(): (name, handler)
             for name, handler in [
-                ("getMe", self._get_me),
-                ("getUpdates", self._get_updates),
-                ("sendMessage", self._send_message),
-                ("editMessageText", self._edit_message_text),
-                ("deleteMessage", self._delete_message),
-                ("sendChatAction", self._send_chat_action),
-                ("sendPhoto", self._send_photo),
-                ("sendDocument", self._send_document),
-                ("getFile", self._get_file),
-                ("setWebhook", self._set_webhook),
-                ("deleteWebhook", self._delete_webhook),
-                ("getWebhookInfo", self._get_webhook_info),
-                ("setMyCommands", self._set_my_commands),
-                ("getMyCommands", self._get_my_commands),
-                ("deleteMyCommands", self._delete_my_commands),
+                ("getMe", functools.partial(methods.get_me, self)),
+                ("getUpdates", functools.partial(methods.get_updates, self)),
+                ("sendMessage", functools.partial(methods.send_message, self)),
+                ("editMessageText", functools.partial(methods.edit_message_text, self)),
+                ("deleteMessage", functools.partial(methods.delete_message, self)),
+                ("sendChatAction", functools.partial(methods.send_chat_action, self)),
+                ("sendPhoto", functools.partial(methods.send_photo, self)),
+                ("sendDocument", functools.partial(methods.send_document, self)),
+                ("getFile", functools.partial(methods.get_file, self)),
+                ("setWebhook", functools.partial(methods.set_webhook, self)),
+                ("deleteWebhook", functools.partial(methods.delete_webhook, self)),
+                ("getWebhookInfo", functools.partial(methods.get_webhook_info, self)),
+                ("setMyCommands", functools.partial(methods.set_my_commands, self)),
+                ("getMyCommands", functools.partial(methods.get_my_commands, self)),
+                ("deleteMyCommands", functools.partial(methods.delete_my_commands, self)),
             ]
         }
         self._changes = Changes()
@@ -495,7 +490,7 @@ class FakeTelegramServer(Served, Waitable):
         self._local = LocalServer(self._app(), port=self._port, log_level=self._log_level)
         self._http = httpx.AsyncClient(timeout=WEBHOOK_TIMEOUT, trust_env=False)
         await self._local.start()
-        self._pusher = asyncio.create_task(self._push_to_webhook())
+        self._pusher = asyncio.create_task(methods.push_to_webhook(self))
 
     async def _stop(self) -> None:
         self._changes.stop()  # ends long polls, stalled polls and control waits
@@ -647,7 +642,11 @@ class FakeTelegramServer(Served, Waitable):
         ]
         routes = [
             Route("/bot{token}/{method}", self._bot_endpoint, methods=["GET", "POST"]),
-            Route("/file/bot{token}/{file_path:path}", self._download, methods=["GET"]),
+            Route(
+                "/file/bot{token}/{file_path:path}",
+                functools.partial(methods.download, self),
+                methods=["GET"],
+            ),
         ]
         routes += [
             Route(f"/control/{name}", control_endpoint(h), methods=[m]) for name, h, m in control
@@ -873,327 +872,6 @@ class FakeTelegramServer(Served, Waitable):
         self._changes.notify()
         return copy.deepcopy(message)
 
-    # -- Bot API methods --------------------------------------------------------------------------
-
-    async def _get_me(self, request: Request, params: _Params) -> Any:
-        return {
-            **self.bot_user,
-            "can_join_groups": True,
-            "can_read_all_group_messages": False,
-            "supports_inline_queries": False,
-            "can_connect_to_business": False,
-            "has_main_web_app": False,
-        }
-
-    async def _get_updates(self, request: Request, params: _Params) -> Any:
-        if self._faults.stall_polls > 0:
-            self._faults.stall_polls -= 1
-            await self._hold(request, None, lambda: False)
-            return _api_error(502, "Bad Gateway")  # only if the server stops first
-        if self._webhook is not None:
-            raise _ApiError(409, WEBHOOK_CONFLICT)
-        offset = params.integer("offset") or 0
-        limit = min(max(params.integer("limit") or MAX_UPDATES, 1), MAX_UPDATES)
-        timeout = min(max(params.number("timeout") or 0.0, 0.0), MAX_POLL_TIMEOUT)
-        allowed = params.json("allowed_updates", "JSON array")
-        if isinstance(allowed, list):
-            kinds = frozenset(str(kind) for kind in allowed)
-            self._allowed = kinds or DEFAULT_UPDATE_KINDS
-        self._confirm(offset)
-        self._poll_generation += 1
-        generation = self._poll_generation
-        self._changes.notify()  # a waiting older poll ends with 409
-
-        def superseded() -> bool:
-            return self._poll_generation != generation
-
-        present = await self._hold(
-            request,
-            timeout,
-            lambda: bool(self._queue) or superseded() or self._webhook is not None,
-        )
-        if not present:
-            return Response(status_code=499)  # nobody to answer: deliver nothing
-        if superseded():
-            raise _ApiError(409, POLL_CONFLICT)
-        if self._webhook is not None:
-            raise _ApiError(409, WEBHOOK_CONFLICT)
-        batch = self._deliverable(limit)
-        for queued in batch:
-            queued.delivered = True
-        return [copy.deepcopy(queued.update.payload) for queued in batch]
-
-    async def _send_message(self, request: Request, params: _Params) -> Any:
-        chat = self._target_chat(params)
-        thread_id = self._thread(chat, params)
-        text, parse_mode, formatted = self._format(params, "text")
-        params.json("link_preview_options")
-        message = self._bot_message(chat, thread_id, self._reply_target(chat, params))
-        message["text"] = formatted.text
-        if formatted.entities:
-            message["entities"] = list(formatted.entities)
-        return self._record_sent(
-            "sendMessage",
-            chat,
-            message,
-            params,
-            text=text,
-            parse_mode=parse_mode,
-            formatted=formatted,
-        )
-
-    async def _edit_message_text(self, request: Request, params: _Params) -> Any:
-        if "inline_message_id" in params:
-            raise _ApiError(400, "Bad Request: inline messages are not supported by the fake")
-        chat = self._target_chat(params)
-        text, parse_mode, formatted = self._format(params, "text")
-        message_id = params.integer("message_id") or 0
-        message = chat.messages.get(message_id)
-        if message is None:
-            raise _ApiError(400, EDIT_NOT_FOUND)
-        if message.get("from", self.bot_user).get("id") != self.bot_user["id"]:
-            raise _ApiError(400, "Bad Request: message can't be edited")
-        if "text" not in message:
-            raise _ApiError(400, "Bad Request: there is no text in the message to edit")
-        if message["text"] == formatted.text and message.get("entities", []) == list(
-            formatted.entities
-        ):
-            raise _ApiError(400, NOT_MODIFIED)
-        message["text"] = formatted.text
-        message.pop("entities", None)
-        if formatted.entities:
-            message["entities"] = list(formatted.entities)
-        message["edit_date"] = int(time.time())
-        self.edits.append(
-            Edit(
-                chat.id,
-                message_id,
-                text,
-                parse_mode,
-                formatted.text,
-                formatted.entities,
-                time.monotonic(),
-            )
-        )
-        self._changes.notify()
-        return copy.deepcopy(message)
-
-    async def _delete_message(self, request: Request, params: _Params) -> Any:
-        chat = self._target_chat(params)
-        message_id = params.integer("message_id") or 0
-        if chat.messages.pop(message_id, None) is None:
-            raise _ApiError(400, "Bad Request: message to delete not found")
-        self.deleted.append((chat.id, message_id))
-        self._changes.notify()
-        return True
-
-    async def _send_chat_action(self, request: Request, params: _Params) -> Any:
-        chat = self._target_chat(params)
-        thread_id = self._thread(chat, params)
-        action = params.string("action") or ""
-        if action not in CHAT_ACTIONS:
-            raise _ApiError(400, "Bad Request: wrong parameter action in request")
-        self.actions.append(Action(chat.id, action, thread_id, time.monotonic()))
-        self._changes.notify()
-        return True
-
-    async def _send_photo(self, request: Request, params: _Params) -> Any:
-        return await self._send_file("sendPhoto", "photo", params)
-
-    async def _send_document(self, request: Request, params: _Params) -> Any:
-        return await self._send_file("sendDocument", "document", params)
-
-    async def _send_file(self, method: str, kind: str, params: _Params) -> Any:
-        chat = self._target_chat(params)
-        thread_id = self._thread(chat, params)
-        text, parse_mode, formatted = self._format(params, "caption", caption=True)
-        reply = self._reply_target(chat, params)
-        upload, stored = self._input_file(params, kind)  # last: it registers the file
-        message = self._bot_message(chat, thread_id, reply)
-        if kind == "photo":
-            message["photo"] = self._photo_sizes(stored)
-        else:
-            message["document"] = _document_json(stored)
-        if formatted.text:
-            message["caption"] = formatted.text
-            if formatted.entities:
-                message["caption_entities"] = list(formatted.entities)
-        return self._record_sent(
-            method,
-            chat,
-            message,
-            params,
-            text=text,
-            parse_mode=parse_mode,
-            formatted=formatted,
-            upload=upload,
-        )
-
-    def _input_file(self, params: _Params, kind: str) -> tuple[Upload, StoredFile]:
-        """The file a sendPhoto / sendDocument carries; registered so getFile serves it."""
-        part = params.files.get(kind)
-        value = params.string(kind)
-        if part is None and value is not None and value.startswith("attach://"):
-            part = params.files.get(value.removeprefix("attach://"))
-        if part is not None:
-            # Telegram's style: photos/file_3.jpg, documents/file_4.csv
-            if kind == "photo":
-                folder, suffix = "photos", ".jpg"
-            else:
-                folder = "documents"
-                match = re.search(r"\.[A-Za-z0-9]{1,10}$", part.filename or "")
-                suffix = match.group() if match else ""
-            file_id = self.add_file(
-                part.content,
-                file_path=f"{folder}/file_{len(self._files) + 1}{suffix}",
-                file_name=part.filename,
-                mime_type=part.content_type,
-            )
-            upload = Upload(kind, "upload", file_id, part.filename, part.content_type, part.content)
-            return upload, self._files[file_id]
-        if not value:
-            raise _ApiError(400, f"Bad Request: there is no {kind} in the request")
-        if value in self._files:
-            stored = self._files[value]
-            upload = Upload(
-                kind, "file_id", value, stored.file_name, stored.mime_type, stored.content
-            )
-            return upload, stored
-        if value.startswith(("http://", "https://")):
-            file_id = self.add_file(b"", file_name=value.rsplit("/", 1)[-1] or None)
-            return Upload(kind, "url", file_id, None, None, b"", url=value), self._files[file_id]
-        raise _ApiError(400, "Bad Request: wrong file identifier/HTTP URL specified")
-
-    async def _get_file(self, request: Request, params: _Params) -> Any:
-        stored = self._files.get(params.string("file_id") or "")
-        if stored is None:
-            raise _ApiError(400, "Bad Request: invalid file_id")
-        return stored.to_json()
-
-    async def _download(self, request: Request) -> Response:
-        path = str(request.path_params["file_path"])
-        stored = next((f for f in self._files.values() if f.file_path == path), None)
-        if not self._authorized(request) or stored is None:
-            return _api_error(404, "Not Found")
-        self.downloads.append(path)
-        return Response(stored.content, media_type=stored.mime_type or "application/octet-stream")
-
-    async def _set_webhook(self, request: Request, params: _Params) -> Any:
-        url = params.string("url") or ""
-        if not url:
-            return await self._delete_webhook(request, params)
-        try:
-            scheme = httpx.URL(url).scheme
-        except httpx.InvalidURL:
-            scheme = ""
-        if scheme not in ("http", "https"):  # Telegram wants https; the fake takes http too
-            raise _ApiError(400, "Bad Request: bad webhook: HTTPS url must be provided for webhook")
-        secret = params.string("secret_token") or None
-        if secret is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,256}", secret):
-            raise _ApiError(400, "Bad Request: secret token contains unallowed characters")
-        allowed = params.json("allowed_updates", "JSON array")
-        if isinstance(allowed, list):
-            kinds = [str(kind) for kind in allowed]
-            self._allowed = frozenset(kinds) or DEFAULT_UPDATE_KINDS
-        else:
-            kinds = None
-        if params.boolean("drop_pending_updates"):
-            self._drop_pending()
-        self._webhook = Webhook(
-            url=url,
-            secret_token=secret,
-            max_connections=params.integer("max_connections") or 40,
-            allowed_updates=kinds,
-        )
-        self._changes.notify()
-        return JSONResponse({"ok": True, "result": True, "description": "Webhook was set"})
-
-    async def _delete_webhook(self, request: Request, params: _Params) -> Any:
-        if params.boolean("drop_pending_updates"):
-            self._drop_pending()
-        was_set = self._webhook is not None
-        self._webhook = None
-        self._changes.notify()
-        description = "Webhook was deleted" if was_set else "Webhook is already deleted"
-        return JSONResponse({"ok": True, "result": True, "description": description})
-
-    async def _get_webhook_info(self, request: Request, params: _Params) -> Any:
-        return self.webhook_info()
-
-    async def _set_my_commands(self, request: Request, params: _Params) -> Any:
-        commands = params.json("commands", "JSON array")
-        if not isinstance(commands, list):
-            raise _ApiError(400, "Bad Request: can't parse commands JSON array")
-        self.commands = [dict(c) for c in commands if isinstance(c, dict)]
-        self._changes.notify()
-        return True
-
-    async def _get_my_commands(self, request: Request, params: _Params) -> Any:
-        return list(self.commands)
-
-    async def _delete_my_commands(self, request: Request, params: _Params) -> Any:
-        self.commands = []
-        self._changes.notify()
-        return True
-
-    def _drop_pending(self) -> None:
-        self.discarded.extend(queued.update.update_id for queued in self._queue)
-        self._queue = []
-        self._changes.notify()
-
-    # -- webhook pusher ---------------------------------------------------------------------------
-
-    async def _push_to_webhook(self) -> None:
-        """While a webhook is set, push pending updates to it one at a time, in order."""
-        while True:
-            await self.wait_for(lambda: self._webhook is not None and bool(self._queue), None)
-            webhook = self._webhook
-            queued = self._queue[0]
-            assert webhook is not None
-            status, error = await self._post_update(webhook, queued.update)
-            self.webhook_deliveries.append(
-                WebhookDelivery(
-                    queued.update.update_id, webhook.url, status, error, time.monotonic()
-                )
-            )
-            if error is None:
-                if queued in self._queue:
-                    self._queue.remove(queued)
-                    self.confirmed.append(queued.update.update_id)
-                self._changes.notify()
-                continue
-            webhook.last_error_date = int(time.time())
-            webhook.last_error_message = error
-            self._changes.notify()
-            await self._pause_pushing(webhook)
-
-    async def _pause_pushing(self, webhook: Webhook) -> None:
-        """Wait `webhook_retry_delay` before retrying, less if the webhook changes."""
-        with contextlib.suppress(TimeoutError):
-            await self.wait_for(lambda: self._webhook is not webhook, self._retry_delay)
-
-    async def _post_update(self, webhook: Webhook, update: Update) -> tuple[int | None, str | None]:
-        """POST one update; (status, None) on a 2xx, else the error Telegram would report."""
-        assert self._http is not None
-        headers = {}
-        if webhook.secret_token is not None:
-            headers["X-Telegram-Bot-Api-Secret-Token"] = webhook.secret_token
-        try:
-            response = await self._http.post(webhook.url, json=update.payload, headers=headers)
-        except httpx.ConnectError:
-            return None, "Connection refused"
-        except httpx.TimeoutException:
-            return None, "Read timeout expired"
-        except (httpx.HTTPError, httpx.InvalidURL) as err:
-            return None, f"{type(err).__name__}: {err}"
-        if 200 <= response.status_code < 300:
-            return response.status_code, None
-        phrase = response.reason_phrase or HTTPStatus(response.status_code).phrase
-        return (
-            response.status_code,
-            f"Wrong response from the webhook: {response.status_code} {phrase}",
-        )
-
     # -- control routes ---------------------------------------------------------------------------
 
     async def _control_inject(self, request: Request) -> Response:
@@ -1308,19 +986,6 @@ def _without_reply(message: JSON) -> JSON:
     embedded = copy.deepcopy(message)
     embedded.pop("reply_to_message", None)
     return embedded
-
-
-def _document_json(stored: StoredFile) -> JSON:
-    document: JSON = {
-        "file_id": stored.file_id,
-        "file_unique_id": stored.file_unique_id,
-        "file_size": len(stored.content),
-    }
-    if stored.file_name is not None:
-        document["file_name"] = stored.file_name
-    if stored.mime_type is not None:
-        document["mime_type"] = stored.mime_type
-    return document
 
 
 def _blocked_description(chat_type: str) -> str:
