@@ -181,6 +181,10 @@ class TelegramHarness(PlatformHarness):
     people = ("111111111", "222222222")
     TOKEN = "123456:herald-test-token"
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[str, Injected] = {}
+
     async def _start(self, stack: contextlib.AsyncExitStack) -> None:
         self.tg = await stack.enter_async_context(FakeTelegramServer(self.TOKEN))
 
@@ -204,10 +208,6 @@ class TelegramHarness(PlatformHarness):
 
     def texts_to(self, person: str) -> list[str]:
         return self.tg.texts_in(int(person))
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._last: dict[str, Injected] = {}
 
     def adapter(self, files: Path, *, bad_token: bool = False) -> Adapter:
         section = self.section(ADAPTER_PORT)
@@ -239,6 +239,10 @@ class SlackHarness(PlatformHarness):
     people = ("U0ANN", "U0BOB")
     DMS: ClassVar[dict[str, str]] = {"U0ANN": "D0ANN", "U0BOB": "D0BOB"}
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[str, SlackInjected] = {}
+
     async def _start(self, stack: contextlib.AsyncExitStack) -> None:
         self.slack = await stack.enter_async_context(FakeSlackServer(ack_timeout=1.0))
 
@@ -262,10 +266,6 @@ class SlackHarness(PlatformHarness):
 
     def texts_to(self, person: str) -> list[str]:
         return self.slack.texts_in(self.DMS[person])
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._last: dict[str, SlackInjected] = {}
 
     def adapter(self, files: Path, *, bad_token: bool = False) -> Adapter:
         section = self.section(ADAPTER_PORT)
@@ -301,6 +301,12 @@ class DiscordHarness(PlatformHarness):
         "2000000000000000002": "3000000000000000005",
     }
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[str, dict[str, Any]] = {}
+        self.checkpoints = MemoryCheckpoints()
+        """The adapter's checkpoints: its last seen message id per channel."""
+
     async def _start(self, stack: contextlib.AsyncExitStack) -> None:
         self.discord = await stack.enter_async_context(FakeDiscordServer(heartbeat_interval=0.5))
         for person, name in zip(self.people, ("ann", "bob"), strict=True):
@@ -326,12 +332,6 @@ class DiscordHarness(PlatformHarness):
 
     def texts_to(self, person: str) -> list[str]:
         return self.discord.texts_in(self.DMS[person])
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._last: dict[str, dict[str, Any]] = {}
-        self.checkpoints = MemoryCheckpoints()
-        """The adapter's checkpoints: its last seen message id per channel."""
 
     def adapter(self, files: Path, *, bad_token: bool = False) -> Adapter:
         section = self.section(ADAPTER_PORT)
@@ -448,6 +448,11 @@ class TwilioHarness(PlatformHarness):
     people = ("+15551234567", "+15557654321")
     webhook = "sms"
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[str, list[tuple[str, str]]] = {}
+        self._posts: list[asyncio.Task[int]] = []
+
     async def _start(self, stack: contextlib.AsyncExitStack) -> None:
         self.twilio = await stack.enter_async_context(FakeTwilioServer())
 
@@ -480,11 +485,6 @@ class TwilioHarness(PlatformHarness):
 
     def texts_to(self, person: str) -> list[str]:
         return self.twilio.bodies(person)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._last: dict[str, list[tuple[str, str]]] = {}
-        self._posts: list[asyncio.Task[int]] = []
 
     async def __aexit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
@@ -544,6 +544,10 @@ class LoopbackHarness(PlatformHarness):
     people = ("u-ann", "u-bob")
     TOKEN = "4242:loopback-secret"
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[str, str] = {}
+
     async def _start(self, stack: contextlib.AsyncExitStack) -> None:
         self.chat = await stack.enter_async_context(FakeChatServer(self.TOKEN))
 
@@ -565,10 +569,6 @@ class LoopbackHarness(PlatformHarness):
 
     def texts_to(self, person: str) -> list[str]:
         return self.chat.texts_in(person)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._last: dict[str, str] = {}
 
     def adapter(self, files: Path, *, bad_token: bool = False) -> Adapter:
         section = self.section(ADAPTER_PORT)
