@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # Independent tests run in parallel; most of them wait on sockets and subprocesses.
 PYTEST_WORKERS ?= 6
 
-.PHONY: run test lint fmt bench clean
+.PHONY: run test test-fast lint fmt bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Herald needs Python >= 3.11"'
@@ -20,6 +20,10 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+
+# Unit and contract tests only (no daemon subprocesses, no integration rigs): the quick check.
+test-fast: $(STAMP)
+	$(BIN)/pytest -n auto -m "not e2e" tests/unit tests/contract $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -261,6 +261,16 @@ class FakeDiscordServer(Served, Waitable):
             channel_id, content, user, reply_to=reply_to, attachments=attachments, roles=roles
         )
 
+    def dispatch_again(self, message: Mapping[str, Any]) -> None:
+        """MESSAGE_CREATE once more for a message `inject_message` created (a duplicate
+        delivery, as after a resume that replays what the client already had)."""
+        event = dict(message)
+        guild_id = self._channel(str(message["channel_id"])).guild_id
+        if guild_id is not None:
+            event["guild_id"] = guild_id
+        self._dispatch("MESSAGE_CREATE", event)
+        self._changes.notify()
+
     # -- faults ---------------------------------------------------------------------------------
 
     def rate_limit(self, channel_id: str, retry_after: float, times: int = 1) -> None:

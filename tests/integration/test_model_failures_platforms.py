@@ -1,5 +1,5 @@
 """When the model fails, Herald stays up, on every platform: each one through its fake (see
-tests/integration/platforms.py), the model through the real OpenAI client against the fake LLM
+tests/contract/harness.py), the model through the real OpenAI client against the fake LLM
 server, brought up and down on one address.
 
 On every platform: an unreachable model keeps the message waiting and tells its sender once,
@@ -20,10 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.contract.harness import HARNESSES, PlatformHarness, started
 from tests.e2e.daemon import free_port
 from tests.fakes.llm import FakeLLM, Reply, you_said
 from tests.integration.inproc import Herald, running_daemon
-from tests.integration.platforms import HARNESSES, PlatformHarness, started
 from tests.integration.test_model_failures import OUTAGE_NOTICE, llm_section, sessions_section
 
 pytestmark = pytest.mark.timeout(90)

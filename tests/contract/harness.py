@@ -1,0 +1,612 @@
+"""Every platform through its fake, seen the way a person talking to Herald sees it: one
+harness per platform that starts the fake, writes the platform's config section (and builds
+its adapter from it), sends a direct message from an allowed person (to the daemon, or to the
+adapter alone), tells whether the platform saw that message acknowledged, delivers it again,
+switches a fault on, and reads what Herald sent back to that person.
+
+Tests parametrised over `HARNESSES` run the same scenario on every platform (the adapter
+contract suite, tests/contract/test_adapters.py, and tests/integration/
+test_model_failures_platforms.py):
+
+    @pytest.fixture(params=sorted(HARNESSES))
+    async def platform(request): async with HARNESSES[request.param]() as fake: yield fake
+
+A case a platform cannot express is named in its harness's `cannot` with the reason; the
+contract tests skip it there.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from email.message import EmailMessage
+from email.utils import format_datetime, make_msgid
+from pathlib import Path
+from types import TracebackType
+from typing import Any, ClassVar, Self
+
+from adapters.discord.adapter import DiscordAdapter
+from adapters.discord.config import DiscordConfig
+from adapters.email.adapter import EmailAdapter
+from adapters.email.config import EmailConfig
+from adapters.loopback.adapter import LoopbackAdapter
+from adapters.loopback.config import LoopbackConfig
+from adapters.slack.adapter import SlackAdapter
+from adapters.slack.config import SlackConfig
+from adapters.telegram.adapter import TelegramAdapter
+from adapters.telegram.config import TelegramConfig
+from adapters.twilio.adapter import TwilioAdapter
+from adapters.twilio.config import TwilioConfig
+from gateway.checkpoints import MemoryCheckpoints
+from gateway.contracts.adapter import Adapter, AdapterContext, InboundSink
+from gateway.contracts.ids import ChatId
+from gateway.contracts.messages import OutboundMessage, utcnow
+from tests.fakes.chat_server import FakeChatServer
+from tests.fakes.discord_server import DEFAULT_TOKEN as DISCORD_TOKEN
+from tests.fakes.discord_server import FakeDiscordServer
+from tests.fakes.dovecot import USER as MAILBOX
+from tests.fakes.dovecot import Dovecot
+from tests.fakes.slack_server import DEFAULT_APP_TOKEN, DEFAULT_BOT_TOKEN, FakeSlackServer
+from tests.fakes.slack_server import Injected as SlackInjected
+from tests.fakes.smtp_server import SmtpServer
+from tests.fakes.telegram_server import FakeTelegramServer, Injected
+from tests.fakes.twilio_server import (
+    DEFAULT_ACCOUNT_SID,
+    DEFAULT_AUTH_TOKEN,
+    HERALD_NUMBER,
+    WHATSAPP_NUMBER,
+    FakeTwilioServer,
+)
+from tests.fakes.waiting import Waitable
+from tests.integration.inproc import Herald
+
+WAIT = 15.0
+"""Upper bound of every wait for what Herald sends."""
+ADAPTER_PORT = 8080
+"""The HTTP port written into a section for an adapter tested alone (nothing listens)."""
+
+Ref = Any
+"""What `inject` returns for `acknowledged`: the platform's own handle of one delivery."""
+
+
+class PlatformHarness(abc.ABC):
+    """One platform's fake between enter and exit, and two people allowed to talk to Herald
+    there in direct messages (`people`, as the platform addresses them)."""
+
+    platform: ClassVar[str]
+    """The platform's name: its config section under `platforms` and its inbox rows."""
+    people: ClassVar[tuple[str, str]]
+
+    def __init__(self) -> None:
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> Self:
+        try:
+            await self._start(self._stack)
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._stack.aclose()
+
+    @abc.abstractmethod
+    async def _start(self, stack: contextlib.AsyncExitStack) -> None:
+        """Start the fake (and whatever it needs), entered into `stack`."""
+
+    @property
+    @abc.abstractmethod
+    def fake(self) -> Waitable:
+        """The server that records what Herald sends (for waiting on its changes)."""
+
+    @abc.abstractmethod
+    def section(self, api_port: int) -> dict[str, Any]:
+        """The `platforms.<platform>` config section of a daemon serving HTTP on `api_port`,
+        allowing `people`."""
+
+    @abc.abstractmethod
+    async def send(self, herald: Herald, person: str, text: str) -> None:
+        """Deliver a direct message `text` from `person` to the running daemon (the same
+        conversation as that person's earlier messages)."""
+
+    @abc.abstractmethod
+    def texts_to(self, person: str) -> list[str]:
+        """The texts Herald sent to `person` so far, in order."""
+
+    async def wait_texts(self, person: str, count: int, timeout: float = WAIT) -> list[str]:
+        """Wait until Herald sent `person` at least `count` texts; return them all
+        (TimeoutError after `timeout` seconds)."""
+        await self.fake.wait_for(lambda: len(self.texts_to(person)) >= count, timeout)
+        return self.texts_to(person)
+
+    # -- the adapter alone (the adapter contract) ---------------------------------------------
+
+    cannot: ClassVar[dict[str, str]] = {}
+    """Contract cases (`rate_limit`, …) this platform cannot express, with the reason."""
+
+    @abc.abstractmethod
+    def adapter(self, files: Path, *, bad_token: bool = False) -> Adapter:
+        """The platform's adapter (not entered) configured by `section`, keeping files under
+        `files`; with credentials the fake refuses when `bad_token`."""
+
+    @abc.abstractmethod
+    def chat_of(self, person: str) -> str:
+        """The chat id Herald answers `person` in (a direct chat)."""
+
+    @abc.abstractmethod
+    async def inject(self, adapter: Adapter, sink: InboundSink, person: str, text: str) -> Ref:
+        """Deliver a direct message `text` from `person` to `adapter`, which receives into
+        `sink`; the handle `acknowledged` takes."""
+
+    @abc.abstractmethod
+    async def acknowledged(self, ref: Ref) -> bool:
+        """Whether the platform saw the delivery `ref` acknowledged (it will not come again)."""
+
+    async def wait_acknowledged(self, ref: Ref, timeout: float = WAIT) -> None:
+        """Wait until `acknowledged(ref)` (polled: some acknowledgements, like an IMAP flag,
+        have no event to wait on); TimeoutError after `timeout` seconds."""
+        async with asyncio.timeout(timeout):
+            while not await self.acknowledged(ref):
+                await asyncio.sleep(0.05)
+
+    @abc.abstractmethod
+    async def duplicate(self, herald: Herald, person: str) -> None:
+        """Deliver `person`'s last message to the running daemon again, as the platform does
+        when it repeats a delivery (same platform message)."""
+
+    @abc.abstractmethod
+    def rate_limit(self, person: str, retry_after: int) -> None:
+        """The next send to `person` is refused with the platform's 429 and `retry_after`."""
+
+    def outbound(self, adapter: Adapter, person: str, text: str) -> OutboundMessage:
+        """One chunk of `text` to `person`'s chat."""
+        return OutboundMessage(
+            platform=adapter.platform,
+            account=adapter.account,
+            chat_id=ChatId(self.chat_of(person)),
+            text=text,
+            idempotency_key=f"contract:{person}",
+        )
+
+
+class TelegramHarness(PlatformHarness):
+    """Telegram against the fake Bot API; a person's direct chat id is their user id."""
+
+    platform = "telegram"
+    people = ("111111111", "222222222")
+    TOKEN = "123456:herald-test-token"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[str, Injected] = {}
+
+    async def _start(self, stack: contextlib.AsyncExitStack) -> None:
+        self.tg = await stack.enter_async_context(FakeTelegramServer(self.TOKEN))
+
+    @property
+    def fake(self) -> Waitable:
+        return self.tg
+
+    def section(self, api_port: int) -> dict[str, Any]:
+        return {
+            "token": self.TOKEN,
+            "base_url": self.tg.base_url,
+            "base_file_url": self.tg.base_file_url,
+            "allowed_users": list(self.people),
+            "poll_timeout": 1,
+            "stream_edits": False,
+            "min_send_interval": 0,
+        }
+
+    async def send(self, herald: Herald, person: str, text: str) -> None:
+        self._last[person] = self.tg.inject_message(int(person), text, sender_id=int(person))
+
+    def texts_to(self, person: str) -> list[str]:
+        return self.tg.texts_in(int(person))
+
+    def adapter(self, files: Path, *, bad_token: bool = False) -> Adapter:
+        section = self.section(ADAPTER_PORT)
+        if bad_token:
+            section["token"] = "123456:refused-token"
+        return TelegramAdapter(TelegramConfig.model_validate(section), files)
+
+    def chat_of(self, person: str) -> str:
+        return person
+
+    async def inject(self, adapter: Adapter, sink: InboundSink, person: str, text: str) -> Ref:
+        return self.tg.inject_message(int(person), text, sender_id=int(person)).update_id
+
+    async def acknowledged(self, ref: Ref) -> bool:
+        """Telegram: a later `getUpdates` passed the update with its `offset`."""
+        return ref in self.tg.confirmed
+
+    async def duplicate(self, herald: Herald, person: str) -> None:
+        self.tg.duplicate(self._last[person].update_id)
+
+    def rate_limit(self, person: str, retry_after: int) -> None:
+        self.tg.rate_limit(int(person), count=1, retry_after=retry_after)
+
+
+class SlackHarness(PlatformHarness):
+    """Slack (Socket Mode) against the fake Slack; each person has a DM channel."""
+
+    platform = "slack"
+    people = ("U0ANN", "U0BOB")
+    DMS: ClassVar[dict[str, str]] = {"U0ANN": "D0ANN", "U0BOB": "D0BOB"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[str, SlackInjected] = {}
+
+    async def _start(self, stack: contextlib.AsyncExitStack) -> None:
+        self.slack = await stack.enter_async_context(FakeSlackServer(ack_timeout=1.0))
+
+    @property
+    def fake(self) -> Waitable:
+        return self.slack
+
+    def section(self, api_port: int) -> dict[str, Any]:
+        return {
+            "bot_token": DEFAULT_BOT_TOKEN,
+            "app_token": DEFAULT_APP_TOKEN,
+            "base_url": self.slack.base_url,
+            "allowed_users": list(self.people),
+            "stream_edits": False,
+            "min_send_interval": 0,
+            "ping_interval": 2,
+        }
+
+    async def send(self, herald: Herald, person: str, text: str) -> None:
+        self._last[person] = self.slack.inject_message(self.DMS[person], text, user=person)
+
+    def texts_to(self, person: str) -> list[str]:
+        return self.slack.texts_in(self.DMS[person])
+
+    def adapter(self, files: Path, *, bad_token: bool = False) -> Adapter:
+        section = self.section(ADAPTER_PORT)
+        if bad_token:
+            section["bot_token"] = "xoxb-1-refused-token"
+        return SlackAdapter(SlackConfig.model_validate(section), files)
+
+    def chat_of(self, person: str) -> str:
+        return self.DMS[person]
+
+    async def inject(self, adapter: Adapter, sink: InboundSink, person: str, text: str) -> Ref:
+        return self.slack.inject_message(self.DMS[person], text, user=person).event_id
+
+    async def acknowledged(self, ref: Ref) -> bool:
+        """Slack: the envelope carrying the event was acknowledged on the socket."""
+        return ref in self.slack.acked
+
+    async def duplicate(self, herald: Herald, person: str) -> None:
+        """The same message event again, in an envelope of its own."""
+        self.slack.inject_event(self.slack.event(self._last[person].event_id)["event"])
+
+    def rate_limit(self, person: str, retry_after: int) -> None:
+        self.slack.rate_limit(self.DMS[person], count=1, retry_after=retry_after)
+
+
+class DiscordHarness(PlatformHarness):
+    """Discord against the fake gateway and REST API; each person has a DM channel."""
+
+    platform = "discord"
+    people = ("2000000000000000001", "2000000000000000002")
+    DMS: ClassVar[dict[str, str]] = {
+        "2000000000000000001": "3000000000000000001",
+        "2000000000000000002": "3000000000000000005",
+    }
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[str, dict[str, Any]] = {}
+        self.checkpoints = MemoryCheckpoints()
+        """The adapter's checkpoints: its last seen message id per channel."""
+
+    async def _start(self, stack: contextlib.AsyncExitStack) -> None:
+        self.discord = await stack.enter_async_context(FakeDiscordServer(heartbeat_interval=0.5))
+        for person, name in zip(self.people, ("ann", "bob"), strict=True):
+            self.discord.add_user(person, name)
+            self.discord.add_channel(self.DMS[person], dm=True)
+
+    @property
+    def fake(self) -> Waitable:
+        return self.discord
+
+    def section(self, api_port: int) -> dict[str, Any]:
+        return {
+            "token": DISCORD_TOKEN,
+            "api_base": self.discord.api_base,
+            "allowed_users": list(self.people),
+            "stream_edits": False,
+            "min_send_interval": 0,
+            "activity_check_interval": 1.0,
+        }
+
+    async def send(self, herald: Herald, person: str, text: str) -> None:
+        self._last[person] = self.discord.inject_message(self.DMS[person], text, author=person)
+
+    def texts_to(self, person: str) -> list[str]:
+        return self.discord.texts_in(self.DMS[person])
+
+    def adapter(self, files: Path, *, bad_token: bool = False) -> Adapter:
+        section = self.section(ADAPTER_PORT)
+        if bad_token:
+            section["token"] = "MTAwMA.fake.refused-token"
+        return DiscordAdapter(DiscordConfig.model_validate(section), files, self.checkpoints)
+
+    def chat_of(self, person: str) -> str:
+        return self.DMS[person]
+
+    async def inject(self, adapter: Adapter, sink: InboundSink, person: str, text: str) -> Ref:
+        message = self.discord.inject_message(self.DMS[person], text, author=person)
+        return self.DMS[person], str(message["id"])
+
+    async def acknowledged(self, ref: Ref) -> bool:
+        """Discord has no acknowledgement: what stands for one is the channel's last seen id
+        (where reading the history starts after a reconnect) reaching the message."""
+        channel, message_id = ref
+        seen = await self.checkpoints.get(f"last:{channel}")
+        return seen is not None and int(seen) >= int(message_id)
+
+    async def duplicate(self, herald: Herald, person: str) -> None:
+        self.discord.dispatch_again(self._last[person])
+
+    def rate_limit(self, person: str, retry_after: int) -> None:
+        self.discord.rate_limit(self.DMS[person], float(retry_after))
+
+
+class EmailHarness(PlatformHarness):
+    """Email through a real Dovecot (IMAP) and a real SMTP server (aiosmtpd); a person's
+    messages after the first reply to it, so they stay one conversation (one session)."""
+
+    platform = "email"
+    people = ("ann@example.com", "bob@example.org")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._threads: dict[str, str] = {}
+        """The Message-ID of each person's first mail."""
+        self._last: dict[str, bytes] = {}
+
+    async def _start(self, stack: contextlib.AsyncExitStack) -> None:
+        self.dovecot = await stack.enter_async_context(Dovecot())
+        self.smtp = await stack.enter_async_context(SmtpServer())
+
+    @property
+    def fake(self) -> Waitable:
+        return self.smtp
+
+    def section(self, api_port: int) -> dict[str, Any]:
+        return self.dovecot.section(
+            allowed_senders=list(self.people), idle_renew=30, timeout=5, **self.smtp.section()
+        )
+
+    async def send(self, herald: Herald, person: str, text: str) -> None:
+        self._last[person] = self._mail(person, text)
+        await self.dovecot.append(self._last[person])
+
+    def _mail(self, person: str, text: str) -> bytes:
+        """A mail from `person` to Herald saying `text`, in `person`'s conversation."""
+        message = EmailMessage()
+        message["From"] = person
+        message["To"] = f"Herald <{MAILBOX}>"
+        message["Date"] = format_datetime(utcnow())
+        message["Message-ID"] = make_msgid(domain="example.com")
+        root = self._threads.get(person)
+        if root is None:
+            message["Subject"] = "Question"
+            self._threads[person] = str(message["Message-ID"])
+        else:
+            message["Subject"] = "Re: Question"
+            message["In-Reply-To"] = root
+            message["References"] = root
+        message.set_content(text)
+        return message.as_bytes()
+
+    def texts_to(self, person: str) -> list[str]:
+        return [r.text for r in self.smtp.received if r.rcpt_tos == (person,)]
+
+    cannot: ClassVar[dict[str, str]] = {
+        "rate_limit": "SMTP has no 429: a server that wants less answers 4xx without a time "
+        "to wait, which is NotReady (retried with backoff), never RateLimited",
+    }
+
+    def adapter(self, files: Path, *, bad_token: bool = False) -> Adapter:
+        section = self.section(ADAPTER_PORT)
+        if bad_token:
+            section["password"] = "refused-password"
+        return EmailAdapter(EmailConfig.model_validate(section), files, MemoryCheckpoints())
+
+    def chat_of(self, person: str) -> str:
+        return person
+
+    async def inject(self, adapter: Adapter, sink: InboundSink, person: str, text: str) -> Ref:
+        return await self.dovecot.append(self._mail(person, text))
+
+    async def acknowledged(self, ref: Ref) -> bool:
+        """IMAP: the mail (by UID) is flagged \\Seen."""
+        return "\\Seen" in (await self.dovecot.flags()).get(int(ref), set())
+
+    async def duplicate(self, herald: Herald, person: str) -> None:
+        """The same mail (same Message-ID) delivered into the mailbox once more."""
+        await self.dovecot.append(self._last[person])
+
+    def rate_limit(self, person: str, retry_after: int) -> None:
+        raise NotImplementedError(self.cannot["rate_limit"])
+
+
+class TwilioHarness(PlatformHarness):
+    """SMS through the fake Twilio: inbound messages are signed webhooks to Herald, replies
+    go through the REST API."""
+
+    platform = "twilio"
+    people = ("+15551234567", "+15557654321")
+    webhook = "sms"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[str, list[tuple[str, str]]] = {}
+        self._posts: list[asyncio.Task[int]] = []
+
+    async def _start(self, stack: contextlib.AsyncExitStack) -> None:
+        self.twilio = await stack.enter_async_context(FakeTwilioServer())
+
+    @property
+    def fake(self) -> Waitable:
+        return self.twilio
+
+    def section(self, api_port: int) -> dict[str, Any]:
+        return {
+            "account": "main",
+            "account_sid": DEFAULT_ACCOUNT_SID,
+            "auth_token": DEFAULT_AUTH_TOKEN,
+            "from_number": HERALD_NUMBER,
+            "whatsapp_from": WHATSAPP_NUMBER,
+            "public_url": f"http://127.0.0.1:{api_port}",
+            "base_url": self.twilio.base_url,
+            "allowed_numbers": [p.removeprefix("whatsapp:") for p in self.people],
+            "min_send_interval": 0,
+        }
+
+    async def send(self, herald: Herald, person: str, text: str) -> None:
+        self._last[person] = self.twilio.message_form(person, text)
+        await self._post(herald, self._last[person])
+
+    async def _post(self, herald: Herald, form: list[tuple[str, str]]) -> None:
+        url = f"{herald.url}/webhooks/twilio/{self.webhook}"
+        answer = await self.twilio.post_form(url, form)
+        if answer.status_code != 200:
+            raise AssertionError(f"the Twilio webhook answered {answer.status_code}: {answer.text}")
+
+    def texts_to(self, person: str) -> list[str]:
+        return self.twilio.bodies(person)
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        for task in self._posts:
+            task.cancel()
+        await asyncio.gather(*self._posts, return_exceptions=True)
+        await super().__aexit__(et, e, tb)
+
+    def adapter(self, files: Path, *, bad_token: bool = False) -> Adapter:
+        section = self.section(ADAPTER_PORT)
+        if bad_token:
+            section["auth_token"] = "f" * 32
+        context = AdapterContext(files, MemoryCheckpoints())
+        return TwilioAdapter(TwilioConfig.model_validate(section), context)
+
+    def chat_of(self, person: str) -> str:
+        return person
+
+    async def inject(self, adapter: Adapter, sink: InboundSink, person: str, text: str) -> Ref:
+        """The signed webhook request handed to the adapter, answered in the background."""
+        assert isinstance(adapter, TwilioAdapter)
+        url = f"http://127.0.0.1:{ADAPTER_PORT}/webhooks/twilio/{self.webhook}"
+        headers, body = self.twilio.signed_request(url, self.twilio.message_form(person, text))
+
+        async def post() -> int:
+            return (await adapter.handle_webhook(self.webhook, headers, body, sink)).status
+
+        self._posts.append(asyncio.create_task(post()))
+        return self._posts[-1]
+
+    async def acknowledged(self, ref: Ref) -> bool:
+        """Twilio: the webhook request was answered 200 (anything else is retried)."""
+        assert isinstance(ref, asyncio.Task)
+        return ref.done() and ref.result() == 200
+
+    async def duplicate(self, herald: Herald, person: str) -> None:
+        """The same request (same MessageSid) again, as Twilio retries a webhook."""
+        await self._post(herald, self._last[person])
+
+    def rate_limit(self, person: str, retry_after: int) -> None:
+        self.twilio.rate_limit(1, float(retry_after), to=person)
+
+
+class WhatsAppHarness(TwilioHarness):
+    """WhatsApp through the fake Twilio (the same adapter, its WhatsApp webhook)."""
+
+    people = ("whatsapp:+15551234567", "whatsapp:+15557654321")
+    webhook = "whatsapp"
+
+
+class LoopbackHarness(PlatformHarness):
+    """The test-only loopback platform against the fake long-polling chat server; a person's
+    direct chat id is their user id."""
+
+    platform = "test"
+    people = ("u-ann", "u-bob")
+    TOKEN = "4242:loopback-secret"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[str, str] = {}
+
+    async def _start(self, stack: contextlib.AsyncExitStack) -> None:
+        self.chat = await stack.enter_async_context(FakeChatServer(self.TOKEN))
+
+    @property
+    def fake(self) -> Waitable:
+        return self.chat
+
+    def section(self, api_port: int) -> dict[str, Any]:
+        return {
+            "url": self.chat.base_url,
+            "token": self.TOKEN,
+            "allowed_users": list(self.people),
+            "stream_edits": False,
+            "poll_timeout": 1,
+        }
+
+    async def send(self, herald: Herald, person: str, text: str) -> None:
+        self._last[person] = self.chat.inject(person, text, sender_id=person)
+
+    def texts_to(self, person: str) -> list[str]:
+        return self.chat.texts_in(person)
+
+    def adapter(self, files: Path, *, bad_token: bool = False) -> Adapter:
+        section = self.section(ADAPTER_PORT)
+        if bad_token:
+            section["token"] = "4242:refused-token"
+        return LoopbackAdapter(LoopbackConfig.model_validate(section))
+
+    def chat_of(self, person: str) -> str:
+        return person
+
+    async def inject(self, adapter: Adapter, sink: InboundSink, person: str, text: str) -> Ref:
+        return self.chat.inject(person, text, sender_id=person)
+
+    async def acknowledged(self, ref: Ref) -> bool:
+        """The chat server: a later poll acknowledged the message."""
+        return ref in self.chat.acknowledged
+
+    async def duplicate(self, herald: Herald, person: str) -> None:
+        self.chat.duplicate(self._last[person])
+
+    def rate_limit(self, person: str, retry_after: int) -> None:
+        self.chat.rate_limit(person, count=1, retry_after=float(retry_after))
+
+
+HARNESSES: dict[str, type[PlatformHarness]] = {
+    "telegram": TelegramHarness,
+    "slack": SlackHarness,
+    "discord": DiscordHarness,
+    "email": EmailHarness,
+    "sms": TwilioHarness,
+    "whatsapp": WhatsAppHarness,
+    "loopback": LoopbackHarness,
+}
+"""Every platform's harness by test id."""
+
+
+@contextlib.asynccontextmanager
+async def started(name: str) -> AsyncIterator[PlatformHarness]:
+    """The harness `name` of `HARNESSES`, its fake started."""
+    async with HARNESSES[name]() as harness:
+        yield harness

@@ -1,0 +1,231 @@
+"""The `/control/*` routes of `FakeSlackServer` (driving it from another process), each taking the
+server."""
+
+from __future__ import annotations
+
+import base64
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from tests.fakes.control import (
+    ControlError,
+    control_json,
+    control_object,
+    integer_limits,
+    wait_answer,
+    wait_timeout,
+)
+from tests.fakes.params import jsonable
+from tests.fakes.slack.records import (
+    JSON,
+    MAX_WAIT,
+)
+
+if TYPE_CHECKING:
+    from tests.fakes.slack.server import FakeSlackServer
+
+
+# -- control routes ---------------------------------------------------------------------------
+
+
+async def control_inject(server: FakeSlackServer, request: Request) -> Response:
+    body = await control_json(request)
+    specs = [body] if isinstance(body, dict) else body
+    if not isinstance(specs, list) or not specs:
+        raise ControlError("expected an injection spec or a non-empty list of them")
+    calls = [_inject_call(spec) for spec in specs]  # all valid, or none injected
+    injected: list[JSON] = []
+    for kind, args in calls:
+        try:
+            made = getattr(server, _INJECT_KINDS[kind][0])(**args)
+        except (KeyError, ValueError, TypeError) as err:
+            raise ControlError(f"cannot inject {kind} {args}: {err!r}") from err
+        injected.append(jsonable(made))
+    return JSONResponse({"ok": True, "injected": injected})
+
+
+async def control_file(server: FakeSlackServer, request: Request) -> Response:
+    spec = await control_json(request)
+    if not isinstance(spec, dict) or not isinstance(spec.get("content_b64"), str):
+        raise ControlError("expected {content_b64, name?, mimetype?, title?, user?}")
+    try:
+        content = base64.b64decode(spec["content_b64"], validate=True)
+    except ValueError as err:
+        raise ControlError("content_b64 is not base64") from err
+    names = ("name", "mimetype", "title", "user")
+    options = {k: spec[k] for k in names if isinstance(spec.get(k), str)}
+    return JSONResponse({"ok": True, "file": server.add_file(content, **options)})
+
+
+async def control_state(server: FakeSlackServer, request: Request) -> Response:
+    return JSONResponse(server.state())
+
+
+async def control_mode(server: FakeSlackServer, request: Request) -> Response:
+    spec = await control_json(request)
+    if not isinstance(spec, dict) or not isinstance(spec.get("events_url"), str | None):
+        raise ControlError('expected {"events_url": url or null}')
+    server.use_events_api(spec.get("events_url"))
+    return JSONResponse({"ok": True})
+
+
+async def control_fault(server: FakeSlackServer, request: Request) -> Response:
+    spec = await control_object(request)
+    kind = spec.get("fault")
+
+    def integer(name: str, default: int | None = None) -> int:
+        value = spec.get(name, default)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ControlError(f"{kind} needs an integer {name}")
+        return value
+
+    def optional_integer(name: str) -> int | None:
+        return None if spec.get(name) is None else integer(name)
+
+    def text(name: str, default: str | None = None) -> str:
+        value = spec.get(name, default)
+        if not isinstance(value, str) or not value:
+            raise ControlError(f"{kind} needs a string {name}")
+        return value
+
+    done: int | None = None
+    if kind == "rate_limit":
+        server.rate_limit(text("target"), integer("count", 1), integer("retry_after", 1))
+    elif kind == "fail":
+        server.fail(text("method"), integer("count", 1), integer("status", 500))
+    elif kind == "drop":
+        server.drop(text("method"), integer("count", 1))
+    elif kind == "drop_socket":
+        done = server.drop_socket(optional_integer("socket_id"))
+    elif kind == "send_disconnect":
+        close_after = spec.get("close_after")
+        if close_after is not None and not isinstance(close_after, int | float):
+            raise ControlError("close_after must be a number")
+        done = server.send_disconnect(
+            text("reason", "refresh_requested"),
+            optional_integer("socket_id"),
+            close_after=None if close_after is None else float(close_after),
+        )
+    elif kind == "silence_socket":
+        done = server.silence_socket(optional_integer("socket_id"))
+    elif kind == "ignore_acks":
+        server.ignore_acks(integer("count", 1))
+    elif kind == "refuse_connections":
+        stage = text("stage", "handshake")
+        if stage not in ("open", "handshake"):
+            raise ControlError("stage must be open or handshake")
+        server.refuse_connections(
+            integer("count", 1), stage="open" if stage == "open" else "handshake"
+        )
+    elif kind == "clear":
+        server.clear_faults()
+    else:
+        raise ControlError(f"unknown fault {kind!r}")
+    return JSONResponse({"ok": True, "affected": done})
+
+
+async def control_wait(server: FakeSlackServer, request: Request) -> Response:
+    spec = await control_object(request)
+    names = (
+        "min_posted",
+        "min_updates",
+        "min_reactions",
+        "min_uploads",
+        "min_sockets_opened",
+        "max_pending",
+    )
+    limits = integer_limits(spec, names)
+    acked = spec.get("acked", [])
+    if not isinstance(acked, list) or not all(isinstance(e, str) for e in acked):
+        raise ControlError("acked must be a list of event ids")
+    connected = spec.get("connected")
+    if connected is not None and not isinstance(connected, bool):
+        raise ControlError("connected must be a boolean")
+    timeout = wait_timeout(spec)
+
+    def met() -> bool:
+        pending = len(server.pending)
+        return (
+            len(server.posted) >= limits.get("min_posted", 0)
+            and len(server.updates) >= limits.get("min_updates", 0)
+            and len(server.reactions) >= limits.get("min_reactions", 0)
+            and len(server.uploads) >= limits.get("min_uploads", 0)
+            and server.sockets_opened >= limits.get("min_sockets_opened", 0)
+            and pending <= limits.get("max_pending", pending)
+            and all(e in server.acked for e in acked)
+            and (connected is None or server.connected == connected)
+        )
+
+    return await wait_answer(server._changes, met, min(timeout, MAX_WAIT), server.state)
+
+
+_INJECT_KINDS: dict[str, tuple[str, dict[str, tuple[type, ...]]]] = {
+    "message": (
+        "inject_message",
+        {
+            "channel": (str,),
+            "text": (str,),
+            "user": (str,),
+            "thread_ts": (str,),
+            "files": (list,),
+            "ts": (str,),
+            "channel_type": (str,),
+            "event_id": (str,),
+        },
+    ),
+    "app_mention": (
+        "inject_app_mention",
+        {
+            "channel": (str,),
+            "text": (str,),
+            "user": (str,),
+            "thread_ts": (str,),
+            "files": (list,),
+            "ts": (str,),
+            "with_message": (bool,),
+        },
+    ),
+    "edit": ("inject_edit", {"channel": (str,), "ts": (str,), "text": (str,)}),
+    "delete": ("inject_delete", {"channel": (str,), "ts": (str,)}),
+    "bot_message": (
+        "inject_bot_message",
+        {
+            "channel": (str,),
+            "text": (str,),
+            "bot_id": (str,),
+            "username": (str,),
+            "thread_ts": (str,),
+        },
+    ),
+    "own_message": (
+        "inject_own_message",
+        {"channel": (str,), "text": (str,), "thread_ts": (str,)},
+    ),
+    "event": ("inject_event", {"event": (dict,), "event_id": (str,)}),
+}
+"""Injection kinds of `/control/inject`: the method, and its fields with their JSON types."""
+
+
+def _inject_call(spec: Any) -> tuple[str, JSON]:
+    """The injection kind and the method's keyword arguments a control spec stands for."""
+    if not isinstance(spec, dict):
+        raise ControlError("an injection spec must be a JSON object")
+    kind = spec.get("kind", "message")
+    if kind not in _INJECT_KINDS:
+        raise ControlError(f"unknown kind {kind!r}; one of {sorted(_INJECT_KINDS)}")
+    fields = _INJECT_KINDS[kind][1]
+    args = {k: v for k, v in spec.items() if k != "kind" and v is not None}
+    unknown = set(args) - set(fields)
+    if unknown:
+        raise ControlError(f"unknown {kind} fields {sorted(unknown)}")
+    for name, value in args.items():
+        kinds = fields[name]
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            raise ControlError(f"{name} must be {' or '.join(k.__name__ for k in kinds)}")
+    required = {"event"} if kind == "event" else {"channel"}
+    missing = required - set(args)
+    if missing:
+        raise ControlError(f"{kind} needs {sorted(missing)}")
+    return kind, args
