@@ -279,7 +279,7 @@ class _Splitter:
             start = cut.next_start
         return chunks
 
-    def _soft_cut(
+    def _soft_cut(  # noqa: C901, PLR0912 - the cut preferences, tried in order
         self, start: int, first: int, window: int, room: int, reopened: int | None
     ) -> _Cut | None:
         """The best break at whitespace or CJK punctuation within `text[start:window]`."""

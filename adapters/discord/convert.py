@@ -146,7 +146,7 @@ def is_guild_message(data: Mapping[str, Any]) -> bool:
     return _str(data.get("guild_id")) is not None
 
 
-def to_inbound(
+def to_inbound(  # noqa: C901, PLR0912 - one branch per Discord message field, flat on purpose
     data: Any,
     *,
     bot_id: str,

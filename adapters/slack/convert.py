@@ -118,7 +118,7 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def to_inbound(
+def to_inbound(  # noqa: C901, PLR0912 - one branch per Slack event subtype, flat on purpose
     body: Any,
     *,
     bot: BotIdentity,

@@ -446,7 +446,7 @@ def _pre_text(code: str) -> str:
     return code
 
 
-def _finish(pieces: Sequence[_Piece]) -> str:
+def _finish(pieces: Sequence[_Piece]) -> str:  # noqa: C901, PLR0912 - one branch per mrkdwn token kind
     """Joins the pieces: unsafe literals replaced, text escaped, quote-like line starts and
     markers that touch a word guarded."""
     unsafe = _unsafe_literals(pieces)

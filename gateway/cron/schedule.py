@@ -179,7 +179,7 @@ class Schedule:
         return None
 
 
-def parse_schedule(text: str, timezone: str, *, now: datetime) -> Schedule:
+def parse_schedule(text: str, timezone: str, *, now: datetime) -> Schedule:  # noqa: C901 - one branch per schedule syntax
     """Parse a schedule in the time zone `timezone`. Raises ScheduleError with the reason.
 
     `now` resolves `in <n><unit>`; a one-shot time that is not in the future is refused.

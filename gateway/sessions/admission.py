@@ -12,14 +12,17 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
-from gateway.access import Verdict
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gateway.access import Decision, Verdict
 from gateway.cluster.bus import Signal, SignalAction
 from gateway.cluster.lanes import LaneState
 from gateway.commands import WITH_TEXT, parse_command
 from gateway.contracts.config import BusyMode, GroupSessions
 from gateway.contracts.errors import ShuttingDown
-from gateway.contracts.ids import SessionKey
+from gateway.contracts.ids import InboxId, SessionKey
 from gateway.contracts.messages import InboundMessage
 from gateway.sessions.context import SessionContext
 from gateway.sessions.keys import derive_session_key
@@ -32,6 +35,22 @@ from gateway.store.outbox import Chunk, Target, enqueue
 logger = logging.getLogger(__name__)
 
 RunCommand = Callable[[InboxRow], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class _Admitted:
+    """What the accept transaction decided for one message."""
+
+    row_id: InboxId | None
+    """None: delivered before (a duplicate), nothing to do."""
+    outcome: Outcome | None = None
+    """Settled at once (rejected, or refused by the queue cap)."""
+    notices: list[Chunk] = field(default_factory=list)
+    command: bool = False
+    elsewhere: bool = False
+    """Another instance runs the session; it was told."""
+    steer_text: str | None = None
+    interrupt: bool = False
 
 
 class Admission:
@@ -60,115 +79,128 @@ class Admission:
         key = derive_session_key(message, groups)
         target = Target(platform, message.account, message.chat_id, message.thread_id)
         parsed = parse_command(message.text)
-        notices: list[Chunk] = []
-        steer_text: str | None = None
-        interrupt = False
-        elsewhere = False
         async with ctx.store.write() as conn:
             decision = await ctx.access.decide(conn, message) if ctx.access else None
             if decision is not None and decision.verdict is not Verdict.ALLOW:
-                row_id = await inbox_sql.insert(
-                    conn,
-                    message,
-                    key=key,
-                    user_id=None,
-                    text=message.text[:500],
-                    outcome=Outcome.REJECTED,
-                    detail=decision.detail,
-                )
-                if row_id is not None and decision.verdict is Verdict.PAIR and decision.reply:
-                    notices.append(Chunk(f"pair:{row_id}", target, decision.reply))
-                    await enqueue(conn, notices)
-                outcome: Outcome | None = Outcome.REJECTED if row_id else None
-                command_id = None
+                admitted = await self._reject(conn, message, key, target, decision)
             elif parsed is not None and (parsed.command not in WITH_TEXT or not parsed.arg):
-                command_id = await inbox_sql.insert(
+                row_id = await inbox_sql.insert(
                     conn, message, key=key, user_id=None, kind="command"
                 )
-                outcome, row_id = None, command_id
+                admitted = _Admitted(row_id, command=True)
             else:
-                command_id = None
                 text = message.text if parsed is None else parsed.arg
                 forced = None if parsed is None else BusyMode(str(parsed.command))
-                busy_policy = policy(forced or await ctx.mode(conn, key, section))
-                lane = ctx.lanes.get(key)
-                remote = LaneState(None, False)
-                if lane is None or lane.claim is None:
-                    remote = await ctx.lane_store.state(conn, key)
-                elsewhere = remote.owner is not None and remote.owner != ctx.instance
-                busy = (lane is not None and lane.running is not None) or (
-                    elsewhere and remote.running
+                admitted = await self._queue(
+                    conn, message=message, key=key, target=target, text=text, forced=forced
                 )
-                row_id = await inbox_sql.insert(
-                    conn,
-                    message,
-                    key=key,
-                    user_id=None,
-                    text=text,
-                    priority=1 if busy and busy_policy.interrupts else 0,
-                    steer=busy and busy_policy.steers,
-                )
-                outcome = None
-                if row_id is not None and busy:
-                    waiting = await inbox_sql.count_waiting(conn, key)
-                    if busy_policy.capped and waiting > ctx.config.queue_cap:
-                        await inbox_sql.settle(conn, [row_id], Outcome.DROPPED, detail="queue full")
-                        outcome = Outcome.DROPPED
-                        notices.append(
-                            Chunk(
-                                f"drop:{row_id}",
-                                target,
-                                f"⚠ Not queued: {waiting - 1} messages are already waiting. "
-                                "Send it again later, or /stop to clear the queue.",
-                            )
-                        )
-                    elif not (lane is not None and lane.told_outage) and self._may_ack(key):
-                        # During a model outage the busy turn is a retry and the sender was
-                        # already told that their messages wait: no "still working" on top.
-                        notices.append(Chunk(f"ack:{row_id}", target, busy_policy.ack))
-                    steer_text = text if busy_policy.steers else None
-                    interrupt = busy_policy.interrupts
-                    if notices:
-                        await enqueue(conn, notices)
-                if row_id is not None and outcome is None and elsewhere:
-                    # Another instance runs this session: tell it (sent when this commits).
-                    action = (
-                        SignalAction.INTERRUPT
-                        if interrupt
-                        else SignalAction.STEER
-                        if steer_text
-                        else SignalAction.WAKE
-                    )
-                    if interrupt and remote.turn_id is not None:
-                        await ctx.lane_store.request_cancel(
-                            conn, key, remote.turn_id, INTERRUPTED_BY_NEWER
-                        )
-                    await ctx.bus.publish(conn, Signal(action, key))
-        if row_id is None:
+            if admitted.notices:
+                await enqueue(conn, admitted.notices)
+        if admitted.row_id is None:
             logger.debug("duplicate delivery of %s ignored", message.platform_message_id)
             return
         ctx.metrics.inbound.labels(platform=platform).inc()
-        if outcome is not None:
-            ctx.metrics.outcomes.labels(outcome=str(outcome)).inc()
-        if notices:
+        if admitted.outcome is not None:
+            ctx.metrics.outcomes.labels(outcome=str(admitted.outcome)).inc()
+        if admitted.notices:
             ctx.on_outbox()
-        if outcome is not None:
+        if admitted.outcome is not None or admitted.elsewhere:
             return
-        if command_id is not None:
-            row = await inbox_sql.Inbox(ctx.store).get(command_id)
+        if admitted.command:
+            row = await inbox_sql.Inbox(ctx.store).get(admitted.row_id)
             assert row is not None
             await self.run_command(row)
             return
-        if elsewhere:
-            return
         lane = ctx.lanes.get(key)
         running = lane.running if lane else None
-        if running is not None and row_id not in running.ids:
-            if steer_text is not None:
-                running.steer.waiting.append((row_id, steer_text))
-            if interrupt:
+        if running is not None and admitted.row_id not in running.ids:
+            if admitted.steer_text is not None:
+                running.steer.waiting.append((admitted.row_id, admitted.steer_text))
+            if admitted.interrupt:
                 running.cancel(INTERRUPTED_BY_NEWER)
         ctx.wake(key)
+
+    async def _reject(
+        self,
+        conn: AsyncConnection,
+        message: InboundMessage,
+        key: SessionKey,
+        target: Target,
+        decision: Decision,
+    ) -> _Admitted:
+        """In the accept transaction: a sender not allowed (a pairing code when due)."""
+        row_id = await inbox_sql.insert(
+            conn,
+            message,
+            key=key,
+            user_id=None,
+            text=message.text[:500],
+            outcome=Outcome.REJECTED,
+            detail=decision.detail,
+        )
+        notices = []
+        if row_id is not None and decision.verdict is Verdict.PAIR and decision.reply:
+            notices.append(Chunk(f"pair:{row_id}", target, decision.reply))
+        return _Admitted(row_id, Outcome.REJECTED if row_id else None, notices)
+
+    async def _queue(
+        self,
+        conn: AsyncConnection,
+        *,
+        message: InboundMessage,
+        key: SessionKey,
+        target: Target,
+        text: str,
+        forced: BusyMode | None,
+    ) -> _Admitted:
+        """In the accept transaction: a message for a turn, and what its busy policy does
+        when its session is answering already (here or on another instance)."""
+        ctx = self.ctx
+        section = ctx.platforms.get(str(message.platform))
+        busy_policy = policy(forced or await ctx.mode(conn, key, section))
+        lane = ctx.lanes.get(key)
+        remote = LaneState(None, False)
+        if lane is None or lane.claim is None:
+            remote = await ctx.lane_store.state(conn, key)
+        elsewhere = remote.owner is not None and remote.owner != ctx.instance
+        busy = (lane is not None and lane.running is not None) or (elsewhere and remote.running)
+        row_id = await inbox_sql.insert(
+            conn,
+            message,
+            key=key,
+            user_id=None,
+            text=text,
+            priority=1 if busy and busy_policy.interrupts else 0,
+            steer=busy and busy_policy.steers,
+        )
+        admitted = _Admitted(row_id, elsewhere=elsewhere)
+        if row_id is not None and busy:
+            waiting = await inbox_sql.count_waiting(conn, key)
+            if busy_policy.capped and waiting > ctx.config.queue_cap:
+                await inbox_sql.settle(conn, [row_id], Outcome.DROPPED, detail="queue full")
+                full = (
+                    f"⚠ Not queued: {waiting - 1} messages are already waiting. "
+                    "Send it again later, or /stop to clear the queue."
+                )
+                return _Admitted(row_id, Outcome.DROPPED, [Chunk(f"drop:{row_id}", target, full)])
+            if not (lane is not None and lane.told_outage) and self._may_ack(key):
+                # During a model outage the busy turn is a retry and the sender was already
+                # told that their messages wait: no "still working" on top.
+                admitted.notices.append(Chunk(f"ack:{row_id}", target, busy_policy.ack))
+            admitted.steer_text = text if busy_policy.steers else None
+            admitted.interrupt = busy_policy.interrupts
+        if row_id is not None and elsewhere:
+            # Another instance runs this session: tell it (sent when this commits).
+            if admitted.interrupt:
+                action = SignalAction.INTERRUPT
+                if remote.turn_id is not None:
+                    await ctx.lane_store.request_cancel(
+                        conn, key, remote.turn_id, INTERRUPTED_BY_NEWER
+                    )
+            else:
+                action = SignalAction.STEER if admitted.steer_text else SignalAction.WAKE
+            await ctx.bus.publish(conn, Signal(action, key))
+        return admitted
 
     async def settle(self, message: InboundMessage, detail: str) -> None:
         """Store a message its adapter handled by itself (an opt-out keyword): outcome

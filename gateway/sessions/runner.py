@@ -101,7 +101,7 @@ class InboxTurns:
         if exchange is not None:
             await self.ctx.agent.memory_pass(*exchange)
 
-    async def _inbox_turn(
+    async def _inbox_turn(  # noqa: PLR0915 - a turn's life in order (start, run, checkpoint, settle) shares its locals
         self,
         key: SessionKey,
         lane: Lane,
