@@ -25,6 +25,7 @@ from discord.gateway import DiscordWebSocket, ReconnectWebSocket
 from discord.http import handle_message_parameters
 from discord.utils import escape_markdown
 
+from adapters.discord import PLATFORM
 from adapters.discord.client import Connected, Disconnected, GatewayEvent, HeraldClient
 from adapters.discord.config import DiscordConfig
 from adapters.discord.convert import (
@@ -78,7 +79,7 @@ class DiscordAdapter:
     the gateway; `run` holds the gateway connection. AuthError for a refused token, NotReady
     when Discord cannot be reached."""
 
-    platform: Platform = Platform.DISCORD
+    platform: Platform = PLATFORM
 
     def __init__(self, config: DiscordConfig, files_dir: Path, checkpoints: Checkpoints) -> None:
         self.config = config

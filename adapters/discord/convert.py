@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from adapters.discord import PLATFORM
 from adapters.discord.config import DiscordConfig
 from gateway.contracts.errors import (
     AuthError,
@@ -29,7 +30,6 @@ from gateway.contracts.ids import (
     AccountId,
     ChatId,
     ExternalUserId,
-    Platform,
     PlatformMessageId,
     ThreadId,
 )
@@ -234,7 +234,7 @@ def to_inbound(
     member = data.get("member")
     nick = _str(member.get("nick")) if isinstance(member, Mapping) else None
     message = InboundMessage(
-        platform=Platform.DISCORD,
+        platform=PLATFORM,
         account=account,
         chat_id=ChatId(chat),
         sender=Sender(ExternalUserId(author_id), nick or _display_name(author), False),

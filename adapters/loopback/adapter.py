@@ -9,6 +9,7 @@ from typing import Any, Self
 
 import httpx
 
+from adapters.loopback import PLATFORM
 from adapters.loopback.config import LoopbackConfig
 from adapters.loopback.convert import (
     Skipped,
@@ -46,7 +47,7 @@ class LoopbackAdapter:
     sink means the platform delivers it again.
     """
 
-    platform: Platform = Platform.TEST
+    platform: Platform = PLATFORM
 
     def __init__(self, config: LoopbackConfig) -> None:
         self.config = config

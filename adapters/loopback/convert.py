@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from adapters.loopback import PLATFORM
 from gateway.contracts.errors import (
     AuthError,
     MarkupRejected,
@@ -19,7 +20,6 @@ from gateway.contracts.ids import (
     AccountId,
     ChatId,
     ExternalUserId,
-    Platform,
     PlatformMessageId,
     ThreadId,
 )
@@ -109,7 +109,7 @@ def to_inbound(update: Any, account: AccountId) -> InboundMessage | Skipped:
     thread = _id(thread_id)
     reply = _id(reply_to)
     return InboundMessage(
-        platform=Platform.TEST,
+        platform=PLATFORM,
         account=account,
         chat_id=ChatId(chat_id),
         sender=Sender(ExternalUserId(sender_id), name or "", is_bot),

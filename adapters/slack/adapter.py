@@ -19,6 +19,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.files import download, keep, with_files
 from adapters.inflight import SEND_DRAIN_SECONDS, InFlight
+from adapters.slack import PLATFORM
 from adapters.slack.config import SlackConfig, SlackMode
 from adapters.slack.convert import (
     NOT_ADDRESSED,
@@ -75,7 +76,7 @@ class SlackAdapter:
     raises AuthError when one is refused, NotReady when Slack is unreachable.
     """
 
-    platform: Platform = Platform.SLACK
+    platform: Platform = PLATFORM
 
     def __init__(self, config: SlackConfig, files_dir: Path) -> None:
         self.config = config

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from adapters.slack import PLATFORM
 from adapters.slack.config import SlackConfig, SlackEdits
 from adapters.slack.markup import from_slack
 from gateway.contracts.errors import (
@@ -27,7 +28,6 @@ from gateway.contracts.ids import (
     AccountId,
     ChatId,
     ExternalUserId,
-    Platform,
     PlatformMessageId,
     ThreadId,
 )
@@ -197,7 +197,7 @@ def to_inbound(
     if isinstance(profile, Mapping):
         name = str(profile.get("display_name") or profile.get("real_name") or "")
     message = InboundMessage(
-        platform=Platform.SLACK,
+        platform=PLATFORM,
         account=account,
         chat_id=ChatId(channel),
         sender=Sender(ExternalUserId(user), name or user, False),

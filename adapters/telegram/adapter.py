@@ -17,6 +17,7 @@ from telegram.request import HTTPXRequest
 
 from adapters.files import attachment_path, save_file, with_files
 from adapters.inflight import SEND_DRAIN_SECONDS, InFlight
+from adapters.telegram import PLATFORM
 from adapters.telegram.config import ParseMode, TelegramConfig, TelegramMode
 from adapters.telegram.convert import (
     NOT_ADDRESSED,
@@ -69,7 +70,7 @@ class TelegramAdapter:
     unreachable) and then removes the webhook (polling) or sets it (webhook mode).
     """
 
-    platform: Platform = Platform.TELEGRAM
+    platform: Platform = PLATFORM
 
     def __init__(
         self, config: TelegramConfig, files_dir: Path, first_start: FirstStart | None = None

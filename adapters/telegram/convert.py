@@ -27,6 +27,7 @@ from telegram.error import (
     TelegramError,
 )
 
+from adapters.telegram import PLATFORM
 from adapters.telegram.config import EditedMessages, GroupTrigger, TelegramConfig
 from gateway.contracts.errors import (
     AuthError,
@@ -40,7 +41,6 @@ from gateway.contracts.ids import (
     AccountId,
     ChatId,
     ExternalUserId,
-    Platform,
     PlatformMessageId,
     ThreadId,
 )
@@ -190,7 +190,7 @@ def _to_inbound(
     reply = message.reply_to_message
     thread = message.message_thread_id if message.is_topic_message else None
     inbound = InboundMessage(
-        platform=Platform.TELEGRAM,
+        platform=PLATFORM,
         account=account,
         chat_id=ChatId(str(message.chat.id)),
         sender=Sender(ExternalUserId(str(sender.id)), sender.full_name, sender.is_bot),

@@ -15,6 +15,7 @@ from twilio.rest import Client
 
 from adapters.files import download, keep, with_files
 from adapters.inflight import SEND_DRAIN_SECONDS, InFlight
+from adapters.twilio import PLATFORM
 from adapters.twilio.config import WHATSAPP, TwilioConfig
 from adapters.twilio.convert import (
     MAX_PART,
@@ -91,7 +92,7 @@ class TwilioAdapter:
     are checkpoints shared by every instance: `send` refuses an opted-out number for good.
     """
 
-    platform: Platform = Platform.TWILIO
+    platform: Platform = PLATFORM
 
     def __init__(self, config: TwilioConfig, context: AdapterContext) -> None:
         self.config = config

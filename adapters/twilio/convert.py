@@ -23,6 +23,7 @@ from urllib.parse import parse_qsl
 
 from adapters.markdown import Mark, Options, Run, link_text, normalize, quote_lines, render
 from adapters.markdown import parser as markdown_parser
+from adapters.twilio import PLATFORM
 from adapters.twilio.config import E164, WHATSAPP
 from gateway.chunking import markdown_to_plain, split_chunks
 from gateway.contracts.errors import (
@@ -32,7 +33,7 @@ from gateway.contracts.errors import (
     PermanentSendError,
     RateLimited,
 )
-from gateway.contracts.ids import AccountId, ChatId, ExternalUserId, Platform, PlatformMessageId
+from gateway.contracts.ids import AccountId, ChatId, ExternalUserId, PlatformMessageId
 from gateway.contracts.messages import InboundMessage, Sender
 
 MAX_PART = 1600
@@ -165,7 +166,7 @@ def to_inbound(form: Mapping[str, str], *, account: AccountId, now: datetime) ->
         return media
     body = form.get("Body") or ""
     message = InboundMessage(
-        platform=Platform.TWILIO,
+        platform=PLATFORM,
         account=account,
         chat_id=ChatId(sender),
         sender=Sender(ExternalUserId(sender), (form.get("ProfileName") or "").strip()),

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from adapters.discord import PLATFORM as DISCORD
 from adapters.discord.config import DiscordConfig
 from adapters.discord.convert import (
     NOT_ADDRESSED,
@@ -28,7 +29,7 @@ from adapters.discord.convert import (
     to_inbound,
 )
 from gateway.contracts.errors import AuthError, NotReady, PermanentSendError, RateLimited
-from gateway.contracts.ids import AccountId, Platform
+from gateway.contracts.ids import AccountId
 from gateway.contracts.messages import InboundMessage
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "discord"
@@ -78,7 +79,7 @@ def accepted(name: str, **changes: Any) -> InboundMessage:
 
 def test_a_direct_message() -> None:
     message = accepted("dm")
-    assert message.platform is Platform.DISCORD
+    assert message.platform is DISCORD
     assert (message.chat_id, message.thread_id, message.is_direct) == (DM, None, True)
     assert message.text == "hello there"
     assert message.sender.id == "80351110224678912"

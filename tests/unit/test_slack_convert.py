@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from adapters.slack import PLATFORM as SLACK
 from adapters.slack.config import SlackConfig
 from adapters.slack.convert import (
     NOT_ADDRESSED,
@@ -23,7 +24,7 @@ from adapters.slack.convert import (
     to_inbound,
 )
 from gateway.contracts.errors import AuthError, NotReady, PermanentSendError, RateLimited
-from gateway.contracts.ids import AccountId, Platform
+from gateway.contracts.ids import AccountId
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slack"
 BOT = BotIdentity("UBOT", "B0HERALD")
@@ -51,7 +52,7 @@ def accepted(name: str, **changes: Any) -> Incoming:
 
 def test_direct_message() -> None:
     message = accepted("dm").message
-    assert message.platform is Platform.SLACK
+    assert message.platform is SLACK
     assert (message.chat_id, message.sender.id) == ("D0ANN", "U0ANN")
     assert message.platform_message_id == "D0ANN:1795000000.000100"
     assert message.text == "What's on my calendar & why?"

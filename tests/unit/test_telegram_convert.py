@@ -20,6 +20,7 @@ from telegram.error import (
     TimedOut,
 )
 
+from adapters.telegram import PLATFORM as TELEGRAM
 from adapters.telegram.config import TelegramConfig
 from adapters.telegram.convert import (
     BotIdentity,
@@ -39,7 +40,7 @@ from gateway.contracts.errors import (
     PermanentSendError,
     RateLimited,
 )
-from gateway.contracts.ids import AccountId, Platform
+from gateway.contracts.ids import AccountId
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "telegram"
 BOT = BotIdentity(5000000001, "herald_bot")
@@ -71,7 +72,7 @@ def accepted(name: str, **changes: Any) -> Incoming:
 
 def test_direct_message() -> None:
     message = accepted("dm_text").message
-    assert message.platform is Platform.TELEGRAM
+    assert message.platform is TELEGRAM
     assert message.account == "bot"
     assert message.chat_id == "111111111"
     assert message.platform_message_id == "111111111:11"
