@@ -9,10 +9,10 @@ from typing import Any, Self
 
 import httpx
 
+from adapters.inbound import Skipped
 from adapters.loopback import PLATFORM
 from adapters.loopback.config import LoopbackConfig
 from adapters.loopback.convert import (
-    Skipped,
     parse_error,
     to_edit_payload,
     to_inbound,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from adapters.inbound import Skipped
 from adapters.loopback import PLATFORM
 from gateway.contracts.errors import (
     AuthError,
@@ -29,13 +29,6 @@ DEFAULT_RETRY_AFTER = 1.0
 """Seconds to wait after a 429 that names no delay."""
 MARKUP_ERROR = "can't parse entities"
 """What the platform says when it refuses a message's markup."""
-
-
-@dataclass(frozen=True, slots=True)
-class Skipped:
-    """An update that carries no usable message, and why."""
-
-    reason: str
 
 
 def update_id_of(update: Any) -> int | None:

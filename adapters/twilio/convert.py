@@ -21,6 +21,7 @@ from datetime import datetime
 from enum import StrEnum
 from urllib.parse import parse_qsl
 
+from adapters.inbound import Skipped
 from adapters.markdown import Mark, Options, Run, link_text, normalize, quote_lines, render
 from adapters.markdown import parser as markdown_parser
 from adapters.twilio import PLATFORM
@@ -59,13 +60,6 @@ KEYWORDS: Mapping[str, Keyword] = {
     **dict.fromkeys(("HELP", "INFO"), Keyword.HELP),
 }
 """A message that is one of these words (any case, surrounding spaces and `.!` ignored)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Skipped:
-    """A form that is not a message Herald takes, and why."""
-
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)

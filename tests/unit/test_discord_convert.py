@@ -17,17 +17,14 @@ from adapters.discord.convert import (
     NOT_ADDRESSED,
     Channel,
     ChannelKind,
-    FileRef,
-    Incoming,
-    Skipped,
     channel_from,
     error_from,
-    message_key,
     newer,
     snowflake_time,
     split_message_key,
     to_inbound,
 )
+from adapters.inbound import FileRef, Incoming, Skipped, message_key
 from gateway.contracts.errors import AuthError, NotReady, PermanentSendError, RateLimited
 from gateway.contracts.ids import AccountId
 from gateway.contracts.messages import InboundMessage
@@ -55,7 +52,7 @@ def config(**changes: Any) -> DiscordConfig:
 
 def convert(
     name: str, *, late: float = 5.0, channel: Channel | None = None, **changes: Any
-) -> Incoming | Skipped:
+) -> Incoming[FileRef] | Skipped:
     data = load(name)
     sent = snowflake_time(data["id"])
     assert sent is not None

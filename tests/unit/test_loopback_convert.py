@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from adapters.inbound import Skipped
 from adapters.loopback import PLATFORM as TEST
 from adapters.loopback.convert import (
     DEFAULT_RETRY_AFTER,
-    Skipped,
     parse_error,
     to_edit_payload,
     to_inbound,

@@ -10,16 +10,13 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from adapters.inbound import FileRef, Incoming, Skipped, message_key
 from adapters.slack import PLATFORM as SLACK
 from adapters.slack.config import SlackConfig
 from adapters.slack.convert import (
     NOT_ADDRESSED,
     BotIdentity,
-    FileRef,
-    Incoming,
-    Skipped,
     error_from,
-    message_key,
     split_message_key,
     to_inbound,
 )
@@ -39,12 +36,12 @@ def config(**changes: Any) -> SlackConfig:
 
 def convert(
     name: str, *, now: datetime = SENT + timedelta(seconds=5), **changes: Any
-) -> Incoming | Skipped:
+) -> Incoming[FileRef] | Skipped:
     body = json.loads((DATA / f"{name}.json").read_text(encoding="utf-8"))
     return to_inbound(body, bot=BOT, account=AccountId("ws"), config=config(**changes), now=now)
 
 
-def accepted(name: str, **changes: Any) -> Incoming:
+def accepted(name: str, **changes: Any) -> Incoming[FileRef]:
     result = convert(name, **changes)
     assert isinstance(result, Incoming), result
     return result

@@ -20,15 +20,13 @@ from telegram.error import (
     TimedOut,
 )
 
+from adapters.inbound import Incoming, Skipped, message_key
 from adapters.telegram import PLATFORM as TELEGRAM
 from adapters.telegram.config import TelegramConfig
 from adapters.telegram.convert import (
     BotIdentity,
     FileRef,
-    Incoming,
-    Skipped,
     error_from,
-    message_key,
     parse_update,
     split_message_key,
     to_inbound,
@@ -58,13 +56,13 @@ def config(**changes: Any) -> TelegramConfig:
 
 def convert(
     name: str, *, now: datetime = SENT + timedelta(seconds=5), **changes: Any
-) -> Incoming | Skipped:
+) -> Incoming[FileRef] | Skipped:
     update = parse_update(payload(name))
     assert not isinstance(update, Skipped)
     return to_inbound(update, bot=BOT, account=AccountId("bot"), config=config(**changes), now=now)
 
 
-def accepted(name: str, **changes: Any) -> Incoming:
+def accepted(name: str, **changes: Any) -> Incoming[FileRef]:
     result = convert(name, **changes)
     assert isinstance(result, Incoming), result
     return result

@@ -11,13 +11,13 @@ import pytest
 from pydantic import ValidationError
 from twilio.request_validator import RequestValidator
 
+from adapters.inbound import Skipped
 from adapters.twilio import PLATFORM as TWILIO
 from adapters.twilio.config import TwilioConfig
 from adapters.twilio.convert import (
     MAX_PART,
     Incoming,
     Keyword,
-    Skipped,
     StatusReport,
     error_from,
     keyword,
