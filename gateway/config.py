@@ -341,6 +341,8 @@ class HeraldConfig(BaseSettings):
     sessions: SessionsConfig = SessionsConfig()
     home: HomeConfig = HomeConfig()
     memory: MemoryConfig = MemoryConfig()
+    # Validated as the registry's model; typed as its base (its fields are known only at run
+    # time; `platforms.section(SomeConfig)` is the typed lookup).
     if TYPE_CHECKING:
         platforms: PlatformsConfig = PlatformsConfig()
     else:
