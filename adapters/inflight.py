@@ -9,7 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
+
+from gateway.contracts.ids import Platform
+from gateway.contracts.messages import DeliveryReceipt, OutboundMessage
+
+logger = logging.getLogger(__name__)
 
 SEND_DRAIN_SECONDS = 20.0
 """How long a closing adapter waits for the sends under way (about one request's timeout)."""
@@ -43,3 +50,25 @@ class InFlight:
         except TimeoutError:
             return False
         return True
+
+
+class TrackedSends(ABC):
+    """An adapter whose closing waits for its sends: `send` runs `_send` counted as under
+    way in `_inflight`, and `_drain_sends` (called on close) waits for those."""
+
+    platform: Platform
+    _inflight: InFlight
+
+    async def send(self, message: OutboundMessage) -> DeliveryReceipt:
+        """Deliver one chunk (see `_send`); closing the adapter waits for it to end."""
+        async with self._inflight.track():
+            return await self._send(message)
+
+    @abstractmethod
+    async def _send(self, message: OutboundMessage) -> DeliveryReceipt:
+        """Deliver one chunk. Raises RateLimited, PermanentSendError or NotReady."""
+
+    async def _drain_sends(self) -> None:
+        """Wait up to `SEND_DRAIN_SECONDS` for the sends under way; warn when some are left."""
+        if not await self._inflight.drained(SEND_DRAIN_SECONDS):
+            logger.warning("%s: closing with sends still under way", self.platform)

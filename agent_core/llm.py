@@ -22,7 +22,7 @@ import openai
 from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from gateway.config import LLMConfig
+from agent_core.config import LLMConfig
 from gateway.contracts.errors import LLMError, LLMRejected, LLMUnavailable
 from gateway.contracts.history import ChatMessage, Role, ToolCall
 

@@ -21,9 +21,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import SecretStr
 
+from agent_core.config import LLMConfig
 from agent_core.llm import OpenAIProvider
 from gateway.cli.main import loop_factory
-from gateway.config import LLMConfig
 from gateway.contracts.history import ChatMessage, Role
 
 

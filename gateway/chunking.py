@@ -1,7 +1,7 @@
 """Splitting an assistant reply into platform-sized chunks, and its plain-text fallback.
 
 Pure functions over strings: no I/O, no state. Lengths are counted either in code points or,
-for platforms such as Telegram, in UTF-16 code units (`SendLimits.count_utf16`).
+for platforms that count so, in UTF-16 code units (`SendLimits.count_utf16`).
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ class ParsedCommand:
 def parse_command(text: str) -> ParsedCommand | None:
     """The command a message starts with, or None for ordinary text and unknown commands.
 
-    Accepts `/cmd@botname` (how Telegram addresses commands in groups).
+    Accepts `/cmd@botname` (how some platforms address commands to one bot in groups).
     """
     stripped = text.lstrip()
     if not stripped.startswith("/"):

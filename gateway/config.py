@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal, TypeGuard, get_args
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard, TypeVar, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
@@ -22,6 +22,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    create_model,
     field_validator,
     model_validator,
 )
@@ -32,52 +33,14 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from adapters.discord.config import DiscordConfig
-from adapters.email.config import EmailConfig
-from adapters.loopback.config import LoopbackConfig
-from adapters.slack.config import SlackConfig
-from adapters.telegram.config import TelegramConfig
-from adapters.twilio.config import TwilioConfig
-from gateway.contracts.config import BusyMode, PlatformSection, Section
+from agent_core.config import LLMConfig
+from gateway import platforms
+from gateway.contracts.config import BusyMode, PlatformSection, Section, not_empty
 from gateway.contracts.config import read_secret_files as _read_secret_files
 from gateway.contracts.errors import ConfigError
+from gateway.contracts.platform import Host
 
 ENV_PREFIX = "HERALD_"
-
-
-def _not_empty(value: SecretStr | None) -> SecretStr | None:
-    if value is not None and not value.get_secret_value().strip():
-        raise ValueError("must not be empty; leave the key out instead")
-    return value
-
-
-class LLMConfig(Section):
-    """The language model. With neither `base_url` nor `api_key`, the offline echo provider."""
-
-    provider: Literal["auto", "openai", "echo"] = "auto"
-    base_url: str | None = None
-    api_key: SecretStr | None = None
-    model: str = "gpt-4o-mini"
-    context_window: int = Field(default=128_000, ge=1_000)
-    compression_threshold: float = Field(default=0.5, gt=0.0, lt=1.0)
-    history_window: int = Field(default=40, ge=2, le=10_000)
-    """How many recent messages (after the latest summary) are loaded for a turn."""
-    connect_timeout: float = Field(default=10.0, gt=0)
-    request_timeout: float = Field(default=120.0, gt=0)
-    max_retries: int = Field(default=2, ge=0, le=10)
-    max_tool_iterations: int = Field(default=8, ge=1, le=100)
-    memory_pass: bool = True
-    """After each turn, ask the model whether anything is worth remembering."""
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-
-    _api_key = field_validator("api_key")(_not_empty)
-
-    @property
-    def effective_provider(self) -> Literal["openai", "echo"]:
-        """`openai` when an endpoint or key is configured, else `echo`."""
-        if self.provider != "auto":
-            return self.provider
-        return "openai" if (self.base_url or self.api_key) else "echo"
 
 
 class APIConfig(Section):
@@ -104,7 +67,7 @@ class APIConfig(Section):
     backlog: int = Field(default=2048, ge=1)
     """Connections the kernel queues before they are accepted."""
 
-    _key = field_validator("key")(_not_empty)
+    _key = field_validator("key")(not_empty)
 
     @property
     def is_loopback(self) -> bool:
@@ -180,15 +143,17 @@ class AccessConfig(Section):
             text = str(item).strip()
             platform, sep, ident = text.partition(":")
             if not sep or not platform or not ident:
-                raise ValueError(f"{text!r} is not of the form platform:id (e.g. telegram:123)")
+                raise ValueError(
+                    f"{text!r} is not of the form platform:id (e.g. {platforms.example_target()})"
+                )
             out.append(f"{platform.lower()}:{ident}")
         return tuple(out)
 
 
 class HomeConfig(Section):
-    """Where scheduled reports go: targets like `telegram:<chat>[:<thread>]`.
+    """Where scheduled reports go: targets like `<platform>:<chat>[:<thread>]`.
 
-    `home: telegram:123` (one target or a list) is short for `home: {targets: [...]}`.
+    `home: <platform>:123` (one target or a list) is short for `home: {targets: [...]}`.
     """
 
     targets: tuple[str, ...] = ()
@@ -265,7 +230,8 @@ class ClusterConfig(Section):
 
     lease_ttl: float = Field(default=15.0, ge=1.0, le=600.0)
     """Seconds after an instance's last heartbeat before the others take over its leases
-    (pollers, IMAP, Discord, the scheduler), its sessions and its unfinished deliveries."""
+    (pollers, mailboxes, gateway connections, the scheduler), its sessions and its unfinished
+    deliveries."""
     heartbeat_interval: float | None = Field(default=None, gt=0)
     """Seconds between heartbeats and lease renewals. Default: a third of `lease_ttl`."""
     scan_interval: float = Field(default=1.0, gt=0, le=60.0)
@@ -297,16 +263,15 @@ class MemoryConfig(Section):
     group); false: sessions of groups have no memory at all."""
 
 
-class PlatformsConfig(Section):
-    """One optional section per platform adapter; a platform runs when its section is set."""
+S = TypeVar("S", bound=PlatformSection)
 
-    test: LoopbackConfig | None = None
-    """The test-only loopback platform (see `tests/fakes/chat_server.py`)."""
-    telegram: TelegramConfig | None = None
-    slack: SlackConfig | None = None
-    twilio: TwilioConfig | None = None
-    discord: DiscordConfig | None = None
-    email: EmailConfig | None = None
+
+class PlatformsConfig(Section):
+    """One optional section per registered platform; a platform runs when its section is set.
+
+    The fields come from the registry (`gateway/platforms.py`): `_Platforms` below is this
+    class with a `<name>: <config> | None` field for each platform.
+    """
 
     def sections(self) -> dict[str, PlatformSection]:
         """The configured and enabled platform sections by platform name."""
@@ -316,6 +281,20 @@ class PlatformsConfig(Section):
             if isinstance(value, PlatformSection) and value.enabled:
                 out[name] = value
         return out
+
+    def section(self, kind: type[S]) -> S | None:
+        """The section of config type `kind` (enabled or not), or None when it is not set."""
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, kind):
+                return value
+        return None
+
+
+_FIELDS: dict[str, Any] = {spec.name: (spec.config | None, None) for spec in platforms.SPECS}
+_Platforms = create_model(
+    "PlatformsConfig", __base__=PlatformsConfig, __doc__=PlatformsConfig.__doc__, **_FIELDS
+)
 
 
 class _EnvSource(EnvSettingsSource):
@@ -362,7 +341,12 @@ class HeraldConfig(BaseSettings):
     sessions: SessionsConfig = SessionsConfig()
     home: HomeConfig = HomeConfig()
     memory: MemoryConfig = MemoryConfig()
-    platforms: PlatformsConfig = PlatformsConfig()
+    # Validated as the registry's model; typed as its base (its fields are known only at run
+    # time; `platforms.section(SomeConfig)` is the typed lookup).
+    if TYPE_CHECKING:
+        platforms: PlatformsConfig = PlatformsConfig()
+    else:
+        platforms: _Platforms = _Platforms()
     delivery: DeliveryConfig = DeliveryConfig()
     access: AccessConfig = AccessConfig()
     cron: CronConfig = CronConfig()
@@ -408,15 +392,12 @@ class HeraldConfig(BaseSettings):
         return self
 
     @model_validator(mode="after")
-    def _webhooks_need_http(self) -> HeraldConfig:
-        telegram = self.platforms.telegram
-        if (
-            telegram is not None
-            and telegram.enabled
-            and telegram.mode == "webhook"
-            and not self.api.enabled
-        ):
-            raise ValueError("platforms.telegram.mode webhook needs the HTTP server (api.enabled)")
+    def _platform_rules(self) -> HeraldConfig:
+        host = Host(http_enabled=self.api.enabled)
+        for name, section in self.platforms.sections().items():
+            validate = platforms.spec(name).validate
+            if validate is not None:
+                validate(section, host)
         return self
 
     @property
@@ -451,9 +432,14 @@ def _did_you_mean(loc: tuple[int | str, ...]) -> str:
         if found is None:
             return ""
         model = found
-    known = [k for k in model.model_fields if not (model is PlatformsConfig and k == "test")]
+    known = [k for k in model.model_fields if not _internal(model, k)]
     close = difflib.get_close_matches(str(loc[-1]).lower(), known, n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(known)})"
+
+
+def _internal(model: type[BaseModel], key: str) -> bool:
+    """Whether `key` is a test-only platform's section (never suggested)."""
+    return issubclass(model, PlatformsConfig) and platforms.spec(key).internal
 
 
 def _is_model(value: Any) -> TypeGuard[type[BaseModel]]:
@@ -521,8 +507,9 @@ def masked(config: HeraldConfig) -> dict[str, Any]:
         return value
 
     data: dict[str, Any] = walk(config)
-    if config.platforms.test is None:
-        del data["platforms"]["test"]  # the test-only platform, of no concern unless used
+    for spec in platforms.SPECS:
+        if spec.internal and data["platforms"][spec.name] is None:
+            del data["platforms"][spec.name]  # a test-only platform, of no concern unless used
     data["database_url"] = _mask_url(config.effective_database_url)
     data["llm"]["provider"] = config.llm.effective_provider
     data["instance_id"] = config.effective_instance_id

@@ -19,6 +19,8 @@ from typing import Any
 from pydantic import BaseModel, SecretStr
 from sqlalchemy.engine import make_url
 
+from gateway import platforms
+
 logger = logging.getLogger(__name__)
 
 MASK = "***"
@@ -31,23 +33,17 @@ URL_LOGGERS = (
     "httpcore",
     "hpack",
     "openai",
-    "twilio",
     "aiohttp.access",
     "aiohttp.client",
     "urllib3",
-    "telegram.Bot",
-    "telegram.request",
+    *(name for spec in platforms.SPECS for name in spec.url_loggers),
 )
-"""SDK loggers that log request URLs or headers below WARNING (a Telegram URL carries the
-bot token in its path; twilio logs headers)."""
+"""SDK loggers that log request URLs or headers below WARNING (some platforms' URLs carry
+the token; each platform's spec names its own)."""
 
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    # A Telegram Bot API path: /bot<id>:<token>/method.
-    (re.compile(r"(bot\d+:)[A-Za-z0-9_-]+"), r"\1" + MASK),
-    # A Telegram token anywhere (a base_url without /bot puts it after the port).
-    (re.compile(r"\b(\d{5,}:)[A-Za-z0-9_-]{30,}"), r"\1" + MASK),
-    # Slack tokens.
-    (re.compile(r"\b(xox[a-z]|xapp)-[A-Za-z0-9-]+"), r"\1-" + MASK),
+    # Each platform's credential shapes (its spec's `secret_patterns`).
+    *((pattern, r"\1" + MASK) for spec in platforms.SPECS for pattern in spec.secret_patterns),
     # user:password@host in any URL.
     (re.compile(r"(\b[a-z][\w+.-]*://[^\s:/@]+:)[^\s@/]+@"), r"\1" + MASK + "@"),
     (re.compile(r"(\bBearer\s+)[^\s'\",]+"), r"\1" + MASK),
@@ -99,7 +95,7 @@ class Redactor:
                 variants.add(form)
                 variants.add(urllib.parse.quote(form, safe=""))
                 variants.add(urllib.parse.quote_plus(form))
-                # `<id>:<secret>` tokens (Telegram): the part after the colon alone.
+                # `<id>:<secret>` tokens (bot tokens): the part after the colon alone.
                 tail = form.rpartition(":")[2]
                 if tail != form and len(tail) >= 12:  # a token, not a word
                     variants.add(tail)

@@ -37,6 +37,7 @@ from agent_core.tools import (
     ToolError,
     ToolRegistry,
 )
+from gateway import platforms
 from gateway.access import Access
 from gateway.backoff import Backoff, FailureLog
 from gateway.channels import Channels
@@ -224,46 +225,14 @@ def adapter_factory(
     name: str, section: PlatformSection, context: AdapterContext
 ) -> Callable[[], Adapter]:
     """How to build the adapter of a configured platform section (one per (re)connection)."""
-    files = context.files
-    # Imported only when configured: each platform's SDK costs start-up time and memory.
-    if name == "test":
-        from adapters.loopback.adapter import LoopbackAdapter  # noqa: PLC0415
-        from adapters.loopback.config import LoopbackConfig  # noqa: PLC0415
-
-        assert isinstance(section, LoopbackConfig)
-        return lambda: LoopbackAdapter(section)
-    if name == "telegram":
-        from adapters.telegram.adapter import FirstStart, TelegramAdapter  # noqa: PLC0415
-        from adapters.telegram.config import TelegramConfig  # noqa: PLC0415
-
-        assert isinstance(section, TelegramConfig)
-        first_start = FirstStart()
-        return lambda: TelegramAdapter(section, files, first_start)
-    if name == "slack":
-        from adapters.slack.adapter import SlackAdapter  # noqa: PLC0415
-        from adapters.slack.config import SlackConfig  # noqa: PLC0415
-
-        assert isinstance(section, SlackConfig)
-        return lambda: SlackAdapter(section, files)
-    if name == "twilio":
-        from adapters.twilio.adapter import TwilioAdapter  # noqa: PLC0415
-        from adapters.twilio.config import TwilioConfig  # noqa: PLC0415
-
-        assert isinstance(section, TwilioConfig)
-        return lambda: TwilioAdapter(section, context)
-    if name == "discord":
-        from adapters.discord.adapter import DiscordAdapter  # noqa: PLC0415
-        from adapters.discord.config import DiscordConfig  # noqa: PLC0415
-
-        assert isinstance(section, DiscordConfig)
-        return lambda: DiscordAdapter(section, files, context.checkpoints)
-    if name == "email":
-        from adapters.email.adapter import EmailAdapter  # noqa: PLC0415
-        from adapters.email.config import EmailConfig  # noqa: PLC0415
-
-        assert isinstance(section, EmailConfig)
-        return lambda: EmailAdapter(section, files, context.checkpoints)
-    raise ConfigError(f"platforms.{name}: no adapter is available for this platform yet")
+    try:
+        spec = platforms.spec(name)
+    except LookupError as err:
+        raise ConfigError(
+            f"platforms.{name}: no adapter is available for this platform yet"
+        ) from err
+    # The spec imports the platform's SDK only now: each costs start-up time and memory.
+    return spec.build(section, context)
 
 
 class _NoChannels:

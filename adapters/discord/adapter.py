@@ -25,6 +25,7 @@ from discord.gateway import DiscordWebSocket, ReconnectWebSocket
 from discord.http import handle_message_parameters
 from discord.utils import escape_markdown
 
+from adapters.discord import PLATFORM
 from adapters.discord.client import Connected, Disconnected, GatewayEvent, HeraldClient
 from adapters.discord.config import DiscordConfig
 from adapters.discord.convert import (
@@ -32,18 +33,16 @@ from adapters.discord.convert import (
     OWN_MESSAGE,
     Channel,
     ChannelKind,
-    FileRef,
-    Skipped,
     channel_from,
     error_from,
     is_guild_message,
-    message_key,
     newer,
     split_message_key,
     to_inbound,
 )
 from adapters.files import download, keep, with_files
-from adapters.inflight import SEND_DRAIN_SECONDS, InFlight
+from adapters.inbound import FileRef, Skipped, log_skipped, message_key
+from adapters.inflight import InFlight, TrackedSends
 from gateway.contracts.adapter import AdapterState, Checkpoints, InboundSink
 from gateway.contracts.errors import AuthError, HeraldError, NotReady, PermanentSendError
 from gateway.contracts.ids import AccountId, ChatId, Platform, PlatformMessageId, ThreadId
@@ -73,12 +72,12 @@ def _last(channel_id: str) -> str:
     return f"last:{channel_id}"
 
 
-class DiscordAdapter:
+class DiscordAdapter(TrackedSends):
     """One Discord bot. Entering logs in over REST (`/users/@me`, the application) and finds
     the gateway; `run` holds the gateway connection. AuthError for a refused token, NotReady
     when Discord cannot be reached."""
 
-    platform: Platform = Platform.DISCORD
+    platform: Platform = PLATFORM
 
     def __init__(self, config: DiscordConfig, files_dir: Path, checkpoints: Checkpoints) -> None:
         self.config = config
@@ -148,8 +147,7 @@ class DiscordAdapter:
         self._client, self._downloads, self._closed = None, None, True
         try:
             # New sends now fail with NotReady (nothing sent); those under way may finish.
-            if not await self._inflight.drained(SEND_DRAIN_SECONDS):
-                logger.warning("discord: closing with sends still under way")
+            await self._drain_sends()
         finally:
             with contextlib.suppress(Exception):
                 if downloads is not None:
@@ -339,9 +337,8 @@ class DiscordAdapter:
             now=utcnow(),
         )
         if isinstance(incoming, Skipped):
-            quiet = (NOT_ADDRESSED, OWN_MESSAGE)
-            level = logging.DEBUG if incoming.reason in quiet else logging.INFO
-            logger.log(level, "discord: message %s skipped: %s", message_id, incoming.reason)
+            what = f"{PLATFORM}: message {message_id}"
+            log_skipped(logger, what, incoming, quiet=(NOT_ADDRESSED, OWN_MESSAGE))
             if advance and await self._last_seen(channel_id) is not None:
                 await self._mark_seen(channel_id, message_id)
             return
@@ -447,11 +444,6 @@ class DiscordAdapter:
         )
 
     # -- sending ----------------------------------------------------------------------------
-
-    async def send(self, message: OutboundMessage) -> DeliveryReceipt:
-        """Deliver one chunk (see `_send`); closing the adapter waits for it to end."""
-        async with self._inflight.track():
-            return await self._send(message)
 
     async def _send(self, message: OutboundMessage) -> DeliveryReceipt:
         """Post one chunk (a reply to `reply_to` when given) with its files. Raises

@@ -8,7 +8,6 @@ grow with time, so "the last seen id" of a channel is a watermark.
 
 from __future__ import annotations
 
-import fnmatch
 import math
 import re
 from collections.abc import Mapping
@@ -17,7 +16,9 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from adapters.discord import PLATFORM
 from adapters.discord.config import DiscordConfig
+from adapters.inbound import FileRef, Incoming, Skipped, file_refusal, message_key
 from gateway.contracts.errors import (
     AuthError,
     HeraldError,
@@ -29,8 +30,6 @@ from gateway.contracts.ids import (
     AccountId,
     ChatId,
     ExternalUserId,
-    Platform,
-    PlatformMessageId,
     ThreadId,
 )
 from gateway.contracts.messages import InboundMessage, Sender
@@ -61,36 +60,6 @@ class Channel:
     id: str
     kind: ChannelKind
     parent_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Skipped:
-    """A message that does not reach the agent, and why."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class FileRef:
-    """An attachment to download."""
-
-    url: str
-    mime_type: str
-    size: int | None
-    filename: str
-
-
-@dataclass(frozen=True, slots=True)
-class Incoming:
-    """An inbound message without its attachments, and the files to download for it."""
-
-    message: InboundMessage
-    files: tuple[FileRef, ...] = ()
-
-
-def message_key(channel_id: str, message_id: str) -> PlatformMessageId:
-    """Herald's id of a Discord message: `<channel id>:<message id>`."""
-    return PlatformMessageId(f"{channel_id}:{message_id}")
 
 
 def split_message_key(key: str) -> tuple[str, str] | None:
@@ -154,7 +123,7 @@ def to_inbound(  # noqa: C901, PLR0912 - one branch per Discord message field, f
     config: DiscordConfig,
     channel: Channel | None,
     now: datetime,
-) -> Incoming | Skipped:
+) -> Incoming[FileRef] | Skipped:
     """The message a MESSAGE_CREATE payload (or a history entry) carries for the agent, or
     `Skipped` and why. Never raises.
 
@@ -234,7 +203,7 @@ def to_inbound(  # noqa: C901, PLR0912 - one branch per Discord message field, f
     member = data.get("member")
     nick = _str(member.get("nick")) if isinstance(member, Mapping) else None
     message = InboundMessage(
-        platform=Platform.DISCORD,
+        platform=PLATFORM,
         account=account,
         chat_id=ChatId(chat),
         sender=Sender(ExternalUserId(author_id), nick or _display_name(author), False),
@@ -279,13 +248,8 @@ def _files(items: Any, config: DiscordConfig) -> tuple[tuple[FileRef, ...], list
         size = item.get("size") if isinstance(item.get("size"), int) else None
         if url is None:
             notes.append(f"[file {name} not downloadable]")
-        elif not any(fnmatch.fnmatch(mime, p) for p in config.attachment_types):
-            notes.append(f"[file {name} ({mime}) not downloaded: type not allowed]")
-        elif size is not None and size > config.attachment_max_bytes:
-            notes.append(
-                f"[file {name} ({size} bytes) not downloaded: larger than "
-                f"{config.attachment_max_bytes} bytes]"
-            )
+        elif (note := file_refusal(name, mime, size, config)) is not None:
+            notes.append(note)
         else:
             files.append(FileRef(url, mime, size, name))
     return tuple(files), notes

@@ -19,6 +19,7 @@ from typing import Self
 
 import aiosmtplib
 
+from adapters.email import PLATFORM
 from adapters.email.config import REFUSED, EmailConfig, Security
 from adapters.email.convert import (
     NO_MESSAGE_ID,
@@ -62,7 +63,7 @@ class EmailAdapter:
     refused, NotReady when the server cannot be reached). SMTP connects per reply.
     """
 
-    platform: Platform = Platform.EMAIL
+    platform: Platform = PLATFORM
 
     def __init__(self, config: EmailConfig, files_dir: Path, checkpoints: Checkpoints) -> None:
         self.config = config

@@ -23,12 +23,12 @@ from typing import Any
 
 from markdown_it import MarkdownIt
 
+from adapters.email import PLATFORM
 from adapters.email.config import REFUSED, EmailConfig, SessionBy
 from gateway.contracts.ids import (
     AccountId,
     ChatId,
     ExternalUserId,
-    Platform,
     PlatformMessageId,
     ThreadId,
 )
@@ -429,7 +429,7 @@ def to_received(
         raw[REFUSED] = refused
     reply_to = id_list(message.get("In-Reply-To"))
     inbound = InboundMessage(
-        platform=Platform.EMAIL,
+        platform=PLATFORM,
         account=account,
         chat_id=ChatId(sender or "unknown"),
         sender=Sender(ExternalUserId(sender or "unknown"), name, is_bot=refused is not None),
@@ -454,7 +454,7 @@ def unreadable(account: AccountId, uidvalidity: int, uid: int, reason: str) -> R
     """A stand-in for a mail that could not be read at all, refused with `reason`."""
     key = f"{NO_MESSAGE_ID}{uidvalidity}:{uid}"
     message = InboundMessage(
-        platform=Platform.EMAIL,
+        platform=PLATFORM,
         account=account,
         chat_id=ChatId("unknown"),
         sender=Sender(ExternalUserId("unknown"), is_bot=True),

@@ -9,9 +9,10 @@ from typing import Any, Self
 
 import httpx
 
+from adapters.inbound import Skipped
+from adapters.loopback import PLATFORM
 from adapters.loopback.config import LoopbackConfig
 from adapters.loopback.convert import (
-    Skipped,
     parse_error,
     to_edit_payload,
     to_inbound,
@@ -46,7 +47,7 @@ class LoopbackAdapter:
     sink means the platform delivers it again.
     """
 
-    platform: Platform = Platform.TEST
+    platform: Platform = PLATFORM
 
     def __init__(self, config: LoopbackConfig) -> None:
         self.config = config

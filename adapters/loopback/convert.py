@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from adapters.inbound import Skipped
+from adapters.loopback import PLATFORM
 from gateway.contracts.errors import (
     AuthError,
     MarkupRejected,
@@ -19,7 +20,6 @@ from gateway.contracts.ids import (
     AccountId,
     ChatId,
     ExternalUserId,
-    Platform,
     PlatformMessageId,
     ThreadId,
 )
@@ -29,13 +29,6 @@ DEFAULT_RETRY_AFTER = 1.0
 """Seconds to wait after a 429 that names no delay."""
 MARKUP_ERROR = "can't parse entities"
 """What the platform says when it refuses a message's markup."""
-
-
-@dataclass(frozen=True, slots=True)
-class Skipped:
-    """An update that carries no usable message, and why."""
-
-    reason: str
 
 
 def update_id_of(update: Any) -> int | None:
@@ -109,7 +102,7 @@ def to_inbound(update: Any, account: AccountId) -> InboundMessage | Skipped:
     thread = _id(thread_id)
     reply = _id(reply_to)
     return InboundMessage(
-        platform=Platform.TEST,
+        platform=PLATFORM,
         account=account,
         chat_id=ChatId(chat_id),
         sender=Sender(ExternalUserId(sender_id), name or "", is_bot),

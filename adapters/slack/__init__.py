@@ -1,1 +1,29 @@
 """Slack: Socket Mode or Events API in (dispatched by slack-bolt), the Web API out."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from adapters.slack.config import SlackConfig
+from gateway.contracts.adapter import Adapter, AdapterContext
+from gateway.contracts.ids import Platform
+from gateway.contracts.platform import PlatformSpec
+
+PLATFORM = Platform("slack")
+
+
+def _factory(section: SlackConfig, context: AdapterContext) -> Callable[[], Adapter]:
+    from adapters.slack.adapter import SlackAdapter  # noqa: PLC0415
+
+    return lambda: SlackAdapter(section, context.files)
+
+
+SPEC = PlatformSpec(
+    name=PLATFORM,
+    config=SlackConfig,
+    factory=_factory,
+    example="slack:C0123",
+    secret_patterns=(re.compile(r"\b((?:xox[a-z]|xapp)-)[A-Za-z0-9-]+"),),
+)
+"""Slack (`platforms.slack`)."""

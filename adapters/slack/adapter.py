@@ -18,15 +18,14 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.files import download, keep, with_files
-from adapters.inflight import SEND_DRAIN_SECONDS, InFlight
+from adapters.inbound import FileRef, Skipped, log_skipped, message_key
+from adapters.inflight import InFlight, TrackedSends
+from adapters.slack import PLATFORM
 from adapters.slack.config import SlackConfig, SlackMode
 from adapters.slack.convert import (
     NOT_ADDRESSED,
     BotIdentity,
-    FileRef,
-    Skipped,
     error_from,
-    message_key,
     split_message_key,
     to_inbound,
 )
@@ -68,14 +67,14 @@ def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-class SlackAdapter:
+class SlackAdapter(TrackedSends):
     """One Slack app in one workspace: Socket Mode or Events API in, Web API out.
 
     Entering checks the bot token with `auth.test` (and, in Socket Mode, the app token) and
     raises AuthError when one is refused, NotReady when Slack is unreachable.
     """
 
-    platform: Platform = Platform.SLACK
+    platform: Platform = PLATFORM
 
     def __init__(self, config: SlackConfig, files_dir: Path) -> None:
         self.config = config
@@ -130,8 +129,7 @@ class SlackAdapter:
         http, self._http, self._web, self._bolt, self._socket = self._http, None, None, None, None
         try:
             # New sends now fail with NotReady (nothing sent); those under way may finish.
-            if not await self._inflight.drained(SEND_DRAIN_SECONDS):
-                logger.warning("slack: closing with sends still under way")
+            await self._drain_sends()
         finally:
             if http is not None:
                 await http.close()
@@ -254,8 +252,8 @@ class SlackAdapter:
             body, bot=self._identity, account=self.account, config=self.config, now=utcnow()
         )
         if isinstance(incoming, Skipped):
-            level = logging.DEBUG if incoming.reason == NOT_ADDRESSED else logging.INFO
-            logger.log(level, "slack: event %s skipped: %s", body.get("event_id"), incoming.reason)
+            what = f"{PLATFORM}: event {body.get('event_id')}"
+            log_skipped(logger, what, incoming, quiet=(NOT_ADDRESSED,))
             return
         key = incoming.message.platform_message_id
         message = await with_files(
@@ -287,13 +285,9 @@ class SlackAdapter:
 
     # -- sending ----------------------------------------------------------------------------
 
-    async def send(self, message: OutboundMessage) -> DeliveryReceipt:
+    async def _send(self, message: OutboundMessage) -> DeliveryReceipt:
         """Post one chunk (in its thread), then its files. Raises RateLimited,
         PermanentSendError, AuthError or NotReady."""
-        async with self._inflight.track():
-            return await self._send(message)
-
-    async def _send(self, message: OutboundMessage) -> DeliveryReceipt:
         web = self._connected()
         thread = message.thread_id or None
         receipt: DeliveryReceipt | None = None

@@ -7,13 +7,14 @@ are one inbox row. Edits treated as new messages add `:e<edit ts>`.
 
 from __future__ import annotations
 
-import fnmatch
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from adapters.inbound import FileRef, Incoming, Skipped, file_refusal, message_key
+from adapters.slack import PLATFORM
 from adapters.slack.config import SlackConfig, SlackEdits
 from adapters.slack.markup import from_slack
 from gateway.contracts.errors import (
@@ -27,7 +28,6 @@ from gateway.contracts.ids import (
     AccountId,
     ChatId,
     ExternalUserId,
-    Platform,
     PlatformMessageId,
     ThreadId,
 )
@@ -63,36 +63,6 @@ class BotIdentity:
     bot_id: str
 
 
-@dataclass(frozen=True, slots=True)
-class Skipped:
-    """An event that does not reach the agent, and why."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class FileRef:
-    """A file shared with a message, to download with the bot token."""
-
-    url: str
-    mime_type: str
-    size: int | None
-    filename: str
-
-
-@dataclass(frozen=True, slots=True)
-class Incoming:
-    """An inbound message without its attachments, and the files to download for it."""
-
-    message: InboundMessage
-    files: tuple[FileRef, ...] = ()
-
-
-def message_key(channel: str, ts: str) -> PlatformMessageId:
-    """Herald's id of a Slack message: `<channel>:<ts>`."""
-    return PlatformMessageId(f"{channel}:{ts}")
-
-
 def split_message_key(key: str) -> tuple[str, str] | None:
     """`(channel, ts)` of a key made by `message_key`, None when it is not one."""
     channel, sep, ts = key.partition(":")
@@ -125,7 +95,7 @@ def to_inbound(  # noqa: C901, PLR0912 - one branch per Slack event subtype, fla
     account: AccountId,
     config: SlackConfig,
     now: datetime,
-) -> Incoming | Skipped:
+) -> Incoming[FileRef] | Skipped:
     """The message an `event_callback` body carries for the agent, or `Skipped` and why.
 
     Never raises. DMs always pass; in channels, `app_mention` events and messages in
@@ -197,7 +167,7 @@ def to_inbound(  # noqa: C901, PLR0912 - one branch per Slack event subtype, fla
     if isinstance(profile, Mapping):
         name = str(profile.get("display_name") or profile.get("real_name") or "")
     message = InboundMessage(
-        platform=Platform.SLACK,
+        platform=PLATFORM,
         account=account,
         chat_id=ChatId(channel),
         sender=Sender(ExternalUserId(user), name or user, False),
@@ -225,13 +195,8 @@ def _files(items: Any, config: SlackConfig) -> tuple[tuple[FileRef, ...], list[s
         size = item.get("size") if isinstance(item.get("size"), int) else None
         if url is None:
             notes.append(f"[file {name} not downloadable]")
-        elif not any(fnmatch.fnmatch(mime, p) for p in config.attachment_types):
-            notes.append(f"[file {name} ({mime}) not downloaded: type not allowed]")
-        elif size is not None and size > config.attachment_max_bytes:
-            notes.append(
-                f"[file {name} ({size} bytes) not downloaded: larger than "
-                f"{config.attachment_max_bytes} bytes]"
-            )
+        elif (note := file_refusal(name, mime, size, config)) is not None:
+            notes.append(note)
         else:
             files.append(FileRef(url, mime, size, name))
     return tuple(files), notes

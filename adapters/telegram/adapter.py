@@ -16,16 +16,16 @@ from telegram.error import BadRequest, ChatMigrated, TelegramError
 from telegram.request import HTTPXRequest
 
 from adapters.files import attachment_path, save_file, with_files
-from adapters.inflight import SEND_DRAIN_SECONDS, InFlight
+from adapters.inbound import Skipped, log_skipped, message_key
+from adapters.inflight import InFlight, TrackedSends
+from adapters.telegram import PLATFORM
 from adapters.telegram.config import ParseMode, TelegramConfig, TelegramMode
 from adapters.telegram.convert import (
     NOT_ADDRESSED,
     NOT_MODIFIED,
     BotIdentity,
     FileRef,
-    Skipped,
     error_from,
-    message_key,
     split_message_key,
     to_inbound,
 )
@@ -62,14 +62,14 @@ class FirstStart:
     done: bool = False
 
 
-class TelegramAdapter:
+class TelegramAdapter(TrackedSends):
     """One bot: receives by polling or webhook, sends, edits, shows typing, downloads files.
 
     Entering checks the token with `getMe` (AuthError when refused, NotReady when Telegram is
     unreachable) and then removes the webhook (polling) or sets it (webhook mode).
     """
 
-    platform: Platform = Platform.TELEGRAM
+    platform: Platform = PLATFORM
 
     def __init__(
         self, config: TelegramConfig, files_dir: Path, first_start: FirstStart | None = None
@@ -142,8 +142,7 @@ class TelegramAdapter:
         bot, self._bot, self._receiver = self._bot, None, None
         try:
             # New sends now fail with NotReady (nothing sent); those under way may finish.
-            if not await self._inflight.drained(SEND_DRAIN_SECONDS):
-                logger.warning("telegram: closing with sends still under way")
+            await self._drain_sends()
         finally:
             if bot is not None:
                 await bot.shutdown()
@@ -214,8 +213,8 @@ class TelegramAdapter:
         )
         if isinstance(incoming, Skipped):
             # Group chatter not addressed to the bot is routine; everything else is worth a line.
-            level = logging.DEBUG if incoming.reason == NOT_ADDRESSED else logging.INFO
-            logger.log(level, "telegram: update %d skipped: %s", update.update_id, incoming.reason)
+            what = f"{PLATFORM}: update {update.update_id}"
+            log_skipped(logger, what, incoming, quiet=(NOT_ADDRESSED,))
             return
         key = incoming.message.platform_message_id
         message = await with_files(
@@ -244,11 +243,6 @@ class TelegramAdapter:
         return Attachment(path, ref.mime_type, len(data), ref.filename)
 
     # -- sending ----------------------------------------------------------------------------
-
-    async def send(self, message: OutboundMessage) -> DeliveryReceipt:
-        """Deliver one chunk (see `_send`); closing the adapter waits for it to end."""
-        async with self._inflight.track():
-            return await self._send(message)
 
     async def _send(self, message: OutboundMessage) -> DeliveryReceipt:
         """Deliver one chunk (text, then its files). Follows a group's move to a supergroup.

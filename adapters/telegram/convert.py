@@ -6,7 +6,6 @@ Telegram message is `<chat_id>:<message_id>`; edits treated as new messages add 
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import re
 from collections.abc import Mapping
@@ -27,6 +26,8 @@ from telegram.error import (
     TelegramError,
 )
 
+from adapters.inbound import Incoming, Skipped, file_refusal, message_key
+from adapters.telegram import PLATFORM
 from adapters.telegram.config import EditedMessages, GroupTrigger, TelegramConfig
 from gateway.contracts.errors import (
     AuthError,
@@ -40,7 +41,6 @@ from gateway.contracts.ids import (
     AccountId,
     ChatId,
     ExternalUserId,
-    Platform,
     PlatformMessageId,
     ThreadId,
 )
@@ -68,13 +68,6 @@ class BotIdentity:
 
 
 @dataclass(frozen=True, slots=True)
-class Skipped:
-    """An update that does not reach the agent, and why."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
 class FileRef:
     """A file of an inbound message to download through `getFile`."""
 
@@ -82,19 +75,6 @@ class FileRef:
     mime_type: str
     size: int | None
     filename: str
-
-
-@dataclass(frozen=True, slots=True)
-class Incoming:
-    """An inbound message without its attachments, and the files to download for it."""
-
-    message: InboundMessage
-    files: tuple[FileRef, ...] = ()
-
-
-def message_key(chat_id: int | str, message_id: int | str) -> PlatformMessageId:
-    """Herald's id of a Telegram message: `<chat_id>:<message_id>`."""
-    return PlatformMessageId(f"{chat_id}:{message_id}")
 
 
 def split_message_key(key: str) -> tuple[str, int] | None:
@@ -126,7 +106,7 @@ def to_inbound(
     account: AccountId,
     config: TelegramConfig,
     now: datetime,
-) -> Incoming | Skipped:
+) -> Incoming[FileRef] | Skipped:
     """The message an update carries for the agent, or `Skipped` with the reason. Never raises.
 
     Applies the group trigger, the edited-message rule and the freshness limit; removes the
@@ -145,7 +125,7 @@ def _to_inbound(
     account: AccountId,
     config: TelegramConfig,
     now: datetime,
-) -> Incoming | Skipped:
+) -> Incoming[FileRef] | Skipped:
     edited = update.message is None and update.edited_message is not None
     message = update.message or update.edited_message
     if message is None:
@@ -190,7 +170,7 @@ def _to_inbound(
     reply = message.reply_to_message
     thread = message.message_thread_id if message.is_topic_message else None
     inbound = InboundMessage(
-        platform=Platform.TELEGRAM,
+        platform=PLATFORM,
         account=account,
         chat_id=ChatId(str(message.chat.id)),
         sender=Sender(ExternalUserId(str(sender.id)), sender.full_name, sender.is_bot),
@@ -310,15 +290,9 @@ def _files(message: Message, config: TelegramConfig) -> tuple[tuple[FileRef, ...
     files: list[FileRef] = []
     notes: list[str] = []
     for ref in candidates:
-        if not any(fnmatch.fnmatch(ref.mime_type, p) for p in config.attachment_types):
-            notes.append(
-                f"[file {ref.filename} ({ref.mime_type}) not downloaded: type not allowed]"
-            )
-        elif ref.size is not None and ref.size > config.attachment_max_bytes:
-            notes.append(
-                f"[file {ref.filename} ({ref.size} bytes) not downloaded: larger than "
-                f"{config.attachment_max_bytes} bytes]"
-            )
+        note = file_refusal(ref.filename, ref.mime_type, ref.size, config)
+        if note is not None:
+            notes.append(note)
         else:
             files.append(ref)
     return tuple(files), notes

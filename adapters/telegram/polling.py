@@ -12,8 +12,13 @@ from typing import Any
 from telegram import Bot, Update
 from telegram.error import RetryAfter, TelegramError
 
+from adapters.inbound import Skipped
 from adapters.telegram.config import TelegramConfig
-from adapters.telegram.convert import ALLOWED_UPDATES, Skipped, error_from, parse_update
+from adapters.telegram.convert import (
+    ALLOWED_UPDATES,
+    error_from,
+    parse_update,
+)
 from gateway.contracts.adapter import AdapterState, InboundSink
 from gateway.contracts.errors import NotReady
 

@@ -11,8 +11,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from telegram import Bot, Update
 from telegram.error import TelegramError
 
+from adapters.inbound import Skipped
 from adapters.telegram.config import TelegramConfig
-from adapters.telegram.convert import ALLOWED_UPDATES, Skipped, error_from, parse_update
+from adapters.telegram.convert import (
+    ALLOWED_UPDATES,
+    error_from,
+    parse_update,
+)
 from gateway.contracts.adapter import AdapterState, InboundSink, WebhookResponse
 
 logger = logging.getLogger(__name__)

@@ -14,7 +14,9 @@ from twilio.request_validator import RequestValidator
 from twilio.rest import Client
 
 from adapters.files import download, keep, with_files
-from adapters.inflight import SEND_DRAIN_SECONDS, InFlight
+from adapters.inbound import Skipped
+from adapters.inflight import InFlight, TrackedSends
+from adapters.twilio import PLATFORM
 from adapters.twilio.config import WHATSAPP, TwilioConfig
 from adapters.twilio.convert import (
     MAX_PART,
@@ -22,7 +24,6 @@ from adapters.twilio.convert import (
     Incoming,
     Keyword,
     MediaRef,
-    Skipped,
     error_from,
     is_address,
     parse_form,
@@ -84,14 +85,14 @@ def optout_name(chat: str) -> str:
     return f"optout:{chat}"
 
 
-class TwilioAdapter:
+class TwilioAdapter(TrackedSends):
     """One Twilio account: SMS (and WhatsApp) by signed webhooks in, REST API out.
 
     Entering fetches the account (AuthError when refused, NotReady when unreachable). Opt-outs
     are checkpoints shared by every instance: `send` refuses an opted-out number for good.
     """
 
-    platform: Platform = Platform.TWILIO
+    platform: Platform = PLATFORM
 
     def __init__(self, config: TwilioConfig, context: AdapterContext) -> None:
         self.config = config
@@ -134,8 +135,7 @@ class TwilioAdapter:
         http, self._http, self._client = self._http, None, None
         try:
             # New sends now fail with NotReady (nothing sent); those under way may finish.
-            if not await self._inflight.drained(SEND_DRAIN_SECONDS):
-                logger.warning("twilio: closing with sends still under way")
+            await self._drain_sends()
         finally:
             if http is not None:
                 await http.close()
@@ -273,11 +273,6 @@ class TwilioAdapter:
     async def opted_out(self, chat: str) -> bool:
         """Whether `chat` sent STOP (and no START since)."""
         return await self.checkpoints.get(optout_name(chat)) == OPTED_OUT
-
-    async def send(self, message: OutboundMessage) -> DeliveryReceipt:
-        """Deliver one chunk (see `_send`); closing the adapter waits for it to end."""
-        async with self._inflight.track():
-            return await self._send(message)
 
     async def _send(self, message: OutboundMessage) -> DeliveryReceipt:
         """Send one chunk as one or more messages of at most 1600 characters; the receipt

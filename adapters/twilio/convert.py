@@ -21,8 +21,10 @@ from datetime import datetime
 from enum import StrEnum
 from urllib.parse import parse_qsl
 
+from adapters.inbound import Skipped
 from adapters.markdown import Mark, Options, Run, link_text, normalize, quote_lines, render
 from adapters.markdown import parser as markdown_parser
+from adapters.twilio import PLATFORM
 from adapters.twilio.config import E164, WHATSAPP
 from gateway.chunking import markdown_to_plain, split_chunks
 from gateway.contracts.errors import (
@@ -32,7 +34,7 @@ from gateway.contracts.errors import (
     PermanentSendError,
     RateLimited,
 )
-from gateway.contracts.ids import AccountId, ChatId, ExternalUserId, Platform, PlatformMessageId
+from gateway.contracts.ids import AccountId, ChatId, ExternalUserId, PlatformMessageId
 from gateway.contracts.messages import InboundMessage, Sender
 
 MAX_PART = 1600
@@ -58,13 +60,6 @@ KEYWORDS: Mapping[str, Keyword] = {
     **dict.fromkeys(("HELP", "INFO"), Keyword.HELP),
 }
 """A message that is one of these words (any case, surrounding spaces and `.!` ignored)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Skipped:
-    """A form that is not a message Herald takes, and why."""
-
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +160,7 @@ def to_inbound(form: Mapping[str, str], *, account: AccountId, now: datetime) ->
         return media
     body = form.get("Body") or ""
     message = InboundMessage(
-        platform=Platform.TWILIO,
+        platform=PLATFORM,
         account=account,
         chat_id=ChatId(sender),
         sender=Sender(ExternalUserId(sender), (form.get("ProfileName") or "").strip()),

@@ -19,7 +19,7 @@ from rich.markup import escape
 
 from agent_core.llm import NOT_LISTED, make_provider
 from agent_core.memory import MemoryFiles
-from gateway import __version__
+from gateway import __version__, platforms
 from gateway.access import Pairings
 from gateway.checkpoints import MemoryCheckpoints
 from gateway.cli.base import DEBUG, HeraldGroup, configure_logging, current_redactor, load
@@ -30,7 +30,7 @@ from gateway.commands import Command, parse_command
 from gateway.config import HeraldConfig, masked
 from gateway.contracts.adapter import SelfCheck
 from gateway.contracts.errors import AuthError, HeraldError, LLMError
-from gateway.contracts.ids import AccountId, ChatId, Platform, SessionKey
+from gateway.contracts.ids import AccountId, ChatId, Origin, SessionKey
 from gateway.contracts.messages import utcnow
 from gateway.http.api import API_ACCOUNT
 from gateway.redact import Redactor
@@ -147,7 +147,7 @@ def chat(
     key = cfg.api.key.get_secret_value() if cfg.api.key else None
     console = _console()
 
-    session_key = SessionKey(f"{Platform.API}:{API_ACCOUNT}:{name}")
+    session_key = SessionKey(f"{Origin.API}:{API_ACCOUNT}:{name}")
 
     async def say(client: Any, text: str, extra: dict[str, Any]) -> None:
         if parse_command(text) is not None:
@@ -261,7 +261,7 @@ async def _chat_command(cfg: HeraldConfig, key: SessionKey, text: str, console: 
         memory = MemoryFiles(cfg.state_dir)
         await store.open_session(
             key,
-            platform=str(Platform.API),
+            platform=str(Origin.API),
             user_id=session.user_id if session is not None else owner,
             snapshot=memory.snapshot,
             new_epoch=True,
@@ -448,7 +448,7 @@ def sessions_show(
     """The transcript of a session's current epoch (a bare name is an API session's)."""
     console = _console()
     if ":" not in key:  # `herald chat`'s and the API's names: api:default:<name>
-        key = f"{Platform.API}:{API_ACCOUNT}:{key}"
+        key = f"{Origin.API}:{API_ACCOUNT}:{key}"
 
     async def work(store: Any) -> None:
         session = await store.get_session(key)
@@ -699,14 +699,19 @@ def pairing_revoke(
     _with_store(config, work)
 
 
-IDENTITY_PLATFORMS = frozenset(str(p) for p in Platform if p is not Platform.CRON) | {"local"}
+IDENTITY_PLATFORMS = frozenset([*platforms.names(), str(Origin.API), str(Origin.CLI), "local"])
 """Platforms a user identity can be on (`local` is the owner at the terminal)."""
+
+
+_EXAMPLE = platforms.example_target()
 
 
 def _identity(value: str) -> tuple[str, str]:
     platform, sep, external = value.partition(":")
     if not sep or not platform or not external:
-        raise typer.BadParameter(f"{value!r} is not platform:id (like telegram:123)")
+        raise typer.BadParameter(
+            f"{value!r} is not platform:id (like {platforms.example_target()})"
+        )
     platform = platform.lower()
     if platform not in IDENTITY_PLATFORMS:
         close = difflib.get_close_matches(platform, sorted(IDENTITY_PLATFORMS), n=1)
@@ -721,7 +726,10 @@ def _identity(value: str) -> tuple[str, str]:
 
 @users_app.command("link")
 def users_link(
-    first: Annotated[str, typer.Argument(help="platform:id whose user is kept, e.g. telegram:123")],
+    first: Annotated[
+        str,
+        typer.Argument(help=f"platform:id whose user is kept, e.g. {platforms.example_target()}"),
+    ],
     second: Annotated[str, typer.Argument(help="platform:id to merge in, e.g. email:a@b.org")],
     config: ConfigOption = None,
 ) -> None:

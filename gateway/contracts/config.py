@@ -8,7 +8,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import NoDecode
 
 from gateway.contracts.messages import InboundMessage
@@ -69,6 +69,13 @@ IdList = Annotated[tuple[str, ...], NoDecode, BeforeValidator(_id_list)]
 comma-separated list is accepted where a list goes (`HERALD_…__ALLOWED_USERS=111,222`)."""
 
 
+def not_empty(value: SecretStr | None) -> SecretStr | None:
+    """A config validator: a secret that is set must not be blank."""
+    if value is not None and not value.get_secret_value().strip():
+        raise ValueError("must not be empty; leave the key out instead")
+    return value
+
+
 class Section(BaseModel):
     """A frozen config section that rejects unknown keys and reads `<key>_file` secrets."""
 
@@ -105,7 +112,7 @@ class PlatformSection(Section):
 
     def admits(self, message: InboundMessage) -> bool:
         """Whether the section's own rules let this sender in: listed in `allowed_users` by
-        id, or a platform's rule on top (email domains, Discord roles)."""
+        id, or a platform's rule on top (mail domains, server roles)."""
         return str(message.sender.id) in self.allowed_users
 
     def refusal(self, message: InboundMessage) -> str | None:

@@ -25,18 +25,16 @@ MessageId = NewType("MessageId", int)
 InboxId = NewType("InboxId", int)
 
 
-class Platform(StrEnum):
-    """Where a message came from or goes to."""
+Platform = NewType("Platform", str)
+"""A platform's name: a registered platform's (`gateway/platforms.py`) or an `Origin`."""
+
+
+class Origin(StrEnum):
+    """Where a turn comes from when no platform adapter brought it."""
 
     API = "api"
     CLI = "cli"
     CRON = "cron"
-    TELEGRAM = "telegram"
-    SLACK = "slack"
-    DISCORD = "discord"
-    EMAIL = "email"
-    TWILIO = "twilio"
-    TEST = "test"
 
 
 def session_key(

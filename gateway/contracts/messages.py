@@ -111,7 +111,7 @@ class SendLimits:
 
     max_chunk: int = 4000
     count_utf16: bool = False
-    """True when the platform counts length in UTF-16 code units (Telegram)."""
+    """True when the platform counts length in UTF-16 code units."""
     min_edit_interval: float = 1.0
     """Seconds between two edits of one message when streaming by edits."""
     min_send_interval: float = 0.0

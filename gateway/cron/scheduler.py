@@ -36,7 +36,7 @@ from gateway.config import CronConfig
 from gateway.contracts.config import PlatformSection
 from gateway.contracts.errors import LeaseLost
 from gateway.contracts.history import ChatMessage, Role
-from gateway.contracts.ids import Platform, SessionId, SessionKey, TurnId, UserId, session_key
+from gateway.contracts.ids import Origin, SessionId, SessionKey, TurnId, UserId, session_key
 from gateway.cron.clock import Clock
 from gateway.cron.schedule import ScheduleError, stored_schedule
 from gateway.cron.targets import HOME, HOME_SETTING, resolve
@@ -93,7 +93,7 @@ class AlwaysSchedule:
 
 def job_session_key(job_id: str) -> SessionKey:
     """The session a job's runs share (so a run sees the previous ones)."""
-    return session_key(Platform.CRON, CRON_ACCOUNT, job_id)
+    return session_key(Origin.CRON, CRON_ACCOUNT, job_id)
 
 
 def output_path(state_dir: Path, job_id: str, at: datetime) -> Path:
@@ -350,7 +350,7 @@ class CronScheduler:
         job = await self.jobs.get(job.id) or job
         session = await self.store.open_session(
             job_session_key(job.id),
-            platform=str(Platform.CRON),
+            platform=str(Origin.CRON),
             user_id=job.user_id,
             snapshot=self.snapshot,
         )

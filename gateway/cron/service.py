@@ -70,7 +70,7 @@ class JobService:
         """Called after every committed change (the scheduler sets it to its wake-up)."""
 
     def normalize(self, targets: Sequence[str]) -> tuple[str, ...]:
-        """Targets in their stored form (`home`, `all`, `telegram:123`…). Raises JobError."""
+        """Targets in their stored form (`home`, `all`, `<platform>:<chat>`…). Raises JobError."""
         return self._targets(targets)
 
     def _targets(self, targets: Sequence[str]) -> tuple[str, ...]:
@@ -264,7 +264,7 @@ class JobService:
 
 
 def _address(target: str) -> str | None:
-    """The chat a target names, normalized (`sms:+1…` is `twilio:+1…`), or None."""
+    """The chat a target names, normalized (an alias prefix becomes its platform), or None."""
     try:
         parsed = parse_target(target)
     except TargetError:

@@ -2,19 +2,19 @@
 
 Targets: `home` (the home channel: the chat that sent `/sethome`, else the first of
 `home.targets`), `all` (every home: `/sethome`'s and each of `home.targets`), and explicit
-chats `<platform>:<chat>[:<thread>]` (telegram, slack, discord, test, …), `email:<addr>`,
-`sms:<+number>` and `whatsapp:<+number>` (both platform twilio; WhatsApp chat ids are
-`whatsapp:+number`).
+chats `<platform>:<chat>[:<thread>]`. A platform may read its own targets differently, or
+answer to further prefixes (its spec's `parse_target` and `aliases`, `gateway/platforms.py`).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from gateway import platforms
 from gateway.contracts.config import PlatformSection
-from gateway.contracts.ids import AccountId, ChatId, Platform, ThreadId
+from gateway.contracts.ids import AccountId, ChatId, Origin, ThreadId
+from gateway.contracts.platform import ChatAddress
 from gateway.store.outbox import Target
 
 HOME_SETTING = "home.target"
@@ -22,8 +22,7 @@ HOME_SETTING = "home.target"
 HOME = "home"
 ALL = "all"
 
-_PHONE = re.compile(r"^\+[1-9]\d{5,15}$")
-_NOT_TARGETS = frozenset({Platform.API, Platform.CLI, Platform.CRON})
+_NOT_TARGETS = frozenset(str(origin) for origin in Origin)
 
 
 class TargetError(ValueError):
@@ -52,31 +51,23 @@ def parse_target(text: str) -> str | Address:
     name = name.lower()
     if not sep or not rest:
         raise TargetError(
-            f"{spec!r} is not a target: use home, all, or platform:chat (like telegram:12345)"
+            f"{spec!r} is not a target: use home, all, or platform:chat "
+            f"(like {platforms.example_target()})"
         )
-    if name in ("sms", "whatsapp"):
-        number = rest.replace(" ", "")
-        if not _PHONE.match(number):
-            raise TargetError(f"{spec!r}: {name} needs an E.164 number like +15551234567")
-        chat = number if name == "sms" else f"whatsapp:{number}"
-        return Address(str(Platform.TWILIO), chat)
-    if name == str(Platform.TWILIO):
-        return Address(name, rest)
-    if name == str(Platform.EMAIL):
-        addr, _, thread = rest.partition(":")
-        if "@" not in addr:
-            raise TargetError(f"{spec!r}: email needs an address like email:ada@example.org")
-        return Address(name, addr.lower(), thread or None)
-    known = {str(p) for p in Platform} - {str(p) for p in _NOT_TARGETS}
-    if name not in known:
-        raise TargetError(
-            f"{spec!r}: unknown platform {name!r} (known: {', '.join(sorted(known))}, sms, "
-            "whatsapp)"
-        )
+    platform = platforms.by_target_prefix(name)
+    if platform is None:
+        known = ", ".join(platforms.target_prefixes())
+        raise TargetError(f"{spec!r}: unknown platform {name!r} (known: {known})")
+    if platform.parse_target is not None:
+        try:
+            address = platform.parse_target(name, rest)
+        except ValueError as err:
+            raise TargetError(f"{spec!r}: {err}") from err
+        return Address(platform.name, address.chat, address.thread)
     chat, _, thread = rest.partition(":")
     if not chat:
         raise TargetError(f"{spec!r} has no chat id")
-    return Address(name, chat, thread or None)
+    return Address(platform.name, chat, thread or None)
 
 
 def normalize_targets(targets: Sequence[str], configured: Collection[str]) -> tuple[str, ...]:
@@ -102,9 +93,10 @@ def normalize_targets(targets: Sequence[str], configured: Collection[str]) -> tu
 
 def _stored(raw: str, address: Address) -> str:
     name = raw.strip().partition(":")[0].lower()
-    if name in ("sms", "whatsapp"):
-        return f"{name}:{address.chat.removeprefix('whatsapp:')}"
-    return str(address)
+    format_target = platforms.spec(address.platform).format_target
+    if format_target is None:
+        return str(address)
+    return format_target(name, ChatAddress(address.chat, address.thread))
 
 
 def home_address(value: str) -> Address:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.contracts.errors import Overloaded, ShuttingDown
 from gateway.contracts.history import ChatMessage, Role, ToolCall
-from gateway.contracts.ids import Platform, SessionKey, UserId, session_key
+from gateway.contracts.ids import Origin, SessionKey, UserId, session_key
 from gateway.http.deps import AppDeps
 from gateway.http.errors import error_body, error_response
 from gateway.http.middleware import RECEIVED_AT
@@ -196,14 +196,14 @@ async def chat_completions(
     session_id = session_header[1] if session_header else user_field
 
     if session_id is not None:
-        key = session_key(Platform.API, API_ACCOUNT, session_id)
+        key = session_key(Origin.API, API_ACCOUNT, session_id)
         name = user_header[1] if user_header else user_field
-        identity = (str(Platform.API), name) if name is not None else OWNER_IDENTITY
+        identity = (str(Origin.API), name) if name is not None else OWNER_IDENTITY
         text = _new_input(body.messages)
         user_id = await _session_user(deps, key, identity, session_id)
         turn = TurnRequest(
             key,
-            str(Platform.API),
+            str(Origin.API),
             text,
             user_id,
             stream=body.stream,
@@ -213,7 +213,7 @@ async def chat_completions(
     else:
         key = SessionKey(f"api:stateless:{uuid.uuid4().hex}")
         history = _history(body.messages)
-        turn = TurnRequest(key, str(Platform.API), "", None, history=history, stream=body.stream)
+        turn = TurnRequest(key, str(Origin.API), "", None, history=history, stream=body.stream)
 
     try:
         stream = deps.manager.submit(turn)
@@ -272,7 +272,7 @@ async def _session_user(
     if existing is None:
         user_id = await deps.store.resolve_user(*identity)
         existing = await deps.store.open_session(
-            key, platform=str(Platform.API), user_id=user_id, snapshot=deps.manager.snapshot
+            key, platform=str(Origin.API), user_id=user_id, snapshot=deps.manager.snapshot
         )
         if existing.user_id == user_id:
             return user_id

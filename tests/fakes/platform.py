@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from adapters.loopback import PLATFORM as TEST
 from agent_core.llm import Completion, TokenCallback, Usage
 from gateway.contracts.adapter import AdapterState, InboundSink
 from gateway.contracts.errors import (
@@ -27,7 +28,6 @@ from gateway.contracts.ids import (
     AccountId,
     ChatId,
     ExternalUserId,
-    Platform,
     PlatformMessageId,
     ThreadId,
 )
@@ -66,7 +66,7 @@ class _Faults:
 class RecordingAdapter:
     """A platform account that records what Herald sends; faults per chat on demand."""
 
-    platform = Platform.TEST
+    platform = TEST
 
     def __init__(
         self,
@@ -197,7 +197,7 @@ def inbound(
 ) -> InboundMessage:
     """An inbound message on the fake platform (ids unique unless `message_id` is given)."""
     return InboundMessage(
-        platform=Platform.TEST,
+        platform=TEST,
         account=AccountId(account),
         chat_id=ChatId(chat),
         sender=Sender(ExternalUserId(sender or chat), name, is_bot),

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from adapters.discord import PLATFORM as DISCORD
 from adapters.discord.adapter import DiscordAdapter
 from adapters.discord.config import DiscordConfig
 from gateway.checkpoints import MemoryCheckpoints
@@ -27,7 +28,7 @@ from gateway.contracts.adapter import (
     TypingIndicator,
 )
 from gateway.contracts.errors import AuthError, NotReady, PermanentSendError, RateLimited
-from gateway.contracts.ids import AccountId, ChatId, Platform, PlatformMessageId, ThreadId
+from gateway.contracts.ids import AccountId, ChatId, PlatformMessageId, ThreadId
 from gateway.contracts.messages import Attachment, OutboundMessage, TextFormat
 from tests.fakes.discord_server import BOT_ID, DEFAULT_TOKEN, FakeDiscordServer
 from tests.fakes.sink import ListSink, receiving, refusing_socket, run_until_error
@@ -81,7 +82,7 @@ def adapter_for(
 
 def outbound(chat: str, text: str, **fields: Any) -> OutboundMessage:
     return OutboundMessage(
-        platform=Platform.DISCORD,
+        platform=DISCORD,
         account=AccountId("default"),
         chat_id=ChatId(chat),
         text=text,

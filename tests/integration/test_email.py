@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from adapters.email import PLATFORM as EMAIL
 from adapters.email.adapter import EmailAdapter
 from adapters.email.config import EmailConfig
 from adapters.email.convert import to_received
@@ -24,7 +25,7 @@ from adapters.email.imap import LIVENESS_GRACE, ImapSession, MailReceiver
 from gateway.checkpoints import MemoryCheckpoints
 from gateway.contracts.adapter import AdapterState, InboundSink
 from gateway.contracts.errors import AuthError, NotReady, PermanentSendError
-from gateway.contracts.ids import AccountId, ChatId, Platform, ThreadId
+from gateway.contracts.ids import AccountId, ChatId, ThreadId
 from gateway.contracts.messages import Attachment, OutboundMessage, utcnow
 from gateway.store.tables import outbox
 from tests.fakes.dovecot import USER, Dovecot
@@ -348,7 +349,7 @@ def adapter(
 
 def outbound(text: str, chat: str = ANN, thread: str | None = None) -> OutboundMessage:
     return OutboundMessage(
-        platform=Platform.EMAIL,
+        platform=EMAIL,
         account=AccountId("default"),
         chat_id=ChatId(chat),
         text=text,

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from agent_core.config import LLMConfig
 from agent_core.llm import OpenAIProvider, Usage
-from gateway.config import LLMConfig
 from gateway.contracts.errors import LLMRejected, LLMUnavailable
 from gateway.contracts.history import ChatMessage, Role, ToolCall
 from tests.fakes.llm import FakeLLM, Reply

@@ -16,6 +16,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
+from adapters.loopback import PLATFORM as TEST
 from adapters.loopback.adapter import LoopbackAdapter
 from adapters.loopback.config import LoopbackConfig
 from gateway.contracts.adapter import Adapter, AdapterState, MessageEditor, TypingIndicator
@@ -26,7 +27,7 @@ from gateway.contracts.errors import (
     PermanentSendError,
     RateLimited,
 )
-from gateway.contracts.ids import AccountId, ChatId, Platform, PlatformMessageId, ThreadId
+from gateway.contracts.ids import AccountId, ChatId, PlatformMessageId, ThreadId
 from gateway.contracts.messages import OutboundMessage, SendLimits, TextFormat
 from tests.fakes.chat_server import DEFAULT_MARKUP_MARKER, ChatServerClient, FakeChatServer
 from tests.fakes.sink import ListSink, receiving, run_until_error
@@ -50,7 +51,7 @@ def loopback_config(url: str, *, token: str = TOKEN, **changes: Any) -> Loopback
 
 def outbound(chat_id: str = "c1", text: str = "Hello **there**", **changes: Any) -> OutboundMessage:
     fields: dict[str, Any] = {
-        "platform": Platform.TEST,
+        "platform": TEST,
         "account": AccountId("bot1"),
         "chat_id": ChatId(chat_id),
         "text": text,
@@ -83,7 +84,7 @@ async def test_adapter_shape(chat: FakeChatServer, adapter: LoopbackAdapter) -> 
     assert isinstance(adapter, Adapter)
     assert isinstance(adapter, TypingIndicator)
     assert isinstance(adapter, MessageEditor)
-    assert adapter.platform is Platform.TEST
+    assert adapter.platform is TEST
     assert adapter.account == AccountId("bot1")
     assert adapter.limits == SendLimits(
         max_chunk=1000, count_utf16=False, min_edit_interval=0.2, min_send_interval=0.0
@@ -143,7 +144,7 @@ async def test_messages_are_acknowledged_only_after_accept_returned(
     assert (one.chat_id, one.sender.display_name, one.is_direct) == ("c1", "Ann", True)
     assert (two.is_direct, two.mentions_bot) == (False, True)
     assert three.thread_id == ThreadId("t1")
-    assert {m.platform for m in sink.messages} == {Platform.TEST}
+    assert {m.platform for m in sink.messages} == {TEST}
     assert {m.account for m in sink.messages} == {AccountId("bot1")}
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from adapters.slack import PLATFORM as SLACK
 from adapters.slack.adapter import SlackAdapter
 from adapters.slack.config import SlackConfig, SlackMode
 from gateway.contracts.adapter import (
@@ -27,7 +28,7 @@ from gateway.contracts.adapter import (
     WorkingIndicator,
 )
 from gateway.contracts.errors import AuthError, NotReady, PermanentSendError, RateLimited
-from gateway.contracts.ids import AccountId, ChatId, Platform, PlatformMessageId, ThreadId
+from gateway.contracts.ids import AccountId, ChatId, PlatformMessageId, ThreadId
 from gateway.contracts.messages import (
     Attachment,
     OutboundMessage,
@@ -77,7 +78,7 @@ def events_config(slack: FakeSlackServer, **changes: Any) -> SlackConfig:
 
 def outbound(chat_id: str = DM, text: str = "Hello **there**", **changes: Any) -> OutboundMessage:
     fields: dict[str, Any] = {
-        "platform": Platform.SLACK,
+        "platform": SLACK,
         "account": AccountId("default"),
         "chat_id": ChatId(chat_id),
         "text": text,
@@ -134,7 +135,7 @@ async def test_adapter_shape(slack: FakeSlackServer, tmp_path: Path) -> None:
     for protocol in (Adapter, MessageEditor, WorkingIndicator, WebhookAdapter, SelfCheck):
         assert isinstance(adapter, protocol), protocol.__name__
     assert not isinstance(adapter, TypingIndicator)  # Slack bots have no typing indicator
-    assert adapter.platform is Platform.SLACK
+    assert adapter.platform is SLACK
     assert adapter.account == AccountId("work")
     assert adapter.limits == SendLimits(
         max_chunk=3900, count_utf16=False, min_edit_interval=2.0, min_send_interval=0.5
@@ -243,7 +244,7 @@ async def test_an_envelope_is_acknowledged_only_after_accept_returned(
     assert sink.texts == ["one", "two"]
     one = sink.messages[0]
     assert one.platform_message_id == key(DM, first.ts)
-    assert (one.platform, one.account, one.chat_id) == (Platform.SLACK, "default", DM)
+    assert (one.platform, one.account, one.chat_id) == (SLACK, "default", DM)
     assert (one.sender.id, one.is_direct, one.thread_id) == (ANN, True, None)
     assert [e.retry_attempt for e in slack.envelopes] == [0, 0]
 

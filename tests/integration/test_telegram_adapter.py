@@ -18,6 +18,7 @@ import pytest
 from pydantic import SecretStr
 
 import adapters.telegram  # noqa: F401  (sets PTB_TIMEDELTA before python-telegram-bot is used)
+from adapters.telegram import PLATFORM as TELEGRAM
 from adapters.telegram.adapter import FirstStart, TelegramAdapter
 from adapters.telegram.config import ParseMode, TelegramConfig, TelegramMode
 from gateway.contracts.adapter import (
@@ -35,7 +36,7 @@ from gateway.contracts.errors import (
     PermanentSendError,
     RateLimited,
 )
-from gateway.contracts.ids import AccountId, ChatId, Platform, PlatformMessageId, ThreadId
+from gateway.contracts.ids import AccountId, ChatId, PlatformMessageId, ThreadId
 from gateway.contracts.messages import (
     Attachment,
     OutboundMessage,
@@ -78,7 +79,7 @@ def telegram_config(tg: FakeTelegramServer, **changes: Any) -> TelegramConfig:
 
 def outbound(chat_id: int = ANN, text: str = "Hello **there**", **changes: Any) -> OutboundMessage:
     fields: dict[str, Any] = {
-        "platform": Platform.TELEGRAM,
+        "platform": TELEGRAM,
         "account": AccountId("default"),
         "chat_id": ChatId(str(chat_id)),
         "text": text,
@@ -159,7 +160,7 @@ async def test_adapter_shape(tg: FakeTelegramServer, tmp_path: Path) -> None:
     adapter = TelegramAdapter(telegram_config(tg, account="bot1"), tmp_path)
     for protocol in (Adapter, TypingIndicator, MessageEditor, WebhookAdapter, SelfCheck):
         assert isinstance(adapter, protocol), protocol.__name__
-    assert adapter.platform is Platform.TELEGRAM
+    assert adapter.platform is TELEGRAM
     assert adapter.account == AccountId("bot1")
     assert adapter.limits == SendLimits(
         max_chunk=4096, count_utf16=True, min_edit_interval=0.2, min_send_interval=0.0
@@ -260,9 +261,7 @@ async def test_updates_are_confirmed_only_after_accept_returned(
     assert (one.chat_id, one.sender.display_name, one.is_direct) == (str(ANN), "Ann", True)
     assert (two.chat_id, two.is_direct, two.mentions_bot) == (str(GROUP), False, True)
     assert three.platform_message_id == key(ANN, third.message_id)
-    assert {(m.platform, m.account) for m in sink.messages} == {
-        (Platform.TELEGRAM, AccountId("default"))
-    }
+    assert {(m.platform, m.account) for m in sink.messages} == {(TELEGRAM, AccountId("default"))}
 
 
 async def test_a_failing_sink_leaves_the_update_unconfirmed(

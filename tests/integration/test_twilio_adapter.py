@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from adapters.twilio import PLATFORM as TWILIO
 from adapters.twilio.adapter import EMPTY_TWIML, TwilioAdapter, optout_name
 from adapters.twilio.config import TwilioConfig
 from gateway.checkpoints import MemoryCheckpoints
@@ -90,7 +91,7 @@ def new_adapter(
 
 
 def outbound(text: str, chat: str = ANN, *, key: str = "k1") -> OutboundMessage:
-    return OutboundMessage(Platform.TWILIO, AccountId("default"), ChatId(chat), text, key)
+    return OutboundMessage(TWILIO, AccountId("default"), ChatId(chat), text, key)
 
 
 async def post(
@@ -257,7 +258,7 @@ async def test_sms_and_whatsapp_sends(twilio: FakeTwilioServer, tmp_path: Path) 
         receipt = await adapter.send(outbound("**Hi** _there_"))
         await adapter.send(outbound("**Hi** _there_", "whatsapp:" + ANN, key="k2"))
         plain = OutboundMessage(
-            Platform.TWILIO,
+            TWILIO,
             AccountId("default"),
             ChatId(ANN),
             "**as is**",

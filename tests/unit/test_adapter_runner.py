@@ -11,10 +11,11 @@ from typing import Self
 
 import pytest
 
+from adapters.loopback import PLATFORM as TEST
 from gateway.backoff import Backoff
 from gateway.contracts.adapter import AdapterState, InboundSink
 from gateway.contracts.errors import AuthError, NotReady
-from gateway.contracts.ids import AccountId, Platform, PlatformMessageId
+from gateway.contracts.ids import AccountId, PlatformMessageId
 from gateway.contracts.messages import (
     DeliveryReceipt,
     InboundMessage,
@@ -79,7 +80,7 @@ class Attempt:
 class FakeAdapter:
     """An adapter that follows one `Attempt` and records what happened to it."""
 
-    platform = Platform.TEST
+    platform = TEST
     account = AccountId("fake")
     limits = SendLimits()
 

@@ -13,11 +13,12 @@ import re
 import pytest
 from sqlalchemy import select
 
+from adapters.telegram import PLATFORM as TELEGRAM
 from agent_core.memory import MemoryFiles, MemoryScope, person
 from gateway.access import CODE_ALPHABET, CODE_LENGTH, Access, Pairings, Verdict
 from gateway.config import AccessConfig
 from gateway.contracts.config import PlatformSection
-from gateway.contracts.ids import AccountId, ChatId, ExternalUserId, Platform, PlatformMessageId
+from gateway.contracts.ids import AccountId, ChatId, ExternalUserId, PlatformMessageId
 from gateway.contracts.messages import InboundMessage, Sender
 from gateway.store import Store
 from gateway.store.outbox import Outbox
@@ -32,7 +33,7 @@ SECTIONS = {"telegram": PlatformSection(account="bot")}
 
 def telegram_dm(sender: str, name: str = "") -> InboundMessage:
     return InboundMessage(
-        platform=Platform.TELEGRAM,
+        platform=TELEGRAM,
         account=AccountId("bot"),
         chat_id=ChatId(sender),
         sender=Sender(ExternalUserId(sender), name),

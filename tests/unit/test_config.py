@@ -9,6 +9,10 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from adapters.discord.config import DiscordConfig
+from adapters.slack.config import SlackConfig
+from adapters.telegram.config import TelegramConfig
+from adapters.twilio.config import TwilioConfig
 from gateway.config import HeraldConfig, load_config, masked
 from gateway.contracts.errors import ConfigError
 
@@ -455,16 +459,18 @@ def test_telegram_webhook_mode_needs_its_url_secret_and_the_http_server() -> Non
     with pytest.raises(ValidationError, match="needs the HTTP server"):
         HeraldConfig.model_validate({"api": {"enabled": False}, "platforms": {"telegram": section}})
     config = HeraldConfig.model_validate({"platforms": {"telegram": section}})
-    assert config.platforms.telegram is not None
-    assert config.platforms.telegram.mode == "webhook"
+    telegram = config.platforms.section(TelegramConfig)
+    assert telegram is not None
+    assert telegram.mode == "webhook"
 
 
 def test_telegram_group_trigger_takes_one_or_several() -> None:
     one = HeraldConfig.model_validate(
         {"platforms": {"telegram": {"token": "1:x", "group_trigger": "all"}}}
     )
-    assert one.platforms.telegram is not None
-    assert one.platforms.telegram.group_trigger == ("all",)
+    telegram = one.platforms.section(TelegramConfig)
+    assert telegram is not None
+    assert telegram.group_trigger == ("all",)
     with pytest.raises(ValidationError, match="group_trigger"):
         HeraldConfig.model_validate(
             {"platforms": {"telegram": {"token": "1:x", "group_trigger": ["sometimes"]}}}
@@ -485,14 +491,16 @@ def test_numeric_ids_in_yaml_are_stored_as_strings(tmp_path: Path) -> None:
         )
     )
 
-    platforms = config.platforms
-    assert platforms.telegram is not None
-    assert platforms.discord is not None
-    assert platforms.slack is not None
-    assert platforms.telegram.allowed_users == ("111222333", "444")
-    assert platforms.discord.allowed_roles == ("5550001",)
-    assert platforms.discord.channels == ("7770001",)
-    assert platforms.slack.channels == ("C01", "42")
+    telegram = config.platforms.section(TelegramConfig)
+    discord = config.platforms.section(DiscordConfig)
+    slack = config.platforms.section(SlackConfig)
+    assert telegram is not None
+    assert discord is not None
+    assert slack is not None
+    assert telegram.allowed_users == ("111222333", "444")
+    assert discord.allowed_roles == ("5550001",)
+    assert discord.channels == ("7770001",)
+    assert slack.channels == ("C01", "42")
 
 
 @pytest.mark.parametrize(
@@ -510,8 +518,9 @@ def test_ids_from_the_environment(
 
     config = load_config(config_file(tmp_path, "platforms: {telegram: {token: '1:x'}}\n"))
 
-    assert config.platforms.telegram is not None
-    assert config.platforms.telegram.allowed_users == expected
+    telegram = config.platforms.section(TelegramConfig)
+    assert telegram is not None
+    assert telegram.allowed_users == expected
 
 
 @pytest.mark.parametrize(
@@ -579,7 +588,7 @@ def test_unquoted_phone_numbers_in_yaml_keep_their_plus(tmp_path: Path) -> None:
         )
     )
 
-    twilio = config.platforms.twilio
+    twilio = config.platforms.section(TwilioConfig)
     assert twilio is not None
     assert twilio.from_number == "+15550001111"
     assert twilio.allowed_numbers == ("+15551234567",)

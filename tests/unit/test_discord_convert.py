@@ -11,24 +11,22 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from adapters.discord import PLATFORM as DISCORD
 from adapters.discord.config import DiscordConfig
 from adapters.discord.convert import (
     NOT_ADDRESSED,
     Channel,
     ChannelKind,
-    FileRef,
-    Incoming,
-    Skipped,
     channel_from,
     error_from,
-    message_key,
     newer,
     snowflake_time,
     split_message_key,
     to_inbound,
 )
+from adapters.inbound import FileRef, Incoming, Skipped, message_key
 from gateway.contracts.errors import AuthError, NotReady, PermanentSendError, RateLimited
-from gateway.contracts.ids import AccountId, Platform
+from gateway.contracts.ids import AccountId
 from gateway.contracts.messages import InboundMessage
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "discord"
@@ -54,7 +52,7 @@ def config(**changes: Any) -> DiscordConfig:
 
 def convert(
     name: str, *, late: float = 5.0, channel: Channel | None = None, **changes: Any
-) -> Incoming | Skipped:
+) -> Incoming[FileRef] | Skipped:
     data = load(name)
     sent = snowflake_time(data["id"])
     assert sent is not None
@@ -78,7 +76,7 @@ def accepted(name: str, **changes: Any) -> InboundMessage:
 
 def test_a_direct_message() -> None:
     message = accepted("dm")
-    assert message.platform is Platform.DISCORD
+    assert message.platform is DISCORD
     assert (message.chat_id, message.thread_id, message.is_direct) == (DM, None, True)
     assert message.text == "hello there"
     assert message.sender.id == "80351110224678912"

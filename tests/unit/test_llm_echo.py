@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import SecretStr
 
+from agent_core.config import LLMConfig
 from agent_core.llm import Completion, EchoProvider, LLMProvider, OpenAIProvider, make_provider
-from gateway.config import LLMConfig
 from gateway.contracts.history import ChatMessage, Role
 
 CONVERSATION = (

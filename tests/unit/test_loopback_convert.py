@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
+from adapters.inbound import Skipped
+from adapters.loopback import PLATFORM as TEST
 from adapters.loopback.convert import (
     DEFAULT_RETRY_AFTER,
-    Skipped,
     parse_error,
     to_edit_payload,
     to_inbound,
@@ -30,7 +31,6 @@ from gateway.contracts.ids import (
     AccountId,
     ChatId,
     ExternalUserId,
-    Platform,
     PlatformMessageId,
     SessionKey,
     ThreadId,
@@ -60,7 +60,7 @@ def inbound(name: str) -> InboundMessage:
 def test_direct_message() -> None:
     message = inbound("dm.json")
     assert message == InboundMessage(
-        platform=Platform.TEST,
+        platform=TEST,
         account=ACCOUNT,
         chat_id=ChatId("dm-alice"),
         sender=Sender(ExternalUserId("u-alice"), "Alice Liddell", is_bot=False),
@@ -138,7 +138,7 @@ def test_update_id_of(update: Any, expected: int | None) -> None:
 
 def outbound(**changes: Any) -> OutboundMessage:
     fields: dict[str, Any] = {
-        "platform": Platform.TEST,
+        "platform": TEST,
         "account": ACCOUNT,
         "chat_id": ChatId("dm-alice"),
         "text": "**Done.** See `notes.md`.",

@@ -10,20 +10,18 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from adapters.inbound import FileRef, Incoming, Skipped, message_key
+from adapters.slack import PLATFORM as SLACK
 from adapters.slack.config import SlackConfig
 from adapters.slack.convert import (
     NOT_ADDRESSED,
     BotIdentity,
-    FileRef,
-    Incoming,
-    Skipped,
     error_from,
-    message_key,
     split_message_key,
     to_inbound,
 )
 from gateway.contracts.errors import AuthError, NotReady, PermanentSendError, RateLimited
-from gateway.contracts.ids import AccountId, Platform
+from gateway.contracts.ids import AccountId
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slack"
 BOT = BotIdentity("UBOT", "B0HERALD")
@@ -38,12 +36,12 @@ def config(**changes: Any) -> SlackConfig:
 
 def convert(
     name: str, *, now: datetime = SENT + timedelta(seconds=5), **changes: Any
-) -> Incoming | Skipped:
+) -> Incoming[FileRef] | Skipped:
     body = json.loads((DATA / f"{name}.json").read_text(encoding="utf-8"))
     return to_inbound(body, bot=BOT, account=AccountId("ws"), config=config(**changes), now=now)
 
 
-def accepted(name: str, **changes: Any) -> Incoming:
+def accepted(name: str, **changes: Any) -> Incoming[FileRef]:
     result = convert(name, **changes)
     assert isinstance(result, Incoming), result
     return result
@@ -51,7 +49,7 @@ def accepted(name: str, **changes: Any) -> Incoming:
 
 def test_direct_message() -> None:
     message = accepted("dm").message
-    assert message.platform is Platform.SLACK
+    assert message.platform is SLACK
     assert (message.chat_id, message.sender.id) == ("D0ANN", "U0ANN")
     assert message.platform_message_id == "D0ANN:1795000000.000100"
     assert message.text == "What's on my calendar & why?"

@@ -20,14 +20,13 @@ from telegram.error import (
     TimedOut,
 )
 
+from adapters.inbound import Incoming, Skipped, message_key
+from adapters.telegram import PLATFORM as TELEGRAM
 from adapters.telegram.config import TelegramConfig
 from adapters.telegram.convert import (
     BotIdentity,
     FileRef,
-    Incoming,
-    Skipped,
     error_from,
-    message_key,
     parse_update,
     split_message_key,
     to_inbound,
@@ -39,7 +38,7 @@ from gateway.contracts.errors import (
     PermanentSendError,
     RateLimited,
 )
-from gateway.contracts.ids import AccountId, Platform
+from gateway.contracts.ids import AccountId
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "telegram"
 BOT = BotIdentity(5000000001, "herald_bot")
@@ -57,13 +56,13 @@ def config(**changes: Any) -> TelegramConfig:
 
 def convert(
     name: str, *, now: datetime = SENT + timedelta(seconds=5), **changes: Any
-) -> Incoming | Skipped:
+) -> Incoming[FileRef] | Skipped:
     update = parse_update(payload(name))
     assert not isinstance(update, Skipped)
     return to_inbound(update, bot=BOT, account=AccountId("bot"), config=config(**changes), now=now)
 
 
-def accepted(name: str, **changes: Any) -> Incoming:
+def accepted(name: str, **changes: Any) -> Incoming[FileRef]:
     result = convert(name, **changes)
     assert isinstance(result, Incoming), result
     return result
@@ -71,7 +70,7 @@ def accepted(name: str, **changes: Any) -> Incoming:
 
 def test_direct_message() -> None:
     message = accepted("dm_text").message
-    assert message.platform is Platform.TELEGRAM
+    assert message.platform is TELEGRAM
     assert message.account == "bot"
     assert message.chat_id == "111111111"
     assert message.platform_message_id == "111111111:11"

@@ -11,12 +11,13 @@ import pytest
 from pydantic import ValidationError
 from twilio.request_validator import RequestValidator
 
+from adapters.inbound import Skipped
+from adapters.twilio import PLATFORM as TWILIO
 from adapters.twilio.config import TwilioConfig
 from adapters.twilio.convert import (
     MAX_PART,
     Incoming,
     Keyword,
-    Skipped,
     StatusReport,
     error_from,
     keyword,
@@ -29,7 +30,7 @@ from adapters.twilio.convert import (
 )
 from adapters.twilio.http import rest_url, retry_after
 from gateway.contracts.errors import AuthError, NotReady, PermanentSendError, RateLimited
-from gateway.contracts.ids import AccountId, Platform
+from gateway.contracts.ids import AccountId
 from tests.fakes.twilio_server import DEFAULT_ACCOUNT_SID, DEFAULT_AUTH_TOKEN, sign
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "twilio"
@@ -60,7 +61,7 @@ def config(**changes: Any) -> TwilioConfig:
 def test_sms() -> None:
     found = inbound("sms")
     message = found.message
-    assert message.platform is Platform.TWILIO
+    assert message.platform is TWILIO
     assert message.account == "main"
     assert (message.chat_id, message.sender.id) == ("+15551234567", "+15551234567")
     assert message.platform_message_id == "SMaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa1"
