@@ -146,7 +146,7 @@ async def test_telegram_malformed_base_url_logs_the_error_redacted(tmp_path: Pat
 
     output = await run_until_retried(daemon, "telegram")
 
-    assert "adapter telegram not ready" in output
+    assert "adapter telegram failed" in output
     assert "InvalidURL" in output  # the SDK's error, which held the token
     assert "Invalid port: '18101123456789:***'" in output  # the bot id stays, to tell bots apart
 
