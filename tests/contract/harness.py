@@ -62,7 +62,7 @@ from tests.fakes.twilio_server import (
 from tests.fakes.waiting import Waitable
 from tests.integration.inproc import Herald
 
-WAIT = 15.0
+WAIT = 30.0
 """Upper bound of every wait for what Herald sends."""
 ADAPTER_PORT = 8080
 """The HTTP port written into a section for an adapter tested alone (nothing listens)."""
