@@ -730,7 +730,9 @@ def users_link(
         str,
         typer.Argument(help=f"platform:id whose user is kept, e.g. {platforms.example_target()}"),
     ],
-    second: Annotated[str, typer.Argument(help="platform:id to merge in, e.g. email:a@b.org")],
+    second: Annotated[
+        str, typer.Argument(help="platform:id to merge in, as `herald users list` shows it")
+    ],
     config: ConfigOption = None,
 ) -> None:
     """Make two identities one user: one USER.md and memory, one search scope."""
@@ -778,7 +780,9 @@ def users_list(config: ConfigOption = None, json_: JsonOption = False) -> None:
 
 @users_app.command("unlink")
 def users_unlink(
-    identity: Annotated[str, typer.Argument(help="platform:id to detach, e.g. email:a@b.org")],
+    identity: Annotated[
+        str, typer.Argument(help="platform:id to detach, as `herald users list` shows it")
+    ],
     config: ConfigOption = None,
 ) -> None:
     """Detach an identity from its user: its next message starts a user of its own."""

@@ -51,7 +51,7 @@ class PlatformSpec(Generic[S]):
     example: str
     """A target on this platform, shown in messages (`<name>:123`)."""
     aliases: tuple[str, ...] = ()
-    """Further target prefixes that mean this platform (a phone platform's `sms`)."""
+    """Further target prefixes that mean this platform (one per kind of its chats)."""
     parse_target: Callable[[str, str], ChatAddress] | None = None
     """`(prefix, rest)` of a target to its chat; raises ValueError saying what is expected.
     None: `rest` is `chat[:thread]`."""

@@ -54,7 +54,7 @@ from gateway.store.jobs import (
 )
 from gateway.store.outbox import Chunk, OutboxKind, Target, enqueue
 from gateway.store.store import SnapshotFactory, record_finish, record_start
-from gateway.turns import FailureKind, TurnStatus, classify, log_failure
+from gateway.turns import FailureKind, TurnStatus, run_agent
 
 logger = logging.getLogger(__name__)
 
@@ -361,12 +361,14 @@ class CronScheduler:
             await start_run(conn, run.id, session.id, turn_id)
         progress = TurnProgress()
         timeout = job.timeout or self.config.run_timeout
-        status, error = RunStatus.OK, None
-        try:
+
+        async def work() -> None:
             # A run has its owner's rights and scope, never more.
             operator = self._operator is not None and await self._operator(job.user_id)
-            async with asyncio.timeout(timeout):
-                await self.agent.run_turn(session, progress, operator=operator)
+            await self.agent.run_turn(session, progress, operator=operator)
+
+        try:
+            failure = await run_agent(work, timeout=timeout, what=f"job {job.id}: run {run.id}")
         except asyncio.CancelledError:
             async with self.store.write() as conn:
                 await record_finish(
@@ -376,9 +378,8 @@ class CronScheduler:
                     progress.result(TurnStatus.INTERRUPTED, "process stopping"),
                 )
             raise
-        except Exception as err:  # a failed run is recorded; the scheduler goes on
-            failure = classify(err, timeout)
-            log_failure(failure, err, f"job {job.id}: run {run.id}")
+        status, error = RunStatus.OK, None
+        if failure is not None:  # a failed run is recorded; the scheduler goes on
             timed_out = failure.kind is FailureKind.TIMEOUT
             status = RunStatus.TIMED_OUT if timed_out else RunStatus.FAILED
             error = failure.error
