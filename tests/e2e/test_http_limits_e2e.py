@@ -39,7 +39,7 @@ async def answer(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     """The status code and the rest of what the server sent before closing (0: nothing)."""
     try:
         data = await reader.read()
-    except ConnectionResetError:
+    except ConnectionError:  # reset, or a broken pipe our own writes met
         return 0, b""
     if not data:
         return 0, b""
