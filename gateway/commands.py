@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from gateway.contracts.config import BusyMode
+
 
 class Command(StrEnum):
     """The commands a chat user can send."""
@@ -25,15 +27,15 @@ class Command(StrEnum):
 WITH_TEXT = frozenset({Command.QUEUE, Command.STEER, Command.INTERRUPT})
 """Commands that carry a message: it is queued, steered or interrupts, whatever the mode."""
 
-HELP_TEXT = """Commands:
+HELP_TEXT = f"""Commands:
 /stop — stop the current answer and clear the queue
 /new or /reset — start a fresh conversation
 /queue TEXT — answer TEXT after the current answer
 /steer TEXT — add TEXT to the answer being written
 /interrupt TEXT — stop the current answer and answer TEXT instead
-/mode [queue|collect|steer|interrupt] — what happens to messages sent while I'm busy
+/mode [{"|".join(BusyMode)}] — what happens to messages sent while I'm busy
 /status — what I'm doing and what is waiting
-/sethome — send scheduled reports to this chat
+/sethome — send scheduled reports to this chat (operators)
 /cron — the scheduled jobs of this chat and yours
 /help — this list"""
 
