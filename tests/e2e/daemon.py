@@ -36,6 +36,8 @@ class Daemon:
     port: int = field(default_factory=free_port)
     process: asyncio.subprocess.Process | None = None
     log: Path | None = None
+    _started: bool = field(default=False, init=False, repr=False)
+    """Whether it has been ready once (its port is then its own)."""
 
     @property
     def url(self) -> str:
@@ -67,7 +69,23 @@ class Daemon:
         self.config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
 
     async def start(self) -> None:
-        """Start the process and wait until `/ready` answers 200."""
+        """Start the process and wait until `/ready` answers 200.
+
+        On its first start, a port another process took since `free_port` chose it (tests run
+        in parallel) is swapped for a new one, up to three times.
+        """
+        for _ in range(3):
+            seen = len(self.output())
+            try:
+                await self._start()
+                return
+            except RuntimeError:
+                if self._started or "Address already in use" not in self.output()[seen:]:
+                    raise
+            self.port = free_port()
+        await self._start()
+
+    async def _start(self) -> None:
         self.write_config()
         self.log = self.state_dir.parent / f"{self.state_dir.name}.log"
         with self.log.open("ab") as log:
@@ -87,6 +105,7 @@ class Daemon:
                         raise RuntimeError(f"herald exited on start:\n{self.output()}")
                     with contextlib.suppress(httpx.TransportError):
                         if (await client.get(f"{self.url}/ready")).status_code == 200:
+                            self._started = True
                             return
                     await asyncio.sleep(0.05)
 
