@@ -206,9 +206,12 @@ class Node:
         return True
 
     async def _keep(self, lease: Lease, began: float) -> None:
-        if lease.token is not None:
-            if await self.leases.renew(lease.name, lease.token):
-                lease.granted(lease.token, began)
+        token = lease.token
+        if token is not None:
+            # The token read before the renewal: a `forget` meanwhile clears lease.token,
+            # and the renewed row must still be released with this one.
+            if await self.leases.renew(lease.name, token):
+                lease.granted(token, began)
                 return
             logger.warning("lease %s was taken over by another instance", lease.name)
             lease.lost()
