@@ -35,7 +35,7 @@ from pydantic_settings import (
 
 from agent_core.config import LLMConfig
 from gateway import platforms
-from gateway.contracts.config import BusyMode, PlatformSection, Section, not_empty
+from gateway.contracts.config import BusyMode, IdList, PlatformSection, Section, not_empty
 from gateway.contracts.config import read_secret_files as _read_secret_files
 from gateway.contracts.errors import ConfigError
 from gateway.contracts.platform import Host
@@ -122,7 +122,7 @@ class DeliveryConfig(Section):
 class AccessConfig(Section):
     """Who operates Herald, and pairing codes for unknown senders in direct messages."""
 
-    operators: tuple[str, ...] = ()
+    operators: IdList = ()
     """`platform:id` of the people who operate Herald from a chat (besides the CLI and the
     API key holder): only they set home channels and send jobs or messages to other chats."""
 
@@ -132,19 +132,15 @@ class AccessConfig(Section):
     pairing_reply_interval: float = Field(default=600.0, ge=0)
     """At most one pairing reply per unknown sender in this many seconds."""
 
-    @field_validator("operators", mode="before")
+    @field_validator("operators")
     @classmethod
-    def _operators(cls, value: object) -> object:
-        items = value.split(",") if isinstance(value, str) else value
-        if not isinstance(items, list | tuple):
-            return value
+    def _operators(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         out = []
-        for item in items:
-            text = str(item).strip()
-            platform, sep, ident = text.partition(":")
+        for item in value:
+            platform, sep, ident = item.strip().partition(":")
             if not sep or not platform or not ident:
                 raise ValueError(
-                    f"{text!r} is not of the form platform:id (e.g. {platforms.example_target()})"
+                    f"{item!r} is not of the form platform:id (e.g. {platforms.example_target()})"
                 )
             out.append(f"{platform.lower()}:{ident}")
         return tuple(out)

@@ -524,6 +524,26 @@ def test_ids_from_the_environment(
 
 
 @pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("telegram:1,Telegram:2", ("telegram:1", "telegram:2")),
+        ('["telegram:1"]', ("telegram:1",)),
+    ],
+)
+def test_operators_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, value: str, expected: tuple[str, ...]
+) -> None:
+    monkeypatch.setenv("HERALD_ACCESS__OPERATORS", value)
+
+    assert load_config(config_file(tmp_path, "{}\n")).access.operators == expected
+
+
+def test_an_operator_is_a_platform_and_an_id(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not of the form platform:id"):
+        load_config(config_file(tmp_path, "access: {operators: [111222333]}\n"))
+
+
+@pytest.mark.parametrize(
     ("text", "expected"),
     [
         pytest.param("home: telegram:123456789\n", ("telegram:123456789",), id="one"),
