@@ -117,17 +117,22 @@ class InboxTurns:
         claim = lane.claim
         assert claim is not None
         # Busy from here on, so a /stop or an interrupt during the commit below is not lost.
-        stops = lane.stops
         running = Running(TurnId(0), [r.id for r in batch], time.monotonic())
         lane.running = running
         try:
-            async with self.ctx.store.write() as conn:
-                # The lane first: a takeover locks the lane row, then the inbox rows.
-                await self.ctx.lane_store.check(conn, claim, None)
-                turn_id, _ = await record_start(conn, session.id, new_messages)
-                if await inbox_sql.take(conn, [r.id for r in batch], turn_id) < len(batch):
-                    raise _BatchChanged
-                await self.ctx.lane_store.check(conn, claim, turn_id)
+            # Taken under the settling lock, as /stop and /new run: such a command either
+            # clears these rows first (the take finds them gone) or comes after the take,
+            # and this turn sees its count when it settles.
+            async with lane.settling:
+                stops = lane.stops
+                async with self.ctx.store.write() as conn:
+                    # The lane first: a takeover locks the lane row, then the inbox rows.
+                    await self.ctx.lane_store.check(conn, claim, None)
+                    turn_id, _ = await record_start(conn, session.id, new_messages)
+                    taken = await inbox_sql.take(conn, [r.id for r in batch], turn_id)
+                    if taken < len(batch):
+                        raise _BatchChanged
+                    await self.ctx.lane_store.check(conn, claim, turn_id)
             running.turn_id = turn_id
             progress = TurnProgress()
             preview = await self.feedback.preview(target, turn_id)
