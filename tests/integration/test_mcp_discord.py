@@ -1,0 +1,78 @@
+"""Approval on Discord: the question comes with Approve / Deny buttons (a discord.py view whose
+custom ids carry the command), and a press is the presser's own /approve (another person's
+press is refused like their /approve); every press is answered with a deferred update."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.discord_server import DEFAULT_TOKEN, FakeDiscordServer, Posted
+from tests.fakes.llm import FakeLLM
+from tests.integration.button_rig import MCP, mcp_ready, responder, tool_runs
+from tests.integration.inproc import running_daemon
+
+pytestmark = pytest.mark.timeout(90)
+
+ANN = "2000000000000000001"
+BOB = "2000000000000000002"
+GENERAL = "3000000000000000002"
+THREAD = "3000000000000000004"
+
+
+def buttons_of(posted: Posted) -> list[tuple[str, str, int]]:
+    """(label, custom id, style) of each button under a posted message."""
+    return [
+        (c["label"], c["custom_id"], c["style"])
+        for row in posted.components
+        for c in row["components"]
+    ]
+
+
+@pytest.mark.parametrize("where", [GENERAL, THREAD])
+async def test_approval_buttons_on_discord(tmp_path: Path, where: str) -> None:
+    section: dict[str, Any] = {
+        "token": DEFAULT_TOKEN,
+        "allowed_users": [ANN, BOB],
+        "stream_edits": False,
+        "min_send_interval": 0,
+        "activity_check_interval": 1.0,
+    }
+    async with FakeDiscordServer(heartbeat_interval=0.5) as discord, FakeLLM() as llm:
+        discord.add_user(ANN, "ann")
+        discord.add_user(BOB, "bob")
+        discord.add_channel(GENERAL)
+        discord.add_channel(THREAD, parent=GENERAL)
+        llm.responder = responder
+        section["api_base"] = discord.api_base
+        async with running_daemon(tmp_path, llm, "discord", section, extra={"mcp": MCP}) as herald:
+            await mcp_ready(herald.url)
+            discord.inject_message(where, "run pid", author=ANN, mention_bot=True)
+            [question] = await discord.wait_for_posted(lambda p: "Approval needed" in p.content)
+            assert question.channel_id == where
+            assert buttons_of(question) == [
+                ("✅ Approve", "herald:/approve 1", 3),
+                ("❌ Deny", "herald:/deny 1", 4),
+            ]
+            bob = discord.press_button(where, question.id, "herald:/approve 1", user=BOB)
+            [refusal] = await discord.wait_for_posted(
+                lambda p: "Only the person who asked" in p.content
+            )
+            assert refusal.channel_id == where
+            assert tool_runs(llm) == 0
+            ann = discord.press_button(where, question.id, "herald:/approve 1", user=ANN)
+            [done] = await discord.wait_for_posted(lambda p: p.content.startswith("done:"))
+            assert done.channel_id == where
+            assert f"[approved by discord:{ANN}]" in done.content
+            assert tool_runs(llm) == 1
+            await discord.wait_for(
+                lambda: (
+                    {(r.interaction_id, r.type) for r in discord.interaction_responses}
+                    == {(bob.id, 6), (ann.id, 6)}
+                )
+            )
+            rows = await herald.rows()
+            presses = [r for r in rows if str(r["platform_message_id"]).endswith(ann.id)]
+            assert [r["text"] for r in presses] == ["/approve 1"]
