@@ -21,7 +21,17 @@ from typing import Any
 from bench.context import Context
 from bench.report import markdown, plots
 
-SCENARIOS = ("api", "telegram", "history", "search", "memory", "startup", "storm", "failover")
+SCENARIOS = (
+    "api",
+    "telegram",
+    "history",
+    "search",
+    "memory",
+    "startup",
+    "storm",
+    "failover",
+    "scaleout",
+)
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -89,16 +99,23 @@ async def main_async(args: argparse.Namespace) -> Path:
                 "data": data,
             }
             print(json.dumps(data, indent=1, default=str)[:4000], flush=True)
+            path = write(results, args.quick)  # each scenario kept as soon as it is done
+    return path
+
+
+def write(results: dict[str, Any], quick: bool) -> Path:
+    """`bench/results/<date>.{json,md}` and the plots. Scenarios run separately on one day add
+    up in one file (a rerun replaces its own); returns the JSON path."""
     RESULTS.mkdir(exist_ok=True)
-    stem = datetime.now(UTC).strftime("%Y-%m-%d") + ("-quick" if args.quick else "")
+    stem = datetime.now(UTC).strftime("%Y-%m-%d") + ("-quick" if quick else "")
     path = RESULTS / f"{stem}.json"
+    merged = dict(results)
     if path.exists():
-        # Scenarios run separately on one day add up in one file (a rerun replaces its own).
         earlier = json.loads(path.read_text(encoding="utf-8"))
-        results["scenarios"] = {**earlier.get("scenarios", {}), **results["scenarios"]}
-    path.write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
-    (RESULTS / f"{stem}.md").write_text(markdown(results), encoding="utf-8")
-    plots(results, RESULTS, stem)
+        merged["scenarios"] = {**earlier.get("scenarios", {}), **results["scenarios"]}
+    path.write_text(json.dumps(merged, indent=1, default=str), encoding="utf-8")
+    (RESULTS / f"{stem}.md").write_text(markdown(merged), encoding="utf-8")
+    plots(merged, RESULTS, stem)
     return path
 
 

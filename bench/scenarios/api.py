@@ -99,6 +99,7 @@ async def _one_run(
 ) -> dict[str, float]:
     """One load generator run against the server at `url` (process `pid`)."""
     result = work / f"load-{prefix}json"
+    store_before = await store_counters(url)
     cpu_before = cpu_seconds(pid)
     async with process(
         sys.executable,
@@ -124,10 +125,35 @@ async def _one_run(
     ) as proc:
         await proc.wait()
     cpu = cpu_seconds(pid) - cpu_before
+    store_after = await store_counters(url)
     data = json.loads(result.read_text())
     async with httpx.AsyncClient() as client:
         llm_timings = (await client.get(llm_url.removesuffix("/v1") + "/bench/timings")).json()
-    return _measure(data, llm_timings["timings"], duration, cpu)
+    figures = _measure(data, llm_timings["timings"], duration, cpu)
+    answered = max(sum(1 for r in data["results"] if r[4] == 200), 1)
+    for name, before in store_before.items():
+        figures[f"{name}_per_turn"] = (store_after[name] - before) / answered
+    return figures
+
+
+STORE_COUNTERS = ("statements", "transactions", "handoffs", "pings")
+"""`herald_store_<name>_total` in `/metrics`: the store's work, read around each run."""
+
+
+async def store_counters(url: str) -> dict[str, float]:
+    """The server's `herald_store_*_total` counters now (none from the floor)."""
+    async with httpx.AsyncClient(timeout=10) as client:
+        response = await client.get(
+            f"{url}/metrics", headers={"Authorization": f"Bearer {API_KEY}"}
+        )
+    if response.status_code != 200:
+        return {}
+    values: dict[str, float] = {}
+    for line in response.text.splitlines():
+        for name in STORE_COUNTERS:
+            if line.startswith(f"herald_store_{name}_total "):
+                values[name] = float(line.split()[1])
+    return values
 
 
 def _measure(
@@ -172,8 +198,9 @@ def table(data: dict[str, Any]) -> str:
     head = (
         "| store | offered/s | achieved/s | Herald p50 ms | Herald p99 ms | outside p50 ms "
         "| outside p99 ms | client p99 ms | refused (503) | errors | generator lag p99 ms "
-        "| server CPU ms per answer |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "| server CPU ms per answer | statements per turn | transactions per turn "
+        "| hand-offs per turn | pings per turn |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     rows = []
     for backend, steps in data.items():
@@ -185,7 +212,12 @@ def table(data: dict[str, Any]) -> str:
                 f"| {fmt_spread(s['latency_p99_ms'], 1)} | {fmt_spread(s['refused'], 0)} "
                 f"| {fmt_spread(s['errors'], 0)} "
                 f"| {fmt_spread(s['gen_lag_p99_ms'], 1)} "
-                f"| {fmt_spread(s['server_cpu_ms'], 1) if 'server_cpu_ms' in s else '–'} |"
+                f"| {fmt_spread(s['server_cpu_ms'], 1) if 'server_cpu_ms' in s else '–'} "
+                + "".join(
+                    f"| {fmt_spread(s[k], 1) if k in s else '–'} "
+                    for k in (f"{name}_per_turn" for name in STORE_COUNTERS)
+                )
+                + "|"
             )
     return "\n".join([head, *rows])
 
