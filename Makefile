@@ -3,10 +3,11 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-# Independent tests run in parallel; most of them wait on sockets and subprocesses.
+# Independent tests run in parallel; most of them wait on sockets and subprocesses. Workers
+# steal queued tests from each other, so a few long tests do not leave the end to one worker.
 PYTEST_WORKERS ?= 6
 
-.PHONY: run test test-fast lint fmt bench clean
+.PHONY: run test test-fast lint fmt bench soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Herald needs Python >= 3.11"'
@@ -19,7 +20,7 @@ run: $(STAMP)
 	$(BIN)/herald run $(if $(CONFIG),--config $(CONFIG))
 
 test: $(STAMP)
-	$(BIN)/pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # Unit and contract tests only (no daemon subprocesses, no integration rigs): the quick check.
 test-fast: $(STAMP)
@@ -34,6 +35,11 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+# Chaos, measured: every platform at once, random faults, 20 SIGKILLs, 5,000 messages;
+# the report goes to bench/results/<date>-soak.{json,md} (SOAK_ARGS="--messages 500 --kills 5").
+soak: $(STAMP)
+	$(BIN)/python -m bench.soak $(SOAK_ARGS)
 
 fmt: $(STAMP)
 	$(BIN)/ruff check --fix .

@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 
 from agent_core.compress import compress, needs_compression
 from agent_core.context import build_context
 from agent_core.llm import LLMProvider, TokenCallback, Usage
 from agent_core.loop import SteerSource, TurnProgress, run_tool_loop
+from agent_core.media import TurnMedia, Vision
+from agent_core.media.transcribe import Transcriber
 from agent_core.memory import MemoryFiles, MemoryScope
+from agent_core.memory_providers.recall import MemoryRecall
+from agent_core.skills.invoke import invocation
+from agent_core.skills.review import SkillReview
+from agent_core.skills.service import Skills
 from agent_core.tools.base import ToolContext, ToolRegistry
 from gateway.contracts.errors import LLMError
 from gateway.contracts.history import ChatMessage, History, Role, SessionInfo, TranscriptStore
+from gateway.contracts.ids import SessionKey, UserId
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +43,22 @@ class AgentSettings:
     memory_pass: bool = True
 
 
+async def session_snapshot(
+    memory: MemoryFiles, skills: Skills | None, key: SessionKey, user_id: UserId | None
+) -> tuple[str, str, str]:
+    """(USER.md, MEMORY.md, skills index) of a session of `key` and `user_id`, as they are
+    now: what a new session freezes into its prompt."""
+    user_md, memory_md = await memory.snapshot(key, user_id)
+    if skills is None:
+        return user_md, memory_md, ""
+    try:
+        index = skills.index(memory.owner(key, user_id))
+    except OSError as err:  # an unreadable skills folder costs the index, not the session
+        logger.warning("skills index for %s left out: %s", key, err)
+        index = ""
+    return user_md, memory_md, index
+
+
 class Agent:
     """Runs turns. Stateless itself: history comes from the store, memory from files."""
 
@@ -46,17 +69,55 @@ class Agent:
         memory: MemoryFiles,
         tools: ToolRegistry,
         settings: AgentSettings = AgentSettings(),
+        *,
+        recall: MemoryRecall | None = None,
+        vision: Vision | None = None,
+        transcriber: Transcriber | None = None,
+        skills: Skills | None = None,
     ) -> None:
         self.provider = provider
         self.store = store
         self.memory = memory
         self.tools = tools
         self.settings = settings
+        self.recall = recall
+        """The external memory provider's recall (None: `memory.provider: none`)."""
+        self.vision = vision
+        """Shows the pictures of a turn's new messages (or tells the model it cannot see)."""
+        self.transcriber = transcriber
+        """Turns voice notes into text before their turn; None: no endpoint configured."""
+        self.skills = skills
+        self.review = None if skills is None else SkillReview(provider, skills, memory.owner)
 
-    async def load_context(self, session: SessionInfo) -> list[ChatMessage]:
-        """History rebuilt from SQL (compressing first when it is too long) as model input."""
+    async def snapshot(self, key: SessionKey, user_id: UserId | None) -> tuple[str, str, str]:
+        """(USER.md, MEMORY.md, skills index) as they are now, frozen into a new session."""
+        return await session_snapshot(self.memory, self.skills, key, user_id)
+
+    def skill_message(self, text: str, key: SessionKey, user_id: UserId | None) -> str:
+        """`text`, or for `/<skill> rest` the user message carrying that skill's text."""
+        if self.skills is None or not text.lstrip().startswith("/"):
+            return text
+        expanded = invocation(self.skills, text, self.memory.owner(key, user_id))
+        return text if expanded is None else expanded
+
+    def skill_review(
+        self, session: SessionInfo, exchange: Sequence[ChatMessage]
+    ) -> Coroutine[object, object, None] | None:
+        """The background review this finished turn earns, or None."""
+        if self.review is None or not self.review.wanted(session, exchange):
+            return None
+        return self.review.run(session, exchange)
+
+    async def load_context(
+        self, session: SessionInfo, history: History | None = None
+    ) -> list[ChatMessage]:
+        """History rebuilt from SQL (compressing first when it is too long) as model input.
+
+        `history`: the session's history as just read (`history_window` messages), saving
+        the read."""
         s = self.settings
-        history = await self.store.load_history(session.id, s.history_window)
+        if history is None:
+            history = await self.store.load_history(session.id, s.history_window)
         last = history.last_usage
         incoming = len(history.messages[-1].content) if history.messages else 0
         if needs_compression(
@@ -89,23 +150,46 @@ class Agent:
         on_token: TokenCallback | None = None,
         steer: SteerSource | None = None,
         operator: bool = False,
+        media: TurnMedia | None = None,
+        sender: str | None = None,
+        turn_id: int | None = None,
+        history: History | None = None,
+        partial: bool = True,
     ) -> str:
         """Answer the messages already stored for the session; return the final text.
 
         Messages produced are appended to `progress`; on cancellation the caller keeps what
         is there. `operator`: the person asking operates Herald (tools may reach other
-        chats). Raises LLMError when the model cannot answer.
+        chats). `media`: where tools put pictures to show and files to send (chat turns).
+        `sender`: `platform:id` of the person asking; `turn_id`: the turn being answered.
+        `history`: the session's history read as the turn began (None: read it here).
+        `partial`: stream the model's answer even without `on_token`, so that a turn cut
+        off keeps its partial text (False: nobody reads it; the calls are not streamed).
+        Raises LLMError when the model cannot answer.
         """
-        context = await self.load_context(session)
+        context = await self.load_context(session, history)
+        if self.recall is not None:
+            context = await self.recall.prepare(session, context)
+        if self.vision is not None:
+            context = await self.vision.show(session, context)
+        ctx = ToolContext(
+            session=session,
+            user_id=session.user_id,
+            operator=operator,
+            media=media,
+            sender=sender,
+            turn_id=turn_id,
+        )
         return await run_tool_loop(
             self.provider,
             context,
-            self.tools,
-            ToolContext(session=session, user_id=session.user_id, operator=operator),
+            await self.tools.for_turn(ctx),
+            ctx,
             progress,
             max_iterations=self.settings.max_tool_iterations,
             on_token=on_token,
             steer=steer,
+            partial=partial,
         )
 
     async def memory_pass(self, session: SessionInfo, exchange: Sequence[ChatMessage]) -> None:
@@ -159,5 +243,6 @@ class Agent:
             progress,
             max_iterations=0,
             on_token=on_token,
+            partial=False,  # nothing is stored: a cut-off answer is not kept anywhere
         )
         return progress

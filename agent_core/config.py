@@ -9,6 +9,29 @@ from pydantic import Field, SecretStr, field_validator
 from gateway.contracts.config import Section, not_empty
 
 
+class TranscriptionConfig(Section):
+    """An OpenAI-compatible `/v1/audio/transcriptions` endpoint for voice notes (a local
+    whisper server works). Without `base_url`, voice notes get a reply saying they cannot
+    be listened to."""
+
+    base_url: str | None = None
+    model: str = "whisper-1"
+    api_key: SecretStr | None = None
+    """Default: `llm.api_key`."""
+    max_bytes: int = Field(default=25 * 1024 * 1024, ge=1)
+    """Larger audio files are refused with a reply (OpenAI's own limit is 25 MB)."""
+    timeout: float = Field(default=60.0, gt=0)
+    language: str | None = None
+    """An ISO-639-1 hint (`en`, `de`); the endpoint detects the language when unset."""
+
+    _api_key = field_validator("api_key")(not_empty)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether voice notes can be transcribed."""
+        return self.base_url is not None
+
+
 class LLMConfig(Section):
     """The language model. With neither `base_url` nor `api_key`, the offline echo provider."""
 
@@ -27,6 +50,12 @@ class LLMConfig(Section):
     memory_pass: bool = True
     """After each turn, ask the model whether anything is worth remembering."""
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    vision: bool = False
+    """The model can see: pictures people send go to it as image parts."""
+    image_max_pixels: int = Field(default=1_500_000, ge=10_000, le=50_000_000)
+    """Larger pictures are scaled down to about this many pixels before the model sees them."""
+    max_images_per_turn: int = Field(default=4, ge=0, le=50)
+    transcription: TranscriptionConfig = TranscriptionConfig()
 
     _api_key = field_validator("api_key")(not_empty)
 

@@ -21,6 +21,8 @@ def system_prompt(soul: str, session: SessionInfo | None, summary: str | None) -
             parts.append(f"# About the user (USER.md)\n{session.user_snapshot.strip()}")
         if session.memory_snapshot.strip():
             parts.append(f"# Your notes (MEMORY.md)\n{session.memory_snapshot.strip()}")
+        if session.skills_snapshot.strip():
+            parts.append(session.skills_snapshot.strip())
     if summary:
         parts.append(f"# Summary of the conversation so far\n{summary.strip()}")
     return "\n\n".join(parts)

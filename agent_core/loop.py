@@ -19,8 +19,9 @@ ITERATION_CAP_NOTE = (
 class SteerSource(Protocol):
     """Messages that arrived for a running turn and should be injected into it."""
 
-    def take(self) -> list[str]:
-        """Remove and return the texts waiting to be injected (possibly none)."""
+    async def take(self) -> list[str]:
+        """Remove and return the texts waiting to be injected (possibly none); may take a
+        moment (a voice note is transcribed first)."""
         ...
 
 
@@ -77,10 +78,14 @@ async def run_tool_loop(
     max_iterations: int,
     on_token: TokenCallback | None = None,
     steer: SteerSource | None = None,
+    partial: bool = True,
 ) -> str:
     """Call the model, run the tools it asks for, repeat; return the final answer.
 
-    Every message produced is appended to `progress` as soon as it is complete. Steer
+    Every message produced is appended to `progress` as soon as it is complete. With
+    `partial` (or an `on_token`), each call is streamed so that the text of an answer cut
+    off midway is in `progress.partial`; without both, calls are not streamed (cheaper),
+    and an answer cut off leaves no partial text. Steer
     messages are injected as user messages after each tool round; one that arrives while
     the final answer is being written is left for the next turn. Raises LLMError.
     """
@@ -100,7 +105,9 @@ async def run_tool_loop(
         asked = time.perf_counter()
         try:
             completion = await provider.complete(
-                messages, tools=() if last else specs, on_token=stream
+                messages,
+                tools=() if last else specs,
+                on_token=stream if partial or on_token is not None else None,
             )
         finally:
             progress.llm_seconds += time.perf_counter() - asked
@@ -117,8 +124,10 @@ async def run_tool_loop(
             progress.messages.append(
                 ChatMessage(Role.TOOL, output, tool_call_id=call.id, name=call.name)
             )
+        if ctx.media is not None:  # pictures a tool asked to show (view_attachment)
+            progress.messages.extend(ctx.media.take_shown())
         if steer is not None:
-            for text in steer.take():
+            for text in await steer.take():
                 progress.messages.append(ChatMessage(Role.USER, text))
                 progress.steered += 1
     raise AssertionError("unreachable: the last iteration always returns")

@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from importlib import resources
@@ -24,6 +25,12 @@ from gateway.contracts.ids import SessionKey, UserId
 
 MemoryOwner = NewType("MemoryOwner", str)
 """Whose memory files: `u-<user>` for a person, `g-<chat>` for a group chat (path-safe)."""
+
+EditListener = Callable[[MemoryOwner, str, str, str], Awaitable[None]]
+"""Told of each edit after it is written: (owner, `user`|`memory`, `add`|`replace`|`remove`,
+the entry written or removed). The external memory provider mirrors edits through it."""
+
+logger = logging.getLogger(__name__)
 
 
 def memory_owner(
@@ -79,9 +86,15 @@ class MemoryFiles:
     """
 
     def __init__(
-        self, root: Path, limits: MemoryLimits = MemoryLimits(), *, group_memory: bool = True
+        self,
+        root: Path,
+        limits: MemoryLimits = MemoryLimits(),
+        *,
+        group_memory: bool = True,
+        on_edit: EditListener | None = None,
     ) -> None:
         self.root = root
+        self.on_edit = on_edit
         self.limits = limits
         self.group_memory = group_memory
         self._lock = asyncio.Lock()
@@ -145,6 +158,7 @@ class MemoryFiles:
                 raise MemoryEditError("that entry is already saved")
             entries.append(entry)
             self._write(scope, target, entries)
+        await self._edited(target, scope, "add", entry)
         return f"saved to {scope}"
 
     async def replace(
@@ -158,6 +172,7 @@ class MemoryFiles:
             index = _find(entries, old)
             entries[index] = new
             self._write(scope, target, entries)
+        await self._edited(target, scope, "replace", new)
         return f"replaced in {scope}"
 
     async def remove(self, scope: MemoryScope, owner: MemoryOwner | None, old: str) -> str:
@@ -165,9 +180,20 @@ class MemoryFiles:
         target = _writable(owner)
         async with self._exclusive():
             entries = self._entries(scope, target)
-            del entries[_find(entries, old)]
+            index = _find(entries, old)
+            removed = entries.pop(index)
             self._write(scope, target, entries)
+        await self._edited(target, scope, "remove", removed)
         return f"removed from {scope}"
+
+    async def _edited(self, owner: MemoryOwner, scope: MemoryScope, action: str, text: str) -> None:
+        """Tell the listener; its failure is logged, never the edit's (the file is written)."""
+        if self.on_edit is None:
+            return
+        try:
+            await self.on_edit(owner, str(scope), action, text)
+        except Exception:
+            logger.exception("memory edit of %s not mirrored to the memory provider", owner)
 
     async def merge(self, source: UserId, into: UserId) -> None:
         """Move `source`'s entries into `into`'s files (no duplicates; caps not enforced, so

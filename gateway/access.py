@@ -13,7 +13,7 @@ import logging
 import secrets
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from enum import StrEnum
 
@@ -21,10 +21,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.config import AccessConfig
 from gateway.contracts.config import PlatformSection
-from gateway.contracts.ids import UserId
+from gateway.contracts.ids import AccountId, ChatId, UserId
 from gateway.contracts.messages import InboundMessage, utcnow
 from gateway.store import Store
 from gateway.store import pairings as pairings_sql
+from gateway.store.outbox import Chunk, Outbox, Target
 from gateway.store.pairings import Pairing, grant
 
 logger = logging.getLogger(__name__)
@@ -32,6 +33,8 @@ logger = logging.getLogger(__name__)
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
 """No 0/O or 1/I: codes are read aloud and typed by hand."""
 CODE_LENGTH = 8
+APPROVED_NOTICE = "✅ You now have access. Send your message again."
+"""What the sender of an approved pairing code is told."""
 
 
 class Verdict(StrEnum):
@@ -71,6 +74,8 @@ class Access:
         self.sections = dict(sections)
         self.config = config
         self._replied: dict[tuple[str, str], float] = {}
+        self._told_full: dict[str, list[float]] = {}
+        """Per platform, when strangers were last told that too many codes are pending."""
 
     def is_operator(self, platform: str, external_id: str) -> bool:
         """Whether this sender operates Herald (listed in `access.operators`)."""
@@ -126,6 +131,11 @@ class Access:
                 Verdict.PAIR, self._pair_text(existing), "sender not allowed; code resent"
             )
         if await pairings_sql.count_pending(conn, platform) >= self.config.max_pending_pairings:
+            if not self._may_tell_full(platform):  # a flood of strangers: no reply each
+                return Decision(
+                    Verdict.IGNORE,
+                    detail="sender not allowed; too many pending pairing codes (not told)",
+                )
             return Decision(
                 Verdict.PAIR,
                 "This assistant is private, and too many access requests are waiting for the "
@@ -192,6 +202,19 @@ class Access:
             f"Ask its operator to run: herald pairing approve {code}"
         )
 
+    def _may_tell_full(self, platform: str) -> bool:
+        """Whether one more stranger may be told to try later: at most
+        `max_pending_pairings` such replies per platform per `pairing_reply_interval`, so a
+        flood of strangers gets a bounded number of replies. Records it."""
+        now = time.monotonic()
+        interval = self.config.pairing_reply_interval
+        told = [t for t in self._told_full.get(platform, []) if now - t < interval]
+        if len(told) >= self.config.max_pending_pairings:
+            self._told_full[platform] = told
+            return False
+        self._told_full[platform] = [*told, now]
+        return True
+
     def _may_reply(self, platform: str, sender: str) -> bool:
         now = time.monotonic()
         interval = self.config.pairing_reply_interval
@@ -205,7 +228,7 @@ class Access:
 
 
 class Pairings:
-    """The operator's side: list, approve and revoke (`herald pairing …`)."""
+    """The operator's side: list, approve, reject and revoke (`herald pairing …`, the console)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -233,6 +256,32 @@ class Pairings:
             await grant(conn, row.platform, row.external_id, via=f"pairing {code}")
         approved = [p for p in await self.list(all_=True) if p.code == code]
         return approved[0]
+
+    async def approve_and_tell(self, code: str) -> Pairing:
+        """Approve the code (as `approve`) and queue a message telling its sender they now
+        have access. Raises LookupError (unknown or expired code)."""
+        pairing = await self.approve(code)
+        await Outbox(self.store).enqueue(
+            [
+                Chunk(
+                    f"paired:{pairing.id}",
+                    Target(pairing.platform, AccountId(pairing.account), ChatId(pairing.chat_id)),
+                    APPROVED_NOTICE,
+                )
+            ]
+        )
+        return pairing
+
+    async def reject(self, code: str) -> Pairing:
+        """Refuse a pending code: its sender gets no access (and may ask again later).
+        Raises LookupError when no pending code has that name."""
+        code = code.strip().upper()
+        async with self.store.write() as conn:
+            row = await pairings_sql.pairing_by_code(conn, code)
+            if row is None or row.status != "pending":
+                raise LookupError(f"no pending pairing code {code!r}")
+            await pairings_sql.decide_pairing(conn, row.id, "rejected", utcnow())
+        return replace(row, status="rejected")
 
     async def revoke(self, who: str) -> int:
         """Withdraw access by code or `platform:user id`; how many grants/codes were revoked."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from agent_core.skills.invoke import menu as skills_menu
+from agent_core.skills.service import Skills
 from gateway.contracts.config import BusyMode
 
 
@@ -21,6 +23,9 @@ class Command(StrEnum):
     STATUS = "status"
     SETHOME = "sethome"
     CRON = "cron"
+    APPROVE = "approve"
+    DENY = "deny"
+    SKILLS = "skills"
     HELP = "help"
 
 
@@ -37,6 +42,8 @@ HELP_TEXT = f"""Commands:
 /status — what I'm doing and what is waiting
 /sethome — send scheduled reports to this chat (operators)
 /cron — the scheduled jobs of this chat and yours
+/approve [N] or /deny [N] — answer a tool's request for approval
+/skills — the skills I can follow; /SKILL-NAME TEXT runs one
 /help — this list"""
 
 
@@ -65,3 +72,25 @@ def parse_command(text: str) -> ParsedCommand | None:
         return None
     arg = (rest_nl + (" " + rest if rest else "")).strip() if rest_nl else rest.strip()
     return ParsedCommand(command, arg)
+
+
+MENU = (
+    ("new", "start a fresh conversation"),
+    ("stop", "stop the current answer and clear the queue"),
+    ("status", "what I'm doing and what is waiting"),
+    ("skills", "the skills I can follow"),
+    ("cron", "the scheduled jobs of this chat and yours"),
+    ("help", "all commands"),
+)
+"""The built-in commands a platform's command menu shows."""
+
+
+def chat_menu(skills: Skills | None) -> list[tuple[str, str]]:
+    """A command menu: the built-in commands, then the shared skills (`/daily_briefing`
+    runs the skill `daily-briefing`). Personal skills are never in a menu, which every
+    person talking to the bot sees."""
+    entries = list(MENU)
+    taken = {name for name, _ in entries} | {str(c) for c in Command}
+    if skills is not None:
+        entries.extend((n, d) for n, d in skills_menu(skills) if n not in taken)
+    return entries[:100]

@@ -34,11 +34,16 @@ from pydantic_settings import (
 )
 
 from agent_core.config import LLMConfig
+from agent_core.mcp.config import MCPConfig
+from agent_core.memory_providers.config import HonchoConfig, Mem0Config
+from agent_core.memory_providers.registry import NONE, available
+from agent_core.skills.config import SkillsConfig
 from gateway import platforms
 from gateway.contracts.config import BusyMode, IdList, PlatformSection, Section, not_empty
 from gateway.contracts.config import read_secret_files as _read_secret_files
 from gateway.contracts.errors import ConfigError
 from gateway.contracts.platform import Host
+from gateway.tools.config import ToolsConfig
 
 ENV_PREFIX = "HERALD_"
 
@@ -66,6 +71,9 @@ class APIConfig(Section):
     """Seconds an idle keep-alive connection stays open between requests."""
     backlog: int = Field(default=2048, ge=1)
     """Connections the kernel queues before they are accepted."""
+    allow_approval_tools: bool = False
+    """Let HTTP API calls run tools that need a person's approval in a chat (the API cannot
+    ask; the API key holder is trusted). False: such a call is refused with a tool error."""
 
     _key = field_validator("key")(not_empty)
 
@@ -78,6 +86,15 @@ class APIConfig(Section):
             return ipaddress.ip_address(self.host).is_loopback
         except ValueError:
             return False
+
+
+class ConsoleConfig(Section):
+    """The operator's web console at `/console` (served by the HTTP server)."""
+
+    enabled: bool = True
+    """False: no `/console` routes at all."""
+    live_interval: float = Field(default=1.0, gt=0, le=60)
+    """Seconds between two looks at the daemon's state for the live overview."""
 
 
 class SessionsConfig(Section):
@@ -113,6 +130,9 @@ class DeliveryConfig(Section):
     """Seconds after which an undelivered chunk is stale: dead-lettered, never sent late."""
     backoff_initial: float = Field(default=2.0, gt=0)
     backoff_max: float = Field(default=300.0, gt=0)
+    store_retry_max: float = Field(default=10.0, gt=0)
+    """The longest wait between two tries while the database fails (away, restarting, full):
+    once it works again, a reply waits at most this long to go out."""
     concurrency: int = Field(default=32, ge=1)
     """Chats served at once."""
     flush_timeout: float = Field(default=5.0, ge=0)
@@ -149,7 +169,8 @@ class AccessConfig(Section):
 class HomeConfig(Section):
     """Where scheduled reports go: targets like `<platform>:<chat>[:<thread>]`.
 
-    `home: <platform>:123` (one target or a list) is short for `home: {targets: [...]}`.
+    `home: <platform>:123` (one target or a list) is short for `home: {targets: [...]}`, and
+    `targets` too may be one target (or several separated by commas) instead of a list.
     """
 
     targets: tuple[str, ...] = ()
@@ -157,10 +178,10 @@ class HomeConfig(Section):
     @model_validator(mode="before")
     @classmethod
     def _shorthand(cls, data: Any) -> Any:
-        if isinstance(data, str):
-            return {"targets": [t for t in data.split(",") if t.strip()]}
-        if isinstance(data, list | tuple):
-            return {"targets": data}
+        if isinstance(data, str | list | tuple):
+            data = {"targets": data}
+        if isinstance(data, dict) and isinstance(data.get("targets"), str):
+            data = {**data, "targets": [t.strip() for t in data["targets"].split(",") if t.strip()]}
         return data
 
     @field_validator("targets")
@@ -250,13 +271,58 @@ class ClusterConfig(Section):
 
 
 class MemoryConfig(Section):
-    """Size caps of the memory files the agent edits."""
+    """Size caps of the memory files the agent edits, and the external memory provider."""
 
     user_max_chars: int = Field(default=4_000, ge=100)
     memory_max_chars: int = Field(default=8_000, ge=100)
     group_memory: bool = True
     """Whether each group chat has memory files of its own (never shared with another
     group); false: sessions of groups have no memory at all."""
+    provider: str = Field(default="none", pattern=r"^[A-Za-z0-9_.-]+$")
+    """The external long-term memory: `none`, `honcho`, `mem0`, or a third-party provider's
+    entry-point name (group `herald.memory_providers`). At most one runs."""
+    recall_timeout: float = Field(default=2.0, gt=0, le=60)
+    """Seconds a turn waits for the provider's recall before going on without it."""
+    sync_max_age: float = Field(default=7 * 86_400.0, gt=0)
+    """Seconds a turn waits to be synced to the provider while it is down before the sync is
+    given up (kept as dead, shown by `herald memory status`)."""
+    sync_timeout: float = Field(default=30.0, gt=0)
+    """Seconds one sync call may take before it counts as failed (and is retried)."""
+    sync_retry_initial: float = Field(default=1.0, gt=0)
+    """Seconds before a failed sync is tried again, doubling each try (jittered)..."""
+    sync_retry_max: float = Field(default=300.0, gt=0)
+    """...up to this (a 429's `Retry-After` is honoured when longer)."""
+    honcho: HonchoConfig = HonchoConfig()
+    mem0: Mem0Config = Mem0Config()
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Options handed to a third-party provider's factory."""
+
+    @model_validator(mode="after")
+    def _known_provider(self) -> MemoryConfig:
+        names = available()
+        if self.provider != NONE and self.provider not in names:
+            raise ValueError(
+                f"provider {self.provider!r} is not installed; choose one of: "
+                + ", ".join([NONE, *names])
+            )
+        if self.provider == "mem0" and self.mem0.api_key is None:
+            raise ValueError("provider mem0 needs memory.mem0.api_key (or api_key_file)")
+        return self
+
+
+class FilesConfig(Section):
+    """Files people send and files the agent sends (`state_dir/files`)."""
+
+    retention_days: float = Field(default=30.0, gt=0)
+    """Received and sent files older than this are deleted."""
+    send_dirs: tuple[Path, ...] = ()
+    """Folders `send_file` may send from, besides `state_dir/workspace` (the agent's working
+    folder) and the files the person sent in the same conversation."""
+    link_ttl: float = Field(default=3600.0, ge=60)
+    """Seconds a signed media URL (for Twilio MMS / WhatsApp) stays valid."""
+    max_upload_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+    """The largest picture one HTTP API request may carry (decoded; the whole body is also
+    capped by `api.max_body_bytes`)."""
 
 
 S = TypeVar("S", bound=PlatformSection)
@@ -334,9 +400,11 @@ class HeraldConfig(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     llm: LLMConfig = LLMConfig()
     api: APIConfig = APIConfig()
+    console: ConsoleConfig = ConsoleConfig()
     sessions: SessionsConfig = SessionsConfig()
     home: HomeConfig = HomeConfig()
     memory: MemoryConfig = MemoryConfig()
+    skills: SkillsConfig = SkillsConfig()
     # Validated as the registry's model; typed as its base (its fields are known only at run
     # time; `platforms.section(SomeConfig)` is the typed lookup).
     if TYPE_CHECKING:
@@ -347,6 +415,9 @@ class HeraldConfig(BaseSettings):
     access: AccessConfig = AccessConfig()
     cron: CronConfig = CronConfig()
     cluster: ClusterConfig = ClusterConfig()
+    mcp: MCPConfig = MCPConfig()
+    tools: ToolsConfig = ToolsConfig()
+    files: FilesConfig = FilesConfig()
 
     @classmethod
     def settings_customise_sources(

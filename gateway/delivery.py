@@ -60,6 +60,13 @@ class DeliveryWorker:
         self.owner = owner
         self.lease_ttl = lease_ttl
         self.backoff = Backoff(initial=config.backoff_initial, maximum=config.backoff_max)
+        """Between tries of one chunk to its platform."""
+        self.store_backoff = Backoff(
+            initial=min(config.backoff_initial, config.store_retry_max),
+            maximum=config.store_retry_max,
+        )
+        """Between tries of the database: its own cap, since every chat's failure counts and
+        a short outage must not leave replies waiting for minutes after it ends."""
         self.sleep = sleep
         self.failures = FailureLog(logger, "delivery (the outbox in the database)")
         """The current run of database failures; each one backs the worker off further."""
@@ -112,7 +119,7 @@ class DeliveryWorker:
                     await self._back_off()
 
     async def _back_off(self) -> None:
-        await self.sleep(self.backoff.delay(max(0, self.failures.failures - 1)))
+        await self.sleep(self.store_backoff.delay(max(0, self.failures.failures - 1)))
 
     async def _recover(self, *, started: bool) -> None:
         resend, dead = await self.outbox.recover(

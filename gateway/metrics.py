@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+
+from gateway.store.stats import StoreStats
 
 
 class Metrics:
@@ -83,7 +89,59 @@ class Metrics:
             ["outcome"],
             registry=self.registry,
         )
+        self.memory_recall_failures = Counter(
+            "herald_memory_recall_failures",
+            "Recalls from the memory provider that failed (timeout, error); the turn went on",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.memory_recall_seconds = Histogram(
+            "herald_memory_recall_seconds",
+            "Time a turn waited for the memory provider's recall",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0),
+            registry=self.registry,
+        )
+        self.memory_syncs = Counter(
+            "herald_memory_syncs",
+            "Tries to sync to the memory provider by result (sent, retried, dead)",
+            ["result"],
+            registry=self.registry,
+        )
+
+    def watch_store(self, stats: StoreStats) -> None:
+        """Export the store's counters (`herald_store_*_total`), read at each scrape."""
+        self.registry.register(_StoreCollector(stats))
 
     def render(self) -> bytes:
         """The text exposition format of every metric."""
         return generate_latest(self.registry)
+
+
+class _StoreCollector(Collector):
+    """`StoreStats` as Prometheus counters."""
+
+    def __init__(self, stats: StoreStats) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        """One counter per figure, as it is now."""
+        s = self.stats
+        yield CounterMetricFamily(
+            "herald_store_statements",
+            "SQL statements the store sent to the database (SQLite's BEGINs included)",
+            value=s.statements,
+        )
+        yield CounterMetricFamily(
+            "herald_store_transactions", "Transactions the store began", value=s.transactions
+        )
+        yield CounterMetricFamily(
+            "herald_store_handoffs",
+            "Trips from the event loop to the database driver: calls run on a SQLite "
+            "connection's thread, or round trips to PostgreSQL (BEGIN, statements, COMMIT)",
+            value=s.handoffs,
+        )
+        yield CounterMetricFamily(
+            "herald_store_pings",
+            "Liveness checks of pooled PostgreSQL connections before use",
+            value=s.pings,
+        )

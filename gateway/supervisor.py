@@ -17,7 +17,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -26,8 +26,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_core.agent import Agent, AgentSettings
 from agent_core.llm import LLMProvider, ModelHealth, ObservedProvider, make_provider
+from agent_core.mcp.hub import MCPHub
+from agent_core.mcp.tools import MCPTools
 from agent_core.memory import MemoryFiles, MemoryLimits
+from agent_core.skills.bundled import install_bundled
+from agent_core.skills.service import Skills
+from agent_core.skills.store import SkillStore
+from agent_core.skills.tools import SkillManageTool, SkillsListTool, SkillViewTool
 from agent_core.tools import (
+    ChannelSender,
     MemoryTool,
     ScheduleJobTool,
     SendMessageTool,
@@ -36,6 +43,7 @@ from agent_core.tools import (
     ToolContext,
     ToolError,
     ToolRegistry,
+    ToolSource,
 )
 from gateway import platforms
 from gateway.access import Access
@@ -44,12 +52,14 @@ from gateway.channels import Channels
 from gateway.checkpoints import StoreCheckpoints
 from gateway.cluster.bus import Signal, SignalAction
 from gateway.cluster.node import Node, run_under
+from gateway.commands import chat_menu
 from gateway.config import HeraldConfig
 from gateway.contracts.adapter import (
     Adapter,
     AdapterContext,
     AdapterState,
     Checkpoints,
+    FileLinks,
     InboundSink,
     WebhookAdapter,
 )
@@ -70,6 +80,14 @@ from gateway.delivery import DeliveryWorker
 from gateway.http.app import OFFLINE_WARNING, create_app
 from gateway.http.deps import AppDeps, ServingState
 from gateway.http.server import server_config
+from gateway.media import (
+    MediaLinks,
+    file_destination,
+    media_parts,
+    no_other_targets,
+    prune_forever,
+)
+from gateway.memory_sync import ExternalMemory, MemoryWrites, open_external
 from gateway.metrics import Metrics
 from gateway.sdnotify import SystemdNotifier
 from gateway.sessions import SessionManager
@@ -77,6 +95,11 @@ from gateway.store import Store
 from gateway.store.jobs import record_report
 from gateway.store.leases import Lease, Leases
 from gateway.store.outbox import Outbox
+from gateway.store.skills import SkillWrites
+from gateway.tools.approvals import ChatApprovals
+from gateway.tools.channels import OutboxChannels
+from gateway.tools.people import StorePeople
+from gateway.tools.places import Places
 
 logger = logging.getLogger(__name__)
 
@@ -214,11 +237,18 @@ class _NoSink:
 
 
 def adapter_context(
-    name: str, section: PlatformSection, state_dir: Path, checkpoints: Checkpoints
+    name: str,
+    section: PlatformSection,
+    state_dir: Path,
+    checkpoints: Checkpoints,
+    links: FileLinks | None = None,
+    *,
+    menu: Callable[[], Sequence[tuple[str, str]]] | None = None,
 ) -> AdapterContext:
     """What an adapter gets besides its section: received files go under
-    `state_dir/files/<platform>/<account>/`."""
-    return AdapterContext(state_dir / "files" / name / section.account, checkpoints)
+    `state_dir/files/<platform>/<account>/`; `links` signs media URLs of files it sends;
+    `menu`: the commands for a command menu."""
+    return AdapterContext(state_dir / "files" / name / section.account, checkpoints, links, menu)
 
 
 def adapter_factory(
@@ -246,21 +276,47 @@ class _NoChannels:
 
 
 def build_agent(
-    config: HeraldConfig, provider: LLMProvider, store: Store, jobs: JobService | None = None
+    config: HeraldConfig,
+    provider: LLMProvider,
+    store: Store,
+    jobs: JobService | None = None,
+    external: ExternalMemory | None = None,
+    *,
+    channels: Channels | None = None,
+    sender: ChannelSender | None = None,
+    sources: Sequence[ToolSource] = (),
+    places: Places | None = None,
 ) -> tuple[Agent, MemoryFiles]:
-    """The agent with its tools, from config (`schedule_job` when `jobs` is given)."""
+    """The agent with its tools, from config (`schedule_job` when `jobs` is given; the
+    external memory provider's recall, tools and edit mirroring when `external` is; the media
+    tools send files through `channels`, to the chats `places` allows; `send_message` sends
+    through `sender`; `sources`: MCP servers' tools). Close `agent.transcriber` when there is
+    one."""
     memory = MemoryFiles(
         config.state_dir,
         MemoryLimits(config.memory.user_max_chars, config.memory.memory_max_chars),
         group_memory=config.memory.group_memory,
+        on_edit=None if external is None else MemoryWrites(store, external.queue),
     )
     tools: list[Tool] = [
         MemoryTool(memory),
         SessionSearchTool(store),
-        SendMessageTool(_NoChannels()),
+        SendMessageTool(sender or _NoChannels()),
     ]
     if jobs is not None:
         tools.append(ScheduleJobTool(AgentJobs(jobs)))
+    if external is not None:
+        tools.extend(external.provider.tools())
+    resolve = no_other_targets if places is None else file_destination(places)
+    media = media_parts(config, store, channels or Channels(), resolve)
+    tools.extend(media.tools)
+    skills = build_skills(config, store)
+    if skills is not None:
+        tools += [
+            SkillsListTool(skills, memory.owner),
+            SkillViewTool(skills, memory.owner),
+            SkillManageTool(skills, memory.owner),
+        ]
     settings = AgentSettings(
         history_window=config.llm.history_window,
         context_window=config.llm.context_window,
@@ -268,7 +324,37 @@ def build_agent(
         max_tool_iterations=config.llm.max_tool_iterations,
         memory_pass=config.llm.memory_pass,
     )
-    return Agent(provider, store, memory, ToolRegistry(tools), settings), memory
+    recall = None if external is None else external.recall
+    agent = Agent(
+        provider,
+        store,
+        memory,
+        ToolRegistry(tools, sources),
+        settings,
+        recall=recall,
+        vision=media.vision,
+        transcriber=media.transcriber,
+        skills=skills,
+    )
+    return agent, memory
+
+
+def build_skills(config: HeraldConfig, store: Store | None) -> Skills | None:
+    """The skills of this Herald (None when `skills.enabled` is false); their writes are
+    recorded in `store`."""
+    if not config.skills.enabled:
+        return None
+    journal = None if store is None else SkillWrites(store)
+    dirs = [Path(d).expanduser() for d in config.skills.dirs]
+    return Skills(SkillStore(config.state_dir, dirs), journal, config.skills.settings())
+
+
+def _install_bundled(root: Path) -> None:
+    """Install or upgrade the bundled skills; a failure is logged, never fatal."""
+    try:
+        install_bundled(root)
+    except OSError as err:
+        logger.warning("bundled skills not installed in %s: %s", root, err)
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -294,7 +380,12 @@ class Supervisor:
         self.receiver_leases: dict[str, Lease] = {}
         """The leases of the platforms whose receiver runs on one instance at a time."""
         self.exit_code = 0
+        self.memory: ExternalMemory | None = None
+        """The external memory provider, while running with one."""
+        self.links: MediaLinks | None = None
+        """Signs the media URLs of files sent by URL (Twilio); None without HTTP."""
         self._stop = asyncio.Event()
+        self._menu: Callable[[], Sequence[tuple[str, str]]] | None = None
 
     def stop(self) -> None:
         """Begin the drain (what SIGTERM does)."""
@@ -329,6 +420,7 @@ class Supervisor:
         try:
             async with AsyncExitStack() as stack:
                 store = await stack.enter_async_context(Store.open(cfg.effective_database_url))
+                self.metrics.watch_store(store.stats)
                 node = await stack.enter_async_context(
                     Node(
                         store,
@@ -354,8 +446,48 @@ class Supervisor:
                     default_timezone=cfg.cron.timezone,
                     clock=self.cron_clock,
                 )
-                agent, memory = build_agent(cfg, provider, store, jobs)
+                self.memory = await open_external(
+                    cfg.memory, cfg.state_dir, store, self.metrics, stack
+                )
+                if cfg.skills.enabled and cfg.skills.bundled:
+                    _install_bundled(cfg.state_dir / "skills")
                 channels = Channels()
+                approvals = ChatApprovals(
+                    store,
+                    sections,
+                    allow_api=cfg.api.allow_approval_tools,
+                )
+                hub = await stack.enter_async_context(MCPHub(cfg.mcp))
+                mcp_tools = MCPTools(
+                    list(hub.servers.values()),
+                    StorePeople(store),
+                    approvals,
+                    approval_timeout=cfg.mcp.approval_timeout,
+                )
+                places = Places(
+                    store,
+                    sections,
+                    homes=cfg.home.targets,
+                    allowed=cfg.tools.send_message.targets,
+                )
+                agent, _memory = build_agent(
+                    cfg,
+                    provider,
+                    store,
+                    jobs,
+                    self.memory,
+                    channels=channels,
+                    sender=(sender := OutboxChannels(store, places, channels)),
+                    sources=[mcp_tools],
+                    places=places,
+                )
+                if agent.transcriber is not None:
+                    stack.push_async_callback(agent.transcriber.aclose)
+                skills = agent.skills
+                self._menu = lambda: chat_menu(skills)
+                self.links = (
+                    MediaLinks(cfg.state_dir, cfg.files.link_ttl) if cfg.api.enabled else None
+                )
                 for name, section in sections.items():
                     runner = self._runner(
                         name, section, StoreCheckpoints(store, name, section.account)
@@ -381,6 +513,7 @@ class Supervisor:
                     if signal.action in (SignalAction.OUTBOX, SignalAction.RESYNC):
                         delivery.wake()
 
+                approvals.on_outbox = sender.on_outbox = on_outbox
                 node.bus.subscribe(on_signal)
                 access = Access(store, sections, cfg.access)
                 manager = await stack.enter_async_context(
@@ -389,7 +522,7 @@ class Supervisor:
                         agent,
                         cfg.sessions,
                         self.metrics,
-                        memory.snapshot,
+                        agent.snapshot,
                         channels=channels,
                         access=access,
                         platforms=sections,
@@ -397,6 +530,10 @@ class Supervisor:
                         lanes=node.lanes,
                         bus=node.bus,
                         scan_interval=cfg.cluster.scan_interval,
+                        approvals=approvals,
+                        memory_sync=None if self.memory is None else self.memory.queue,
+                        files_dir=cfg.state_dir / "files",
+                        homes=cfg.home.targets,
                     )
                 )
                 for runner in self.runners.values():
@@ -409,7 +546,7 @@ class Supervisor:
                     sections=sections,
                     state_dir=cfg.state_dir,
                     channels=channels,
-                    snapshot=memory.snapshot,
+                    snapshot=agent.snapshot,
                     clock=self.cron_clock,
                     instance=cfg.effective_instance_id,
                     on_outbox=on_outbox,
@@ -432,12 +569,17 @@ class Supervisor:
                     webhooks=self._webhook_adapter,
                     jobs=jobs,
                     llm_health=health,
+                    mcp=lambda: {n: st.as_dict() for n, st in hub.status().items()},
+                    links=self.links,
+                    skills=skills,
+                    mcp_servers=hub.servers,
                     cluster=lambda: {
                         "mode": "single" if node.solo else "cluster",
                         "holds": node.holds(),
                         "sessions_here": manager.lanes,
                         "signals": "connected" if node.bus.connected else "reconnecting",
                     },
+                    memory=self._memory_health,
                 )
                 await self._serve(deps, manager, delivery, scheduler, node)
         finally:
@@ -459,7 +601,9 @@ class Supervisor:
     def _runner(
         self, name: str, section: PlatformSection, checkpoints: Checkpoints
     ) -> AdapterRunner:
-        context = adapter_context(name, section, self.config.state_dir, checkpoints)
+        context = adapter_context(
+            name, section, self.config.state_dir, checkpoints, self.links, menu=self._menu
+        )
         factory = adapter_factory(name, section, context)
         runner = AdapterRunner(name, factory, _NoSink(), self.metrics, limits=factory().limits)
         self.runners[name] = runner
@@ -497,6 +641,10 @@ class Supervisor:
                 work = runner.run() if lease is None else self._leased(node, runner, lease)
                 background.append(tg.create_task(work, name=f"adapter {name}"))
             sender = tg.create_task(delivery.run(), name="delivery")
+            if self.memory is not None:
+                # One sender in a cluster (the lease), so each person's syncs stay in order.
+                syncs = run_under(node.lease("memory-sync"), self.memory.sender.run)
+                background.append(tg.create_task(syncs, name="memory sync"))
             if cfg.cron.enabled:
                 background.append(tg.create_task(scheduler.run(), name="cron"))
                 if not node.solo:
@@ -505,6 +653,12 @@ class Supervisor:
                     )
             background.append(
                 tg.create_task(self.notifier.run_watchdog(self._healthy), name="watchdog")
+            )
+            background.append(
+                tg.create_task(
+                    prune_forever(cfg.state_dir / "files", cfg.files.retention_days),
+                    name="files",
+                )
             )
             self.state.serving = True
             self.notifier.ready()
@@ -517,7 +671,10 @@ class Supervisor:
             if not node.solo:
                 # Hand singleton work over now, not after the drain: another instance can
                 # receive and schedule while this one finishes its turns.
-                for lease in [*self.receiver_leases.values(), node.lease("cron")]:
+                handed = [*self.receiver_leases.values(), node.lease("cron")]
+                if self.memory is not None:
+                    handed.append(node.lease("memory-sync"))
+                for lease in handed:
                     await node.forget(lease.name)
             await asyncio.gather(
                 manager.drain(cfg.sessions.drain_timeout),
@@ -555,6 +712,11 @@ class Supervisor:
             runner.state = AdapterState.STANDBY
         await run_under(lease, receive)
         await node.forget(lease.name)
+
+    def _memory_health(self) -> dict[str, object]:
+        if self.memory is None:
+            return {"provider": "none"}
+        return self.memory.describe()
 
     def _healthy(self) -> bool:
         return self.state.serving and not self._stop.is_set()

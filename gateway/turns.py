@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gateway.contracts.errors import LLMError, LLMRejected, LLMUnavailable
+from gateway.store.health import connection_lost
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +40,9 @@ class FailureKind(StrEnum):
     """The turn ran past `sessions.turn_timeout`."""
     INTERNAL = "internal"
     """A bug or a store error inside the turn."""
+    STORE = "store"
+    """The database connection was lost or refused mid-turn (a restart, a killed backend):
+    retry later."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +57,7 @@ class TurnFailure:
     @property
     def transient(self) -> bool:
         """Whether the same turn may succeed if tried again later."""
-        return self.kind is FailureKind.UNREACHABLE
+        return self.kind in (FailureKind.UNREACHABLE, FailureKind.STORE)
 
 
 def classify(err: BaseException, turn_timeout: float) -> TurnFailure:
@@ -70,6 +74,12 @@ def classify(err: BaseException, turn_timeout: float) -> TurnFailure:
         return TurnFailure(FailureKind.REJECTED, TurnStatus.FAILED, str(err))
     if isinstance(err, LLMError):
         return TurnFailure(FailureKind.UNREACHABLE, TurnStatus.FAILED, str(err))
+    if connection_lost(err):
+        return TurnFailure(
+            FailureKind.STORE,
+            TurnStatus.FAILED,
+            f"the database connection was lost: {type(err).__name__}",
+        )
     return TurnFailure(
         FailureKind.INTERNAL, TurnStatus.FAILED, f"internal error: {type(err).__name__}"
     )
@@ -79,6 +89,8 @@ def log_failure(failure: TurnFailure, err: BaseException, what: str) -> None:
     """Log a failed turn once, at the level its kind deserves (a traceback for bugs only)."""
     if failure.kind is FailureKind.INTERNAL:
         logger.error("%s failed: %s", what, failure.error, exc_info=err)
+    elif failure.kind is FailureKind.STORE:
+        logger.warning("%s: %s; it is tried again", what, failure.error)
     elif failure.kind is FailureKind.UNREACHABLE:
         # The outage itself is logged once when it starts and ends (ModelHealth).
         logger.debug("%s: the model is unreachable: %s", what, failure.error)

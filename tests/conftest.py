@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
+import shutil
+import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -41,6 +44,33 @@ def _run_in_thread(make: Callable[[], Awaitable[T]]) -> T:
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pg-admin") as pool:
         return pool.submit(asyncio.run, main()).result()
+
+
+def _herald_children() -> set[int]:
+    """The `herald run` processes this test worker started (its children) still running."""
+    found: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (entry / "cmdline").read_bytes().split(b"\0") if ppid == os.getpid() else []
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        if b"run" in command and any(part.endswith(b"/herald") for part in command):
+            found.add(int(entry.name))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_daemon_outlives_its_test() -> Iterator[None]:
+    """Kill a `herald run` that a test started and left running: a test cut off by its
+    timeout never reaches its own cleanup, and a leftover daemon would slow every later test."""
+    before = _herald_children()
+    yield
+    for pid in _herald_children() - before:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +110,15 @@ class PgServer:
             lambda: self.execute(f"CREATE DATABASE \"{name}\" TEMPLATE template0 ENCODING 'UTF8'")
         )
         return name
+
+    def copy_database(self, name: str, template: str) -> None:
+        """Make `name` a fresh copy of `template` (dropped first if it exists)."""
+        _run_in_thread(
+            lambda: self.execute(
+                f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
+                f'CREATE DATABASE "{name}" TEMPLATE "{template}"',
+            )
+        )
 
     def drop_database(self, name: str) -> None:
         """Drop `name`; FORCE terminates any connection a test left open."""
@@ -148,8 +187,53 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return url
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite database migrated once per worker: each `store` starts as a copy of it."""
+    path = tmp_path_factory.mktemp("template") / "herald.db"
+
+    async def migrate() -> None:
+        async with Store.open(f"sqlite+aiosqlite:///{path}"):
+            pass
+
+    _run_in_thread(migrate)
+    return path
+
+
+@pytest.fixture(scope="session")
+def pg_template(pg_server: PgServer) -> Iterator[str]:
+    """A PostgreSQL database migrated once per worker: each `store` starts as a copy of it."""
+    name = pg_server.create_database()
+
+    async def migrate() -> None:
+        async with Store.open(pg_server.url(name)):
+            pass
+
+    try:
+        _run_in_thread(migrate)
+        yield name
+    finally:
+        pg_server.drop_database(name)
+
+
 @pytest.fixture
-async def store(store_url: str) -> AsyncIterator[Store]:
-    """A migrated `Store` on a fresh database of each backend."""
-    async with Store.open(store_url) as opened:
+def migrated_url(store_url: str, request: pytest.FixtureRequest) -> str:
+    """`store_url`, its database made a copy of one migrated once per worker (migrating
+    takes a fifth of a second per test; copying a few milliseconds)."""
+    if store_url.startswith("sqlite"):
+        path = Path(store_url.split(":///", 1)[1])
+        if not path.exists():
+            shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
+    else:
+        server: PgServer = request.getfixturevalue("pg_server")
+        database: str = request.getfixturevalue("pg_database")
+        server.copy_database(database, request.getfixturevalue("pg_template"))
+    return store_url
+
+
+@pytest.fixture
+async def store(migrated_url: str) -> AsyncIterator[Store]:
+    """A migrated `Store` on a fresh database of each backend (the one `store_url` names);
+    opening it still runs the migrations, with none left to do."""
+    async with Store.open(migrated_url) as opened:
         yield opened

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from adapters.discord.config import DiscordConfig
 from gateway.contracts.adapter import Adapter, AdapterContext
 from gateway.contracts.ids import Platform
-from gateway.contracts.platform import PlatformSpec
+from gateway.contracts.platform import PlatformSpec, SetupQuestion
 
 PLATFORM = Platform("discord")
 
@@ -23,5 +23,7 @@ SPEC = PlatformSpec(
     config=DiscordConfig,
     factory=_factory,
     example="discord:123",
+    setup=(SetupQuestion("token", "Bot token (Developer Portal → Bot)", secret=True),),
+    base_url_key="api_base",
 )
 """Discord (`platforms.discord`)."""

@@ -22,21 +22,32 @@ import aiohttp
 import discord
 import yarl
 from discord.gateway import DiscordWebSocket, ReconnectWebSocket
-from discord.http import handle_message_parameters
+from discord.http import Route, handle_message_parameters
 from discord.utils import escape_markdown
 
 from adapters.discord import PLATFORM
-from adapters.discord.client import Connected, Disconnected, GatewayEvent, HeraldClient
+from adapters.discord.client import (
+    Connected,
+    Disconnected,
+    GatewayEvent,
+    HeraldClient,
+    Interacted,
+)
 from adapters.discord.config import DiscordConfig
 from adapters.discord.convert import (
+    MESSAGE_COMPONENT,
     NOT_ADDRESSED,
     OWN_MESSAGE,
     Channel,
     ChannelKind,
+    button_style,
     channel_from,
+    custom_id,
     error_from,
+    interaction_channel,
     is_guild_message,
     newer,
+    pressed,
     split_message_key,
     to_inbound,
 )
@@ -48,6 +59,7 @@ from gateway.contracts.errors import AuthError, HeraldError, NotReady, Permanent
 from gateway.contracts.ids import AccountId, ChatId, Platform, PlatformMessageId, ThreadId
 from gateway.contracts.messages import (
     Attachment,
+    Button,
     DeliveryReceipt,
     OutboundMessage,
     SendLimits,
@@ -66,6 +78,8 @@ MAX_QUICK_CLOSES = 5
 CHANNELS = "channels"
 """Checkpoint: the ids of the channels backfilled after a reconnect (JSON list, newest first)."""
 AUTH_CLOSE_CODES = {4004: "the token was refused", 4014: "the Message Content intent is off"}
+DEFERRED_UPDATE = 6
+"""The interaction response that acknowledges a press without changing the message."""
 
 
 def _last(channel_id: str) -> str:
@@ -90,6 +104,7 @@ class DiscordAdapter(TrackedSends):
             count_utf16=False,
             min_edit_interval=config.min_edit_interval,
             min_send_interval=config.min_send_interval,
+            max_file_bytes=10 * 1024 * 1024,  # a bot's upload limit outside boosted servers
         )
         self._client: HeraldClient | None = None
         self._downloads: aiohttp.ClientSession | None = None
@@ -313,6 +328,8 @@ class DiscordAdapter(TrackedSends):
                 logger.info("discord: gateway %s", "resumed" if event.resumed else "ready")
             elif isinstance(event, Disconnected):
                 self._ready, self._catching_up = False, True
+            elif isinstance(event, Interacted):
+                await self._on_press(event.data, sink)
             else:
                 await self._receive(event.data, sink, advance=not self._catching_up)
 
@@ -353,6 +370,42 @@ class DiscordAdapter(TrackedSends):
         await self._track(channel_id)
         if advance or await self._last_seen(channel_id) is None:
             await self._mark_seen(channel_id, message_id)
+
+    async def _on_press(self, data: dict[str, Any], sink: InboundSink) -> None:
+        """A button press: stored as the presser's own command, then answered with a deferred
+        update (Discord wants an answer within 3 s, or tells the presser it failed)."""
+        if data.get("type") != MESSAGE_COMPONENT:
+            logger.debug("discord: interaction of type %s ignored", data.get("type"))
+            return
+        channel = interaction_channel(data)
+        channel_id = data.get("channel_id")
+        if channel is None and is_guild_message(data) and isinstance(channel_id, str):
+            channel = await self._channel(channel_id)
+        incoming = pressed(data, bot_id=self._bot_id, account=self.account, channel=channel)
+        if isinstance(incoming, Skipped):
+            log_skipped(logger, f"{PLATFORM}: interaction {data.get('id')}", incoming)
+        else:
+            await sink.accept(incoming.message)
+        await self._answer_press(data)
+
+    async def _answer_press(self, data: dict[str, Any]) -> None:
+        """Acknowledge a press (best effort: the press is stored either way)."""
+        interaction_id, token = data.get("id"), data.get("token")
+        if not isinstance(interaction_id, str) or not isinstance(token, str):
+            return
+        route = Route(
+            "POST",
+            "/interactions/{interaction_id}/{interaction_token}/callback",
+            interaction_id=interaction_id,
+            interaction_token=token,
+        )
+        try:
+            await self._call(
+                "interaction callback",
+                self._connected().http.request(route, json={"type": DEFERRED_UPDATE}),
+            )
+        except HeraldError as err:
+            logger.info("discord: answering button press %s failed: %s", interaction_id, err)
 
     async def _backfill(self, sink: InboundSink) -> None:
         """Store what tracked channels got after their last seen id (at most
@@ -472,6 +525,7 @@ class DiscordAdapter(TrackedSends):
                     everyone=False, roles=False, users=True, replied_user=False
                 ),
                 message_reference=reference or discord.utils.MISSING,  # type: ignore[arg-type]
+                view=_view(message.buttons) if message.buttons else discord.utils.MISSING,
             ) as params:
                 answer = await self._call(
                     "send", client.http.send_message(channel_id, params=params)
@@ -533,3 +587,18 @@ class DiscordAdapter(TrackedSends):
             raise NotReady(f"discord: {doing}: the gateway address is unknown") from err
         except (aiohttp.ClientError, OSError, TimeoutError) as err:
             raise NotReady(f"discord: {doing}: {type(err).__name__}: {err}") from err
+
+
+def _view(buttons: tuple[Button, ...]) -> discord.ui.View:
+    """One row of buttons whose `custom_id` is the command they send (read again on each
+    press, so they work after a restart)."""
+    view = discord.ui.View(timeout=None)
+    for button in buttons:
+        view.add_item(
+            discord.ui.Button(
+                label=button.label[:80],
+                custom_id=custom_id(button),
+                style=discord.ButtonStyle(button_style(button)),
+            )
+        )
+    return view

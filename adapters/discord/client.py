@@ -10,9 +10,10 @@ gateway address is what `GET /gateway/bot` names (or `gateway_url`), passed to
 asks. Herald runs the connect loop itself (`DiscordAdapter`) so that failures reach the
 supervisor as NotReady / AuthError instead of being retried forever inside the library.
 
-Gateway events do not become discord.py model objects or event tasks: READY, RESUMED and
-MESSAGE_CREATE go, as raw payloads and in the order received, to the `on_event` callback
-(synchronously, from the websocket's read loop), and every other event is dropped unparsed.
+Gateway events do not become discord.py model objects or event tasks: READY, RESUMED,
+MESSAGE_CREATE and INTERACTION_CREATE (button presses) go, as raw payloads and in the order
+received, to the `on_event` callback (synchronously, from the websocket's read loop), and every
+other event is dropped unparsed.
 """
 
 from __future__ import annotations
@@ -51,11 +52,18 @@ class MessageCreated:
 
 
 @dataclass(frozen=True, slots=True)
+class Interacted:
+    """An INTERACTION_CREATE payload (a press of a message's button)."""
+
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class Disconnected:
     """The socket is gone; events may be missed until the next Connected."""
 
 
-GatewayEvent = Connected | MessageCreated | Disconnected
+GatewayEvent = Connected | MessageCreated | Interacted | Disconnected
 
 
 class RoutedHTTP(HTTPClient):
@@ -140,6 +148,7 @@ class HeraldClient(discord.Client):
         parsers["READY"] = lambda data: self.on_event(Connected(resumed=False))
         parsers["RESUMED"] = lambda data: self.on_event(Connected(resumed=True))
         parsers["MESSAGE_CREATE"] = lambda data: self.on_event(MessageCreated(data))
+        parsers["INTERACTION_CREATE"] = lambda data: self.on_event(Interacted(data))
 
     def dispatch(self, event: str, /, *args: Any, **kwargs: Any) -> None:
         """Only the raw payloads are looked at (no event tasks are started)."""

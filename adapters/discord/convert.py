@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from adapters.buttons import button_command
 from adapters.discord import PLATFORM
 from adapters.discord.config import DiscordConfig
 from adapters.inbound import FileRef, Incoming, Skipped, file_refusal, message_key
@@ -30,9 +31,10 @@ from gateway.contracts.ids import (
     AccountId,
     ChatId,
     ExternalUserId,
+    PlatformMessageId,
     ThreadId,
 )
-from gateway.contracts.messages import InboundMessage, Sender
+from gateway.contracts.messages import Button, InboundMessage, Sender
 
 NOT_ADDRESSED = "server message that does not address the bot"
 OWN_MESSAGE = "the bot's own message"
@@ -43,6 +45,12 @@ THREAD_TYPES = frozenset({10, 11, 12})
 DM_TYPES = frozenset({1, 3})
 DEFAULT_RETRY_AFTER = 1.0
 _MENTION = re.compile(r"<@!?(\d+)>")
+CUSTOM_ID_PREFIX = "herald:"
+"""Herald's buttons' `custom_id`s: the prefix, then the command a press sends."""
+MESSAGE_COMPONENT = 3
+"""The interaction type of a press of a message's button."""
+BUTTON_STYLES = {"/approve": 3, "/deny": 4}
+"""Success (green) and danger (red); any other button is secondary (2)."""
 
 
 class ChannelKind(StrEnum):
@@ -140,7 +148,7 @@ def to_inbound(  # noqa: C901, PLR0912 - one branch per Discord message field, f
     if message_id is None or channel_id is None or not message_id.isdigit():
         return Skipped("no message or channel id")
     kind = data.get("type", 0)
-    if kind not in MESSAGE_TYPES:
+    if not isinstance(kind, int) or kind not in MESSAGE_TYPES:  # a list or dict: unhashable
         return Skipped(f"message type {kind!r} ignored")
     author = data.get("author")
     if not isinstance(author, Mapping) or _str(author.get("id")) is None:
@@ -273,3 +281,82 @@ def error_from(
     if status is None or status >= 500:
         return NotReady(detail)
     return PermanentSendError(detail)
+
+
+def custom_id(button: Button) -> str:
+    """The `custom_id` of a button: what a press sends, readable after any restart."""
+    return f"{CUSTOM_ID_PREFIX}{button.command}"[:100]
+
+
+def button_style(button: Button) -> int:
+    """The Discord button style of a button (by the command it sends)."""
+    return BUTTON_STYLES.get(button.command.split(" ", 1)[0], 2)
+
+
+def button_components(buttons: tuple[Button, ...]) -> list[dict[str, Any]]:
+    """The message components of one row of buttons (what the view sends)."""
+    if not buttons:
+        return []
+    row = [
+        {"type": 2, "style": button_style(b), "label": b.label[:80], "custom_id": custom_id(b)}
+        for b in buttons
+    ]
+    return [{"type": 1, "components": row}]
+
+
+def interaction_channel(data: Any) -> Channel | None:
+    """The channel an INTERACTION_CREATE payload names (its `channel` object), if any."""
+    return channel_from(data.get("channel")) if isinstance(data, Mapping) else None
+
+
+def pressed(
+    data: Any, *, bot_id: str, account: AccountId, channel: Channel | None
+) -> Incoming[FileRef] | Skipped:
+    """A press of one of Herald's buttons (an INTERACTION_CREATE of a message component), as
+    the presser's own command message in the session of the message the button is under;
+    `Skipped` and why for anything else. Never raises.
+
+    `channel` is what Herald knows of the interaction's channel (a thread's messages belong to
+    the thread's session). The message id is `<channel id>:i<interaction id>`.
+    """
+    if not isinstance(data, Mapping) or data.get("type") != MESSAGE_COMPONENT:
+        return Skipped("not a button press")
+    interaction_id = _str(data.get("id"))
+    channel_id = _str(data.get("channel_id"))
+    if interaction_id is None or channel_id is None:
+        return Skipped("a press without its id or channel")
+    component = data.get("data")
+    raw_id = component.get("custom_id") if isinstance(component, Mapping) else None
+    if not isinstance(raw_id, str) or not raw_id.startswith(CUSTOM_ID_PREFIX):
+        return Skipped("a button press Herald did not offer")
+    command = button_command(raw_id[len(CUSTOM_ID_PREFIX) :])
+    if command is None:
+        return Skipped("a button press Herald did not offer")
+    member = data.get("member")
+    user = member.get("user") if isinstance(member, Mapping) else data.get("user")
+    if not isinstance(user, Mapping) or _str(user.get("id")) is None:
+        return Skipped("a press without a person")
+    user_id = str(_str(user.get("id")))
+    if user_id == bot_id or user.get("bot"):
+        return Skipped("a bot's press")
+    is_direct = (
+        channel.kind is ChannelKind.DIRECT if channel is not None else not is_guild_message(data)
+    )
+    chat, thread = channel_id, None
+    thread_of = channel.parent_id if channel is not None and not is_direct else None
+    if channel is not None and channel.kind is ChannelKind.THREAD and thread_of is not None:
+        chat, thread = thread_of, channel_id
+    nick = _str(member.get("nick")) if isinstance(member, Mapping) else None
+    message = InboundMessage(
+        platform=PLATFORM,
+        account=account,
+        chat_id=ChatId(chat),
+        sender=Sender(ExternalUserId(user_id), nick or _display_name(user), False),
+        text=command,
+        platform_message_id=PlatformMessageId(f"{channel_id}:i{interaction_id}"),
+        is_direct=is_direct,
+        mentions_bot=True,
+        thread_id=ThreadId(thread) if thread is not None else None,
+        raw=dict(data),
+    )
+    return Incoming(message)

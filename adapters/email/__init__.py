@@ -7,7 +7,7 @@ from collections.abc import Callable
 from adapters.email.config import EmailConfig
 from gateway.contracts.adapter import Adapter, AdapterContext
 from gateway.contracts.ids import Platform
-from gateway.contracts.platform import ChatAddress, PlatformSpec
+from gateway.contracts.platform import ChatAddress, PlatformSpec, SetupQuestion
 
 PLATFORM = Platform("email")
 
@@ -32,5 +32,14 @@ SPEC = PlatformSpec(
     factory=_factory,
     example="email:ada@example.org",
     parse_target=_parse_target,
+    setup=(
+        SetupQuestion("address", "Herald's own email address"),
+        SetupQuestion("username", "Login name on the mail servers"),
+        SetupQuestion("password", "Password", secret=True),
+        SetupQuestion("imap_host", "IMAP server (reading mail)"),
+        SetupQuestion("imap_port", "IMAP port (TLS)", default="993"),
+        SetupQuestion("smtp_host", "SMTP server (sending mail)"),
+        SetupQuestion("smtp_port", "SMTP port (TLS)", default="465"),
+    ),
 )
 """Email (`platforms.email`)."""

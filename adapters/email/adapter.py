@@ -70,7 +70,11 @@ class EmailAdapter:
         self.files_dir = files_dir
         self.checkpoints = checkpoints
         self.account = AccountId(config.account)
-        self.limits = SendLimits(max_chunk=MAX_CHUNK, min_edit_interval=60.0)
+        self.limits = SendLimits(
+            max_chunk=MAX_CHUNK,
+            min_edit_interval=60.0,
+            max_file_bytes=15 * 1024 * 1024,  # about 20 MB encoded: what most mail servers take
+        )
         self.receiver = MailReceiver(config, checkpoints, self._receive)
         self._session: ImapSession | None = None
         self._entered = False

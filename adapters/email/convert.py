@@ -350,9 +350,17 @@ def strip_quoted(text: str) -> str:
 
 
 def attachments_of(message: EmailMessage) -> list[tuple[str, str, bytes]]:
-    """(filename, MIME type, bytes) of each attachment, in order."""
+    """(filename, MIME type, bytes) of each attachment, in order, then the inline images
+    of an HTML body (`multipart/related`) the attachments do not include."""
     out: list[tuple[str, str, bytes]] = []
-    for index, part in enumerate(message.iter_attachments()):
+    parts = list(message.iter_attachments())
+    known = {id(p) for p in parts}
+    parts += [
+        p
+        for p in message.walk()
+        if p.get_content_maintype() == "image" and not p.is_multipart() and id(p) not in known
+    ]
+    for index, part in enumerate(parts):
         if not isinstance(part, EmailMessage) or part.is_multipart():
             continue
         data = part.get_payload(decode=True)
@@ -386,7 +394,9 @@ def to_received(
     uid: int,
     now: datetime,
 ) -> ReceivedMail:
-    """Normalize one fetched mail. Never raises on odd mail: what cannot be read is left out.
+    """Normalize one fetched mail. Odd mail does not raise: what cannot be read is left out
+    (the standard library's parser may still trip over badly broken mail; the adapter records
+    such a mail as unreadable).
 
     Automatic mail (see `automated`) and, with `require_authentication_results`, mail
     without a passing DKIM/SPF result is still returned, with the reason under

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from adapters.slack.config import SlackConfig
 from gateway.contracts.adapter import Adapter, AdapterContext
 from gateway.contracts.ids import Platform
-from gateway.contracts.platform import PlatformSpec
+from gateway.contracts.platform import PlatformSpec, SetupQuestion
 
 PLATFORM = Platform("slack")
 
@@ -25,5 +25,10 @@ SPEC = PlatformSpec(
     factory=_factory,
     example="slack:C0123",
     secret_patterns=(re.compile(r"\b((?:xox[a-z]|xapp)-)[A-Za-z0-9-]+"),),
+    setup=(
+        SetupQuestion("bot_token", "Bot token (xoxb-…, OAuth & Permissions)", secret=True),
+        SetupQuestion("app_token", "App-level token for Socket Mode (xapp-…)", secret=True),
+    ),
+    base_url_key="base_url",
 )
 """Slack (`platforms.slack`)."""

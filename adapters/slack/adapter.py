@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Self
 
 import aiohttp
-from slack_bolt.async_app import AsyncApp
+from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_bolt.authorization import AuthorizeResult
 from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.request.async_request import AsyncBoltRequest
@@ -25,7 +25,9 @@ from adapters.slack.config import SlackConfig, SlackMode
 from adapters.slack.convert import (
     NOT_ADDRESSED,
     BotIdentity,
+    blocks_for,
     error_from,
+    pressed,
     split_message_key,
     to_inbound,
 )
@@ -85,6 +87,7 @@ class SlackAdapter(TrackedSends):
             count_utf16=False,
             min_edit_interval=config.min_edit_interval,
             min_send_interval=config.min_send_interval,
+            max_file_bytes=1024 * 1024 * 1024,  # Slack's upload limit: 1 GB
         )
         self._http: aiohttp.ClientSession | None = None
         self._inflight = InFlight()
@@ -181,6 +184,7 @@ class SlackAdapter(TrackedSends):
         bolt.event("message")(self._on_message)
         bolt.event("app_mention")(self._on_message)
         bolt.event(re.compile(".*"))(self._on_other_event)
+        bolt.action(re.compile(".*"))(self._on_press)
         return bolt
 
     def liveness(self) -> AdapterState:
@@ -203,11 +207,13 @@ class SlackAdapter(TrackedSends):
     async def handle_webhook(
         self, path: str, headers: Mapping[str, str], body: bytes, sink: InboundSink
     ) -> WebhookResponse:
-        """`/webhooks/slack/events`: verified by bolt (401 on a bad or stale signature), the
-        event stored before the 200; `url_verification` answered. 404 in Socket Mode."""
+        """`/webhooks/slack/events` (events, and button presses when it is also the
+        Interactivity Request URL) and `/webhooks/slack/interactivity`: verified by bolt (401
+        on a bad or stale signature), stored before the 200; `url_verification` answered.
+        404 in Socket Mode."""
         if self._socket is not None or self._bolt is None:
             return WebhookResponse(404, b"this app receives over Socket Mode")
-        if path.strip("/") != "events":
+        if path.strip("/") not in ("events", "interactivity"):
             return WebhookResponse(404, b"no such webhook")
         try:
             text = body.decode("utf-8")
@@ -227,10 +233,10 @@ class SlackAdapter(TrackedSends):
     # -- receiving --------------------------------------------------------------------------
 
     async def _dispatch(self, payload: dict[str, Any], sink: InboundSink) -> int:
-        """One Socket Mode event through bolt, as Slack would have posted it.
+        """One Socket Mode event (or button press) through bolt, as Slack would have posted it.
 
-        A malformed event is passed over (200, so it is acknowledged); anything but 200 means
-        the event could not be stored and must come again.
+        A malformed event, or an interaction Herald does not handle, is passed over (200, so it
+        is acknowledged); anything but 200 means it could not be stored and must come again.
         """
         assert self._bolt is not None
         try:
@@ -243,6 +249,9 @@ class SlackAdapter(TrackedSends):
             logger.warning("slack: a malformed event was passed over: %s", malformed)
             return 200
         response = await self._bolt.async_dispatch(request)
+        if response.status == 404:  # an interaction nothing here handles (a shortcut, a form)
+            logger.info("slack: a %s payload was passed over", request.body.get("type"))
+            return 200
         return response.status
 
     async def _on_message(self, body: dict[str, Any], context: AsyncBoltContext) -> None:
@@ -263,6 +272,20 @@ class SlackAdapter(TrackedSends):
             sink=sink,
         )
         await sink.accept(message)
+
+    async def _on_press(
+        self, ack: AsyncAck, body: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
+        """A button press: stored as the presser's own command, then acknowledged (a press
+        that cannot be stored is not acknowledged, and Slack tells the presser it failed)."""
+        sink: InboundSink = context[SINK]
+        assert self._identity is not None
+        incoming = pressed(body, bot=self._identity, account=self.account)
+        if isinstance(incoming, Skipped):
+            log_skipped(logger, f"{PLATFORM}: a button press", incoming)
+        else:
+            await sink.accept(incoming.message)
+        await ack()
 
     async def _on_other_event(self, body: dict[str, Any]) -> None:
         event = body.get("event")
@@ -292,13 +315,20 @@ class SlackAdapter(TrackedSends):
         thread = message.thread_id or None
         receipt: DeliveryReceipt | None = None
         if message.text.strip():
+            text = self._render(message)
+            markdown = message.format is TextFormat.MARKDOWN
+            blocks = None
+            if message.buttons:
+                shown = text if markdown else message.text
+                blocks = blocks_for(shown, message.buttons, mrkdwn=markdown)
             answer = await self._call(
                 "chat.postMessage",
                 web.chat_postMessage(
                     channel=message.chat_id,
-                    text=self._render(message),
+                    text=text,
+                    blocks=blocks,
                     thread_ts=thread,
-                    mrkdwn=message.format is TextFormat.MARKDOWN,
+                    mrkdwn=markdown,
                     unfurl_links=False,
                 ),
             )

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from adapters.buttons import button_command
 from adapters.inbound import FileRef, Incoming, Skipped, file_refusal, message_key
 from adapters.slack import PLATFORM
 from adapters.slack.config import SlackConfig, SlackEdits
@@ -31,7 +32,7 @@ from gateway.contracts.ids import (
     PlatformMessageId,
     ThreadId,
 )
-from gateway.contracts.messages import InboundMessage, Sender
+from gateway.contracts.messages import Button, InboundMessage, Sender
 
 NOT_ADDRESSED = "channel message that does not address the bot"
 AUTH_ERRORS = frozenset(
@@ -53,6 +54,11 @@ TRANSIENT_ERRORS = frozenset(
     {"internal_error", "fatal_error", "service_unavailable", "request_timeout", "ratelimited"}
 )
 DEFAULT_RETRY_AFTER = 1.0
+SECTION_CHARS = 3000
+"""The longest text of one `section` block."""
+BUTTONS_BLOCK = "herald_buttons"
+"""The `block_id` of the `actions` block with Herald's buttons."""
+BUTTON_STYLES = {"/approve": "primary", "/deny": "danger"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,3 +228,86 @@ def error_from(
     if status is None or status >= 500 or error in TRANSIENT_ERRORS:
         return NotReady(detail)
     return PermanentSendError(detail)
+
+
+def blocks_for(text: str, buttons: tuple[Button, ...], *, mrkdwn: bool) -> list[dict[str, Any]]:
+    """Block Kit for a message with buttons: the text in `section` blocks (readable without
+    the buttons), then one `actions` block whose buttons carry their command as `value`.
+
+    `text` is what the `text` field carries: mrkdwn when `mrkdwn`, otherwise the plain text
+    itself (shown as `plain_text`, nothing escaped).
+    """
+    kind = "mrkdwn" if mrkdwn else "plain_text"
+    pieces = [text[i : i + SECTION_CHARS] for i in range(0, len(text), SECTION_CHARS)]
+    blocks: list[dict[str, Any]] = [
+        {"type": "section", "text": {"type": kind, "text": piece}}
+        for piece in pieces
+        if piece.strip()
+    ]
+    elements: list[dict[str, Any]] = []
+    for index, button in enumerate(buttons):
+        element: dict[str, Any] = {
+            "type": "button",
+            "action_id": f"herald_{index}",
+            "text": {"type": "plain_text", "text": button.label[:75], "emoji": True},
+            "value": button.command,
+        }
+        style = BUTTON_STYLES.get(button.command.split(" ", 1)[0])
+        if style is not None:
+            element["style"] = style
+        elements.append(element)
+    if elements:
+        blocks.append({"type": "actions", "block_id": BUTTONS_BLOCK, "elements": elements})
+    return blocks
+
+
+def pressed(payload: Any, *, bot: BotIdentity, account: AccountId) -> Incoming[FileRef] | Skipped:
+    """A press of one of Herald's buttons (a `block_actions` payload), as the presser's own
+    command message in the session of the message the button is under; `Skipped` and why for
+    anything else. Never raises.
+
+    The message id is `<channel>:<message ts>:b<trigger id>`: one press is one inbox row, how
+    often Slack delivers it.
+    """
+    if not isinstance(payload, Mapping) or payload.get("type") != "block_actions":
+        return Skipped("not a block_actions payload")
+    actions = payload.get("actions")
+    action = actions[0] if isinstance(actions, list) and actions else None
+    if not isinstance(action, Mapping):
+        return Skipped("a block_actions payload without an action")
+    command = button_command(action.get("value"))
+    if command is None:
+        return Skipped("a button press Herald did not offer")
+    user = payload.get("user")
+    user_id = _str(user.get("id")) if isinstance(user, Mapping) else None
+    if user_id is None or user_id == bot.user_id:
+        return Skipped("a press without a person")
+    container = payload.get("container")
+    container = container if isinstance(container, Mapping) else {}
+    message = payload.get("message")
+    message = message if isinstance(message, Mapping) else {}
+    channel_info = payload.get("channel")
+    channel = _str(container.get("channel_id")) or (
+        _str(channel_info.get("id")) if isinstance(channel_info, Mapping) else None
+    )
+    ts = _str(container.get("message_ts")) or _str(message.get("ts"))
+    trigger = _str(payload.get("trigger_id")) or _str(action.get("action_ts"))
+    if channel is None or ts is None or trigger is None:
+        return Skipped("a press without its channel or message")
+    thread = _str(message.get("thread_ts")) or _str(container.get("thread_ts"))
+    name = ""
+    if isinstance(user, Mapping):
+        name = str(user.get("name") or user.get("username") or "")
+    inbound = InboundMessage(
+        platform=PLATFORM,
+        account=account,
+        chat_id=ChatId(channel),
+        sender=Sender(ExternalUserId(user_id), name or user_id, False),
+        text=command,
+        platform_message_id=PlatformMessageId(f"{message_key(channel, ts)}:b{trigger}"),
+        is_direct=channel.startswith("D"),
+        mentions_bot=True,
+        thread_id=ThreadId(thread) if thread is not None else None,
+        raw=dict(payload),
+    )
+    return Incoming(inbound)

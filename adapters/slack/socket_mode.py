@@ -26,7 +26,8 @@ from gateway.contracts.errors import AuthError, NotReady
 logger = logging.getLogger(__name__)
 
 Dispatch = Callable[[dict[str, Any], InboundSink], Awaitable[int]]
-"""Stores one event callback body through the sink; returns an HTTP-like status."""
+"""Stores one event callback body (or interactivity payload: a button press) through the sink;
+returns an HTTP-like status."""
 
 MAX_MESSAGE = 4 * 1024 * 1024
 
@@ -136,7 +137,7 @@ class SocketModeReceiver:
         payload = message.get("payload")
         if not isinstance(envelope, str):
             return None
-        if kind == "events_api" and isinstance(payload, dict):
+        if kind in ("events_api", "interactive") and isinstance(payload, dict):
             status = await self.dispatch(payload, sink)
             if status != 200:
                 raise NotReady(f"slack: an event could not be stored (status {status})")

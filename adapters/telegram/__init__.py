@@ -14,7 +14,7 @@ from collections.abc import Callable
 from adapters.telegram.config import TelegramConfig, TelegramMode
 from gateway.contracts.adapter import Adapter, AdapterContext
 from gateway.contracts.ids import Platform
-from gateway.contracts.platform import Host, PlatformSpec
+from gateway.contracts.platform import Host, PlatformSpec, SetupQuestion
 
 os.environ.setdefault("PTB_TIMEDELTA", "true")
 
@@ -25,7 +25,7 @@ def _factory(section: TelegramConfig, context: AdapterContext) -> Callable[[], A
     from adapters.telegram.adapter import FirstStart, TelegramAdapter  # noqa: PLC0415
 
     first_start = FirstStart()
-    return lambda: TelegramAdapter(section, context.files, first_start)
+    return lambda: TelegramAdapter(section, context.files, first_start, menu=context.menu)
 
 
 def _validate(section: TelegramConfig, host: Host) -> None:
@@ -47,5 +47,7 @@ SPEC = PlatformSpec(
     ),
     # A Bot API URL carries the bot token in its path.
     url_loggers=("telegram.Bot", "telegram.request"),
+    setup=(SetupQuestion("token", "Bot token from @BotFather (123456:ABC…)", secret=True),),
+    base_url_key="base_url",
 )
 """Telegram (`platforms.telegram`)."""

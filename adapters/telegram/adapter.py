@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-from telegram import Bot, Message, ReplyParameters, Update
+from telegram import (
+    Bot,
+    BotCommand,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    Message,
+    ReplyParameters,
+    Update,
+)
 from telegram.constants import ChatAction
 from telegram.constants import ParseMode as TelegramParseMode
 from telegram.error import BadRequest, ChatMigrated, TelegramError
@@ -18,6 +26,7 @@ from telegram.request import HTTPXRequest
 from adapters.files import attachment_path, save_file, with_files
 from adapters.inbound import Skipped, log_skipped, message_key
 from adapters.inflight import InFlight, TrackedSends
+from adapters.markdown import utf16_len
 from adapters.telegram import PLATFORM
 from adapters.telegram.config import ParseMode, TelegramConfig, TelegramMode
 from adapters.telegram.convert import (
@@ -26,6 +35,7 @@ from adapters.telegram.convert import (
     BotIdentity,
     FileRef,
     error_from,
+    menu_entries,
     split_message_key,
     to_inbound,
 )
@@ -37,6 +47,7 @@ from gateway.contracts.errors import NotReady, PermanentSendError
 from gateway.contracts.ids import AccountId, ChatId, Platform, PlatformMessageId, ThreadId
 from gateway.contracts.messages import (
     Attachment,
+    Button,
     DeliveryReceipt,
     OutboundMessage,
     SendLimits,
@@ -50,6 +61,10 @@ CONNECT_TIMEOUT = 10.0
 REQUEST_TIMEOUT = 20.0
 PHOTO_MAX_BYTES = 10 * 1024 * 1024
 """Larger images go out as documents (Telegram's limit for photos)."""
+CAPTION_MAX = 1024
+"""The longest caption of a photo or document, in UTF-16 code units."""
+SEND_FILE_MAX_BYTES = 50 * 1024 * 1024
+"""The largest file the Bot API takes in an upload."""
 MAX_MIGRATIONS = 1_000
 """Chat migrations remembered (group → supergroup ids) before the oldest are forgotten."""
 
@@ -72,9 +87,15 @@ class TelegramAdapter(TrackedSends):
     platform: Platform = PLATFORM
 
     def __init__(
-        self, config: TelegramConfig, files_dir: Path, first_start: FirstStart | None = None
+        self,
+        config: TelegramConfig,
+        files_dir: Path,
+        first_start: FirstStart | None = None,
+        *,
+        menu: Callable[[], Sequence[tuple[str, str]]] | None = None,
     ) -> None:
         self.config = config
+        self.menu = menu
         self._inflight = InFlight()
         self.first_start = FirstStart() if first_start is None else first_start
         self.files_dir = files_dir
@@ -84,6 +105,7 @@ class TelegramAdapter(TrackedSends):
             count_utf16=True,
             min_edit_interval=config.min_edit_interval,
             min_send_interval=config.min_send_interval,
+            max_file_bytes=SEND_FILE_MAX_BYTES,
         )
         self._bot: Bot | None = None
         self._identity: BotIdentity | None = None
@@ -127,6 +149,7 @@ class TelegramAdapter(TrackedSends):
             drop = not self.config.process_backlog_on_start and not self.first_start.done
             await receiver.start(drop_pending=drop)
             self.first_start.done = True
+            await self._set_menu(bot)
         except TelegramError as err:
             await bot.shutdown()
             raise error_from(err, "connecting") from err
@@ -137,6 +160,19 @@ class TelegramAdapter(TrackedSends):
         self._entered = True
         logger.info("telegram: connected as @%s (%s mode)", identity.username, self.config.mode)
         return self
+
+    async def _set_menu(self, bot: Bot) -> None:
+        """Show the chat commands (and shared skills) in Telegram's command menu. A failure
+        only leaves the old menu: it is logged, never fatal."""
+        if self.menu is None:
+            return
+        commands = [
+            BotCommand(name, description) for name, description in menu_entries(self.menu())
+        ]
+        try:
+            await bot.set_my_commands(commands)
+        except TelegramError as err:
+            logger.warning("telegram: could not set the command menu: %s", err)
 
     async def __aexit__(self, *exc: object) -> None:
         bot, self._bot, self._receiver = self._bot, None, None
@@ -216,6 +252,8 @@ class TelegramAdapter(TrackedSends):
             what = f"{PLATFORM}: update {update.update_id}"
             log_skipped(logger, what, incoming, quiet=(NOT_ADDRESSED,))
             return
+        if update.callback_query is not None:
+            await self._answer_press(update.callback_query.id)
         key = incoming.message.platform_message_id
         message = await with_files(
             incoming.message,
@@ -224,6 +262,13 @@ class TelegramAdapter(TrackedSends):
             sink=sink,
         )
         await sink.accept(message)
+
+    async def _answer_press(self, query_id: str) -> None:
+        """Stop the pressed button's spinner (best effort: the press is handled anyway)."""
+        try:
+            await self._connected().answer_callback_query(query_id)
+        except TelegramError as err:
+            logger.debug("%s: answering a button press failed: %s", PLATFORM, err)
 
     async def _download(self, key: PlatformMessageId, index: int, ref: FileRef) -> Attachment:
         """Fetch one file into `files_dir/<chat>/`. Raises NotReady or PermanentSendError."""
@@ -268,6 +313,12 @@ class TelegramAdapter(TrackedSends):
         thread = int(message.thread_id) if message.thread_id else None
         reply = _reply_parameters(message.reply_to)
         text, mode = self._render(message)
+        if len(message.attachments) == 1 and 0 < utf16_len(text) <= CAPTION_MAX and text.strip():
+            # One request for the file and its caption: a failed upload sent nothing, so a
+            # retry cannot repeat the text.
+            return await self._send_file(
+                bot, chat, message.attachments[0], thread, reply, caption=(text, mode)
+            )
         first: Message | None = None
         if text.strip():
             first = await bot.send_message(
@@ -276,6 +327,7 @@ class TelegramAdapter(TrackedSends):
                 parse_mode=mode,
                 message_thread_id=thread,
                 reply_parameters=reply,
+                reply_markup=_keyboard(message.buttons),
             )
             reply = None
         for attachment in message.attachments:
@@ -293,15 +345,22 @@ class TelegramAdapter(TrackedSends):
         attachment: Attachment,
         thread: int | None,
         reply: ReplyParameters | None,
+        *,
+        caption: tuple[str, str | None] | None = None,
     ) -> Message:
         data = await asyncio.to_thread(attachment.path.read_bytes)
         name = attachment.filename or attachment.path.name
-        if attachment.mime_type.startswith("image/") and len(data) <= PHOTO_MAX_BYTES:
-            return await bot.send_photo(
-                chat, data, filename=name, message_thread_id=thread, reply_parameters=reply
-            )
-        return await bot.send_document(
-            chat, data, filename=name, message_thread_id=thread, reply_parameters=reply
+        text, mode = caption or (None, None)
+        photo = attachment.mime_type.startswith("image/") and len(data) <= PHOTO_MAX_BYTES
+        send = bot.send_photo if photo else bot.send_document
+        return await send(
+            chat,
+            data,
+            filename=name,
+            caption=text,
+            parse_mode=mode,
+            message_thread_id=thread,
+            reply_parameters=reply,
         )
 
     async def edit(self, target: PlatformMessageId, message: OutboundMessage) -> DeliveryReceipt:
@@ -356,3 +415,12 @@ def _reply_parameters(reply_to: PlatformMessageId | None) -> ReplyParameters | N
     if parsed is None:
         return None
     return ReplyParameters(parsed[1], allow_sending_without_reply=True)
+
+
+def _keyboard(buttons: tuple[Button, ...]) -> InlineKeyboardMarkup | None:
+    """One row of inline buttons whose callback data is the command they send."""
+    if not buttons:
+        return None
+    return InlineKeyboardMarkup(
+        [[InlineKeyboardButton(b.label, callback_data=b.command[:64]) for b in buttons]]
+    )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -48,7 +48,7 @@ from gateway.contracts.messages import InboundMessage, Sender
 
 logger = logging.getLogger(__name__)
 
-ALLOWED_UPDATES = ("message", "edited_message")
+ALLOWED_UPDATES = ("message", "edited_message", "callback_query")
 """The update types Herald asks Telegram for."""
 MAX_QUOTE = 500
 """Characters of a replied-to message's text shown to the agent."""
@@ -126,6 +126,8 @@ def _to_inbound(
     config: TelegramConfig,
     now: datetime,
 ) -> Incoming[FileRef] | Skipped:
+    if update.callback_query is not None:
+        return _pressed(update, bot=bot, account=account)
     edited = update.message is None and update.edited_message is not None
     message = update.message or update.edited_message
     if message is None:
@@ -188,6 +190,40 @@ def _to_inbound(
         raw=update.to_dict(),
     )
     return Incoming(inbound, files)
+
+
+BUTTON_COMMANDS = ("/approve ", "/deny ")
+"""What a button of Herald's may send (`Button.command`); other callback data is ignored."""
+
+
+def _pressed(
+    update: Update, *, bot: BotIdentity, account: AccountId
+) -> Incoming[FileRef] | Skipped:
+    """A press of one of Herald's inline buttons, as the presser's own command message."""
+    query = update.callback_query
+    assert query is not None
+    data = query.data or ""
+    message = query.message
+    if not data.startswith(BUTTON_COMMANDS) or message is None:
+        return Skipped("a button press Herald did not offer")
+    sender = query.from_user
+    if sender.id == bot.id:
+        return Skipped("the bot's own press")
+    chat = message.chat
+    thread = getattr(message, "message_thread_id", None)
+    inbound = InboundMessage(
+        platform=PLATFORM,
+        account=account,
+        chat_id=ChatId(str(chat.id)),
+        sender=Sender(ExternalUserId(str(sender.id)), sender.full_name, sender.is_bot),
+        text=data,
+        platform_message_id=PlatformMessageId(f"cb:{query.id}"),
+        is_direct=chat.type == ChatType.PRIVATE,
+        mentions_bot=True,
+        thread_id=ThreadId(str(thread)) if thread is not None else None,
+        raw=update.to_dict(),
+    )
+    return Incoming(inbound, ())
 
 
 def _command(
@@ -287,6 +323,26 @@ def _files(message: Message, config: TelegramConfig) -> tuple[tuple[FileRef, ...
                 doc.file_name or f"document_{doc.file_unique_id}",
             )
         )
+    if message.voice is not None:
+        voice = message.voice
+        candidates.append(
+            FileRef(
+                voice.file_id,
+                voice.mime_type or "audio/ogg",
+                voice.file_size,
+                f"voice_{voice.file_unique_id}.ogg",
+            )
+        )
+    if message.audio is not None:
+        audio = message.audio
+        candidates.append(
+            FileRef(
+                audio.file_id,
+                audio.mime_type or "audio/mpeg",
+                audio.file_size,
+                audio.file_name or f"audio_{audio.file_unique_id}",
+            )
+        )
     files: list[FileRef] = []
     notes: list[str] = []
     for ref in candidates:
@@ -348,3 +404,22 @@ def error_from(err: TelegramError, doing: str) -> HeraldError:
     if isinstance(err, NetworkError):
         return NotReady(detail)
     return NotReady(detail)
+
+
+_MENU_COMMAND = re.compile(r"[a-z0-9_]{1,32}")
+
+
+def menu_entries(entries: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Command-menu entries as Telegram accepts them: names of 1-32 lowercase letters,
+    digits and underscores (hyphens become underscores; others are left out), descriptions
+    of 1-256 characters, no repeats, at most 100."""
+    out: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for name, description in entries:
+        command = name.lower().replace("-", "_")
+        if not _MENU_COMMAND.fullmatch(command) or command in seen:
+            continue
+        text = " ".join(description.split()) or command
+        out.append((command, text if len(text) <= 256 else text[:255] + "…"))
+        seen.add(command)
+    return out[:100]

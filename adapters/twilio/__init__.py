@@ -8,7 +8,7 @@ from collections.abc import Callable
 from adapters.twilio.config import WHATSAPP, TwilioConfig
 from gateway.contracts.adapter import Adapter, AdapterContext
 from gateway.contracts.ids import Platform
-from gateway.contracts.platform import ChatAddress, PlatformSpec
+from gateway.contracts.platform import ChatAddress, PlatformSpec, SetupQuestion
 
 PLATFORM = Platform("twilio")
 SMS = "sms"
@@ -52,5 +52,12 @@ SPEC = PlatformSpec(
     format_target=_format_target,
     # The SDK logs request headers.
     url_loggers=("twilio",),
+    setup=(
+        SetupQuestion("account_sid", "Account SID (AC…, Twilio Console)"),
+        SetupQuestion("auth_token", "Auth Token", secret=True),
+        SetupQuestion("from_number", "Your Twilio number replies come from (+15551234567)"),
+        SetupQuestion("public_url", "Herald's public URL as Twilio reaches it (https://…)"),
+    ),
+    base_url_key="base_url",
 )
 """Twilio SMS and WhatsApp (`platforms.twilio`)."""

@@ -71,6 +71,8 @@ send's own answer (the message sid), so an unknown sid is looked up again for a 
 REPORT_PAUSE = 0.25
 
 OPTED_OUT = "out"
+MAX_MEDIA_BYTES = 5 * 1024 * 1024
+"""The most Twilio takes in one MMS (WhatsApp takes up to 16 MB; the smaller limit holds)."""
 OPTED_IN = "in"
 KEYWORD_DETAIL: Mapping[Keyword, str] = {
     Keyword.STOP: "opt-out (STOP): nothing more is sent to this number until it sends START",
@@ -99,8 +101,13 @@ class TwilioAdapter(TrackedSends):
         self._inflight = InFlight()
         self.files_dir = context.files
         self.checkpoints = context.checkpoints
+        self.links = context.links
         self.account = AccountId(config.account)
-        self.limits = SendLimits(max_chunk=MAX_PART, min_send_interval=config.min_send_interval)
+        self.limits = SendLimits(
+            max_chunk=MAX_PART,
+            min_send_interval=config.min_send_interval,
+            max_file_bytes=MAX_MEDIA_BYTES if context.links is not None else None,
+        )
         self._validator = RequestValidator(config.auth_token.get_secret_value())
         self._http: TwilioHttp | None = None
         self._client: Client | None = None
@@ -290,21 +297,49 @@ class TwilioAdapter(TrackedSends):
             channel = "whatsapp_from" if whatsapp else "from_number"
             raise PermanentSendError(f"twilio: no {channel} is configured to send to {chat}")
         pieces = parts(self._render(message, whatsapp=whatsapp))
-        if not pieces:
+        media = [self._media_url(a) for a in message.attachments]
+        if not pieces and not media:
             raise PermanentSendError("twilio: nothing to send (no text)")
-        if message.attachments:
-            logger.warning("twilio: files are not sent (Twilio needs public media URLs)")
         callback = self.config.webhook_url("status") if self.config.status_callbacks else None
         first: str | None = None
-        for piece in pieces:
-            sent = await self._create(client, chat, sender, piece, callback)
+        for i, piece in enumerate(pieces or [""]):
+            # The files go with the last part, after the text they may be captioned by.
+            last = i == max(len(pieces), 1) - 1
+            sent = await self._create(
+                client, chat, sender, piece, callback, media=media if last else []
+            )
             first = first or str(sent.sid)
         return DeliveryReceipt(PlatformMessageId(first) if first else None)
 
+    def _media_url(self, attachment: Attachment) -> str:
+        """A signed, expiring URL under Herald's HTTP server that Twilio fetches the file from."""
+        if self.links is None:
+            raise PermanentSendError(
+                "twilio: files are fetched from Herald's HTTP server, which is off (api.enabled)"
+            )
+        if attachment.size > MAX_MEDIA_BYTES:
+            raise PermanentSendError(
+                f"twilio: {attachment.filename or attachment.path.name} is larger than "
+                f"{MAX_MEDIA_BYTES} bytes"
+            )
+        try:
+            return self.links.link(attachment.path, self.config.public_url)
+        except ValueError as err:
+            raise PermanentSendError(f"twilio: {attachment.path} cannot be linked") from err
+
     async def _create(
-        self, client: Client, to: ChatId, sender: str, body: str, callback: str | None
+        self,
+        client: Client,
+        to: ChatId,
+        sender: str,
+        body: str,
+        callback: str | None,
+        *,
+        media: list[str] | None = None,
     ) -> Any:
         kwargs: dict[str, Any] = {"to": to, "from_": sender, "body": body}
+        if media:
+            kwargs["media_url"] = media
         if callback is not None:
             kwargs["status_callback"] = callback
         try:

@@ -1,6 +1,6 @@
 """The agent's tools."""
 
-from agent_core.tools.base import Tool, ToolContext, ToolError, ToolRegistry
+from agent_core.tools.base import Tool, ToolContext, ToolError, ToolRegistry, ToolSource
 from agent_core.tools.memory_tool import MemoryTool
 from agent_core.tools.schedule_job import JobControl, ScheduleJobTool
 from agent_core.tools.send_message import ChannelSender, SendMessageTool
@@ -17,4 +17,5 @@ __all__ = [
     "ToolContext",
     "ToolError",
     "ToolRegistry",
+    "ToolSource",
 ]

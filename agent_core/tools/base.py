@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.contracts.history import SessionInfo, ToolCall
 from gateway.contracts.ids import UserId
+
+if TYPE_CHECKING:
+    from agent_core.media.turn import TurnMedia
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +29,12 @@ class ToolContext:
     user_id: UserId | None
     operator: bool = False
     """Whether the person acting operates Herald (may reach chats other than this one)."""
+    sender: str | None = None
+    """`platform:id` of the person whose message the turn answers (None: a job, the API)."""
+    turn_id: int | None = None
+    """The turn the call belongs to (approvals are recorded with it)."""
+    media: TurnMedia | None = None
+    """The turn's pictures to show and files to send (chat turns only)."""
 
 
 class Tool(Protocol):
@@ -44,11 +53,37 @@ class Tool(Protocol):
         ...
 
 
-class ToolRegistry:
-    """The tools of one agent, by name."""
+class ToolSource(Protocol):
+    """Tools that change at run time or depend on who asks (MCP servers' tools)."""
 
-    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+    async def tools_for(self, ctx: ToolContext) -> Sequence[Tool]:
+        """The tools the person acting in `ctx` may use now; a forbidden tool is left out."""
+        ...
+
+
+class ToolRegistry:
+    """The tools of one agent, by name, plus sources whose tools are chosen per turn."""
+
+    def __init__(self, tools: Iterable[Tool] = (), sources: Iterable[ToolSource] = ()) -> None:
         self._tools = {t.name: t for t in tools}
+        self._sources = tuple(sources)
+
+    async def for_turn(self, ctx: ToolContext) -> ToolRegistry:
+        """The registry of one turn: the fixed tools and those the sources allow for `ctx`
+        (a built-in tool's name wins over a source's). A source that fails adds nothing (the
+        turn goes on without its tools)."""
+        if not self._sources:
+            return self
+        tools = dict(self._tools)
+        for source in self._sources:
+            try:
+                offered = await source.tools_for(ctx)
+            except Exception:
+                logger.exception("a tool source failed; this turn goes on without its tools")
+                continue
+            for tool in offered:
+                tools.setdefault(tool.name, tool)
+        return ToolRegistry(tools.values())
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools

@@ -9,38 +9,43 @@ import os
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import openai
 import typer
 import yaml
 from rich.console import Console
 from rich.markup import escape
 
-from agent_core.llm import NOT_LISTED, make_provider
 from agent_core.memory import MemoryFiles
 from gateway import __version__, platforms
 from gateway.access import Pairings
-from gateway.checkpoints import MemoryCheckpoints
 from gateway.cli.base import DEBUG, HeraldGroup, configure_logging, current_redactor, load
+from gateway.cli.checks import FAIL, PLATFORM_CHECK_TIMEOUT, REFUSED, check_llm, check_platform
 from gateway.cli.help import HeraldTyper
 from gateway.cli.jobs import jobs_app
+from gateway.cli.memory import memory_app, memory_check
 from gateway.cli.output import Column, JsonOption, Kind, print_json, print_rows
+from gateway.cli.setup import setup
+from gateway.cli.skills import doctor_check as skills_check
+from gateway.cli.skills import skills_app
 from gateway.commands import Command, parse_command
 from gateway.config import HeraldConfig, masked
-from gateway.contracts.adapter import SelfCheck
-from gateway.contracts.errors import AuthError, HeraldError, LLMError
-from gateway.contracts.ids import AccountId, ChatId, Origin, SessionKey
+from gateway.contracts.errors import HeraldError
+from gateway.contracts.ids import API_ACCOUNT, Origin, SessionKey, UserId
 from gateway.contracts.messages import utcnow
-from gateway.http.api import API_ACCOUNT
 from gateway.redact import Redactor
 from gateway.store import Store, engine
 from gateway.store.inbox import Inbox
 from gateway.store.instances import list_instances
 from gateway.store.lanes import lanes_by_owner
 from gateway.store.leases import list_leases
-from gateway.store.outbox import Chunk, Outbox, OutboxStatus, Target
-from gateway.supervisor import Supervisor, adapter_context, adapter_factory
+from gateway.store.outbox import Outbox, OutboxRow, OutboxStatus
+
+if TYPE_CHECKING:
+    import openai
+
+# The daemon's modules (the supervisor, the model client, the HTTP app) are imported by the
+# commands that use them: most commands only read the database, and start faster without.
 
 app = HeraldTyper(
     name="herald",
@@ -53,7 +58,9 @@ app = HeraldTyper(
 sessions_app = HeraldTyper(help="Inspect conversations.", no_args_is_help=True)
 config_app = HeraldTyper(help="Inspect the configuration.", no_args_is_help=True)
 db_app = HeraldTyper(help="Manage the database.", no_args_is_help=True)
-deliveries_app = HeraldTyper(help="Inspect and retry outbound deliveries.", no_args_is_help=True)
+deliveries_app = HeraldTyper(
+    help="Inspect, retry and discard outbound deliveries.", no_args_is_help=True
+)
 pairing_app = HeraldTyper(help="Approve who may talk to the agent.", no_args_is_help=True)
 users_app = HeraldTyper(
     help="A person's identities across platforms: list, link, unlink.", no_args_is_help=True
@@ -65,6 +72,9 @@ app.add_typer(users_app, name="users")
 app.add_typer(config_app, name="config")
 app.add_typer(db_app, name="db")
 app.add_typer(jobs_app, name="jobs")
+app.add_typer(memory_app, name="memory")
+app.command("setup")(setup)
+app.add_typer(skills_app, name="skills")
 
 
 def _version(value: bool) -> None:
@@ -119,6 +129,8 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 @app.command()
 def run(config: ConfigOption = None) -> None:
     """Run the daemon until SIGTERM / SIGINT / SIGHUP (each drains, then exit 0)."""
+    from gateway.supervisor import Supervisor  # noqa: PLC0415
+
     cfg = load(config, log_level=None)
     # Failures (a bad state directory, a port in use, a database newer than the code, another
     # instance on this SQLite database) reach HeraldGroup: one line, exit 2.
@@ -141,6 +153,8 @@ def chat(
     ] = None,
 ) -> None:
     """Talk to the agent in the terminal, through the running daemon's session manager."""
+    import openai  # noqa: PLC0415
+
     cfg = _load(config)
     base = url or f"http://{_client_host(cfg.api.host)}:{cfg.api.port}/v1"
     name = session or f"cli-{getpass.getuser()}"
@@ -198,6 +212,8 @@ def chat(
 
 def _turn_failure(err: openai.APIError, base: str) -> str:
     """One line saying why a chat turn failed and what to do."""
+    import openai  # noqa: PLC0415
+
     if isinstance(err, openai.APIConnectionError):
         return f"Herald is not running at {base} (or the connection broke); start it: `herald run`."
     if isinstance(err, openai.APIStatusError) and err.status_code == 401:
@@ -257,13 +273,21 @@ async def _chat_command(cfg: HeraldConfig, key: SessionKey, text: str, console: 
                     markup=False,
                 )
             return
+        from agent_core.agent import session_snapshot  # noqa: PLC0415
+        from gateway.supervisor import build_skills  # noqa: PLC0415
+
         owner = await store.resolve_user("local", "owner")
-        memory = MemoryFiles(cfg.state_dir)
+        memory = MemoryFiles(cfg.state_dir, group_memory=cfg.memory.group_memory)
+        skills = build_skills(cfg, None)
+
+        async def snapshot(key: SessionKey, user_id: UserId | None) -> tuple[str, ...]:
+            return await session_snapshot(memory, skills, key, user_id)
+
         await store.open_session(
             key,
             platform=str(Origin.API),
             user_id=session.user_id if session is not None else owner,
-            snapshot=memory.snapshot,
+            snapshot=snapshot,
             new_epoch=True,
         )
     console.print("✨ Started a new conversation. Earlier messages stay searchable.")
@@ -568,33 +592,49 @@ def deliveries_list(
     _with_store(config, work)
 
 
-@deliveries_app.command("retry")
-def deliveries_retry(
-    ids: Annotated[
-        list[int], typer.Argument(help="Dead letter ids (see `deliveries list --dead`).")
-    ],
-    config: ConfigOption = None,
+def _each_dead_letter(
+    config: Path | None,
+    ids: list[int],
+    act: Callable[[Outbox, int], Awaitable[OutboxRow]],
+    done: str,
 ) -> None:
-    """Send dead letters again: the running daemon picks them up within seconds."""
+    """Apply `act` to each dead letter in `ids` and print `done` (its `{target}` filled in)
+    per row; an unknown id is an error on stderr, the others still go through, exit code 1."""
     console = _console()
 
     async def work(store: Any) -> None:
         failed = False
+        outbox = Outbox(store)
         for row_id in ids:
             try:
-                row = await Outbox(store).retry(row_id)
+                row = await act(outbox, row_id)
             except LookupError as err:
                 Console(stderr=True).print(f"[red]error:[/] {escape(str(err))}")
                 failed = True
                 continue
-            console.print(
-                f"{row.id}: queued again for {escape(row.target.platform)}:"
-                f"{escape(row.target.chat_id)}"
-            )
+            target = f"{escape(row.target.platform)}:{escape(row.target.chat_id)}"
+            console.print(f"{row.id}: {done.format(target=target)}")
         if failed:
             raise typer.Exit(1)
 
     _with_store(config, work)
+
+
+DeadLetterIds = Annotated[
+    list[int], typer.Argument(help="Dead letter ids (see `deliveries list --dead`).")
+]
+
+
+@deliveries_app.command("retry")
+def deliveries_retry(ids: DeadLetterIds, config: ConfigOption = None) -> None:
+    """Send dead letters again: the running daemon picks them up within seconds."""
+    _each_dead_letter(config, ids, Outbox.retry, "queued again for {target}")
+
+
+@deliveries_app.command("discard")
+def deliveries_discard(ids: DeadLetterIds, config: ConfigOption = None) -> None:
+    """Give up on dead letters: kept as discarded, never sent."""
+    _each_dead_letter(config, ids, Outbox.discard, "discarded (to {target})")
 
 
 @pairing_app.command("list")
@@ -659,23 +699,30 @@ def pairing_approve(code: str, config: ConfigOption = None) -> None:
 
     async def work(store: Any) -> None:
         try:
-            p = await Pairings(store).approve(code)
+            p = await Pairings(store).approve_and_tell(code)
         except LookupError as err:
             Console(stderr=True).print(f"[red]error:[/] {escape(str(err))}")
             raise typer.Exit(1) from err
-        await Outbox(store).enqueue(
-            [
-                Chunk(
-                    f"paired:{p.id}",
-                    Target(p.platform, AccountId(p.account), ChatId(p.chat_id)),
-                    "✅ You now have access. Send your message again.",
-                )
-            ]
-        )
         console.print(
             f"approved {escape(p.platform)}:{escape(p.external_id)} "
             f"({escape(p.display_name or 'no name')})"
         )
+
+    _with_store(config, work)
+
+
+@pairing_app.command("reject")
+def pairing_reject(code: str, config: ConfigOption = None) -> None:
+    """Refuse a pending pairing code: its sender gets no access."""
+    console = _console()
+
+    async def work(store: Any) -> None:
+        try:
+            p = await Pairings(store).reject(code)
+        except LookupError as err:
+            Console(stderr=True).print(f"[red]error:[/] {escape(str(err))}")
+            raise typer.Exit(1) from err
+        console.print(f"rejected {escape(p.platform)}:{escape(p.external_id)} ({escape(p.code)})")
 
     _with_store(config, work)
 
@@ -867,6 +914,7 @@ def doctor(config: ConfigOption = None) -> None:
     verdicts.extend(asyncio.run(_async_checks(cfg)))
     if not cfg.platforms.sections():
         verdicts.append(("platforms", "ok", "none configured (HTTP API and CLI only)"))
+    verdicts.append(skills_check(cfg))
     colors = {"ok": "green", "warn": "yellow", "fail": "red"}
     redact = current_redactor()
     for name, verdict, detail in verdicts:
@@ -889,16 +937,11 @@ def _check_state_dir(path: Path) -> tuple[str, str, str]:
 async def _async_checks(cfg: HeraldConfig) -> list[tuple[str, str, str]]:
     out = [await _database_check(cfg.effective_database_url)]
     out.extend(await _platform_checks(cfg))
-    provider = make_provider(cfg.llm)
-    try:
-        detail = await provider.check()
-        # A model the endpoint does not list may still answer (some servers list none).
-        verdict = "warn" if provider.name == "echo" or NOT_LISTED in detail else "ok"
-        out.append(("llm", verdict, detail))
-    except LLMError as err:
-        out.append(("llm", "fail", str(err)))
-    finally:
-        await provider.aclose()
+    out.extend(await _mcp_checks(cfg))
+    if cfg.memory.provider != "none":
+        out.append(await memory_check(cfg))
+    verdict, detail = await check_llm(cfg.llm)
+    out.append(("llm", FAIL if verdict == REFUSED else verdict, detail))
     return out
 
 
@@ -949,33 +992,28 @@ def _creatable(directory: Path) -> bool:
     return False
 
 
-PLATFORM_CHECK_TIMEOUT = 20.0
-
-
 async def _platform_checks(cfg: HeraldConfig) -> list[tuple[str, str, str]]:
     """Each enabled platform's credentials, checked against the platform."""
     out: list[tuple[str, str, str]] = []
     for name, section in cfg.platforms.sections().items():
-        try:
-            context = adapter_context(name, section, cfg.state_dir, MemoryCheckpoints())
-            adapter = adapter_factory(name, section, context)()
-        except HeraldError as err:
-            out.append((f"platforms.{name}", "fail", str(err)))
-            continue
-        if not isinstance(adapter, SelfCheck):
-            out.append((f"platforms.{name}", "ok", "configured (no remote check available)"))
-            continue
-        try:
-            async with asyncio.timeout(PLATFORM_CHECK_TIMEOUT):
-                detail = await adapter.check()
-        except AuthError as err:
-            out.append((f"platforms.{name}", "fail", f"credentials refused: {err}"))
-        except TimeoutError:
-            out.append((f"platforms.{name}", "fail", "no answer within 20 s"))
-        except Exception as err:
-            out.append((f"platforms.{name}", "fail", f"unreachable: {err}"))
+        verdict, detail = await check_platform(name, section, cfg.state_dir)
+        out.append((f"platforms.{name}", FAIL if verdict == REFUSED else verdict, detail))
+    return out
+
+
+async def _mcp_checks(cfg: HeraldConfig) -> list[tuple[str, str, str]]:
+    """Each enabled MCP server: started (or reached) and its tools listed, then stopped."""
+    from agent_core.mcp.server import MCPServer  # noqa: PLC0415 - the SDK only when needed
+    from agent_core.mcp.status import ServerState  # noqa: PLC0415
+
+    out: list[tuple[str, str, str]] = []
+    for name, server in cfg.mcp.enabled().items():
+        status = await MCPServer(name, server).check(PLATFORM_CHECK_TIMEOUT)
+        if status.state is ServerState.READY:
+            out.append((f"mcp.{name}", "ok", f"{status.transport}, {status.tools} tools"))
         else:
-            out.append((f"platforms.{name}", "ok", detail))
+            why = status.error or str(status.state)
+            out.append((f"mcp.{name}", "fail", f"{status.transport}, not ready: {why}"))
     return out
 
 

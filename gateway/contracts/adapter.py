@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -40,6 +40,16 @@ class Checkpoints(Protocol):
         ...
 
 
+class FileLinks(Protocol):
+    """Public, signed, expiring URLs under Herald's HTTP server for files it sends, for
+    platforms that fetch media by URL (Twilio MMS / WhatsApp)."""
+
+    def link(self, path: Path, base_url: str) -> str:
+        """A URL under `base_url` that serves `path` until it expires. Raises ValueError
+        for a file outside the state directory."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class AdapterContext:
     """What the supervisor hands an adapter besides its config section."""
@@ -47,6 +57,11 @@ class AdapterContext:
     files: Path
     """Where files received from the platform are kept (`state_dir/files/<platform>/<account>`)."""
     checkpoints: Checkpoints
+    links: FileLinks | None = None
+    """Signs media URLs for files sent by URL; None when Herald serves no HTTP."""
+    menu: Callable[[], Sequence[tuple[str, str]]] | None = None
+    """The chat commands to show in the platform's command menu, as (name without the
+    slash, description); read at each connection. None: leave the menu alone."""
 
 
 class InboundSink(Protocol):

@@ -50,10 +50,18 @@ class ChatMessage:
     """True for the partial output of a turn that was cancelled."""
     id: MessageId | None = None
     created_at: datetime | None = None
+    images: tuple[str, ...] = ()
+    """Pictures shown with a user message (`data:` URLs) for this model call only; the
+    transcript keeps just `content`, where a reference to each picture is written."""
 
     def to_openai(self) -> dict[str, Any]:
-        """The OpenAI chat-completions shape of this message."""
+        """The OpenAI chat-completions shape of this message (content parts with images)."""
         out: dict[str, Any] = {"role": str(self.role), "content": self.content}
+        if self.images:
+            out["content"] = [
+                {"type": "text", "text": self.content},
+                *({"type": "image_url", "image_url": {"url": url}} for url in self.images),
+            ]
         if self.tool_calls:
             out["tool_calls"] = [c.to_openai() for c in self.tool_calls]
         if self.tool_call_id is not None:
@@ -89,6 +97,8 @@ class SessionInfo:
     created_at: datetime
     updated_at: datetime
     message_count: int
+    skills_snapshot: str = ""
+    """The skills index frozen when the session opened (changes show in the next session)."""
 
 
 @dataclass(frozen=True, slots=True)

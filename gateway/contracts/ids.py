@@ -37,6 +37,10 @@ class Origin(StrEnum):
     CRON = "cron"
 
 
+API_ACCOUNT = AccountId("default")
+"""The account of every HTTP API session (`api:default:<name>`)."""
+
+
 def session_key(
     platform: Platform | str,
     account: AccountId | str,

@@ -50,6 +50,8 @@ class Attachment:
     mime_type: str
     size: int
     filename: str = ""
+    transcript: str | None = None
+    """What a voice note or audio file says, once transcribed (stored with the message)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +83,15 @@ class InboundMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class Button:
+    """A button under a message; pressing it sends `command` as the presser's own message
+    (platforms without buttons show the text only, which names the command)."""
+
+    label: str
+    command: str
+
+
+@dataclass(frozen=True, slots=True)
 class OutboundMessage:
     """One chunk of text (and files) to deliver to a chat."""
 
@@ -95,6 +106,8 @@ class OutboundMessage:
     attachments: tuple[Attachment, ...] = ()
     recovered: bool = False
     """True when this is a resend after a crash left the first send's outcome unknown."""
+    buttons: tuple[Button, ...] = ()
+    """Buttons under the message, where the platform has them (one row)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,3 +129,5 @@ class SendLimits:
     """Seconds between two edits of one message when streaming by edits."""
     min_send_interval: float = 0.0
     """Seconds between two sends to one chat (the platform's per-chat rate)."""
+    max_file_bytes: int | None = None
+    """The largest file the platform takes in one message (None: files cannot be sent)."""

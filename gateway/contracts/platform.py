@@ -34,6 +34,17 @@ class Host:
     """Whether Herald's HTTP server runs (webhook receivers need it)."""
 
 
+@dataclass(frozen=True, slots=True)
+class SetupQuestion:
+    """One answer `herald setup` asks for when it sets a platform up: the config key it
+    fills, how it is asked, and whether it is a secret (kept in a file of its own)."""
+
+    key: str
+    prompt: str
+    secret: bool = False
+    default: str | None = None
+
+
 AdapterFactory = Callable[[], Adapter]
 """Builds a fresh adapter; called once per (re)connection."""
 
@@ -66,6 +77,11 @@ class PlatformSpec(Generic[S]):
     """SDK loggers that log request URLs or headers (secrets) below WARNING."""
     internal: bool = False
     """A platform for tests only: left out of suggestions for mistyped keys."""
+    setup: tuple[SetupQuestion, ...] = ()
+    """What `herald setup` asks, in order (credentials first). Empty: the config's required
+    fields."""
+    base_url_key: str | None = None
+    """The config key of the platform's API base URL (`herald setup --base-url`)."""
 
     def build(self, section: PlatformSection, context: AdapterContext) -> AdapterFactory:
         """The adapter factory of `section`, which must be of this platform's config type."""

@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_core.agent import Agent
 from agent_core.loop import TurnProgress
+from agent_core.media import Destination, OutgoingFile, TurnMedia
 from gateway.backoff import Backoff, FailureLog
 from gateway.channels import Channels
 from gateway.chunking import split_chunks
@@ -36,7 +37,18 @@ from gateway.config import CronConfig
 from gateway.contracts.config import PlatformSection
 from gateway.contracts.errors import LeaseLost
 from gateway.contracts.history import ChatMessage, Role
-from gateway.contracts.ids import Origin, SessionId, SessionKey, TurnId, UserId, session_key
+from gateway.contracts.ids import (
+    AccountId,
+    ChatId,
+    Origin,
+    SessionId,
+    SessionKey,
+    ThreadId,
+    TurnId,
+    UserId,
+    session_key,
+)
+from gateway.contracts.messages import TextFormat
 from gateway.cron.clock import Clock
 from gateway.cron.schedule import ScheduleError, stored_schedule
 from gateway.cron.targets import HOME, HOME_SETTING, resolve
@@ -361,11 +373,17 @@ class CronScheduler:
             await start_run(conn, run.id, session.id, turn_id)
         progress = TurnProgress()
         timeout = job.timeout or self.config.run_timeout
+        # Files `send_file` sends go where the report goes (checked against those chats'
+        # limits now, and again when the run ends and its report is queued).
+        targets, _ = await self._targets(job.targets)
+        media = TurnMedia(report_to=tuple(self._destination(t) for t in targets))
 
         async def work() -> None:
             # A run has its owner's rights and scope, never more.
             operator = self._operator is not None and await self._operator(job.user_id)
-            await self.agent.run_turn(session, progress, operator=operator)
+            await self.agent.run_turn(
+                session, progress, operator=operator, turn_id=turn_id, media=media
+            )
 
         try:
             failure = await run_agent(work, timeout=timeout, what=f"job {job.id}: run {run.id}")
@@ -384,7 +402,9 @@ class CronScheduler:
             status = RunStatus.TIMED_OUT if timed_out else RunStatus.FAILED
             error = failure.error
         output = progress.final_text if status is RunStatus.OK else None
-        await self._finish(job, run, session.id, turn_id, progress, status, error, output)
+        await self._finish(
+            job, run, session.id, turn_id, progress, status, error, output, media.files
+        )
 
     async def _finish(  # noqa: PLR0917 - the parts of one finished run
         self,
@@ -396,18 +416,23 @@ class CronScheduler:
         status: RunStatus,
         error: str | None,
         output: str | None,
+        files: Sequence[OutgoingFile] = (),
     ) -> None:
+        """Store how the run ended and queue its report, then the files it sent (only a
+        run that succeeded sends anything; a `[SILENT]` one sends its files alone)."""
         now = self.clock.now()
         delivery: DeliveryStatus | None = None
         detail: str | None = None
         chunks: list[Chunk] = []
         if output is not None:
             await asyncio.to_thread(self._save_output, job, run, status, output)
-            if output.strip() == SILENT:
+            silent = output.strip() == SILENT
+            if silent and not files:
                 delivery = DeliveryStatus.SUPPRESSED
             else:
                 targets, problems = await self._targets(job.targets)
-                chunks = self._chunks(run.id, targets, self._report(job, output))
+                report = None if silent else self._report(job, output)
+                chunks = self._chunks(run.id, targets, report, files, problems)
                 delivery = DeliveryStatus.FAILED if problems or not chunks else None
                 delivery = delivery or DeliveryStatus.PENDING
                 detail = "; ".join(problems) or None
@@ -453,13 +478,36 @@ class CronScheduler:
         heading = self.config.report_heading.format(name=job.name, id=job.id).strip()
         return f"{heading}\n\n{output}" if heading else output
 
-    def _chunks(self, run_id: int, targets: Sequence[Target], text: str) -> list[Chunk]:
+    def _destination(self, target: Target) -> Destination:
+        """A report target as `send_file` sees it (max_bytes 0: it takes no files)."""
+        limit = self.channels.limits(target.platform, target.account).max_file_bytes
+        return Destination(
+            target.platform, target.account, target.chat_id, target.thread_id, limit or 0
+        )
+
+    def _chunks(
+        self,
+        run_id: int,
+        targets: Sequence[Target],
+        text: str | None,
+        files: Sequence[OutgoingFile] = (),
+        problems: list[str] | None = None,
+    ) -> list[Chunk]:
+        """For each target the report's chunks (none when `text` is None: a silent run),
+        then each file sent to the report's chats; then the files sent to a chat of their
+        own. Keys are per (run, target, chunk or file), so the run's rows are written once.
+        A target that takes no files gets none; a file too large for a target (one that
+        changed during the run) is left out for it and noted in `problems`."""
         chunks: list[Chunk] = []
+        here = [(i, f) for i, f in enumerate(files) if f.to is None]
         for n, target in enumerate(targets):
             limits = self.channels.limits(target.platform, target.account)
-            pieces = split_chunks(text, limits.max_chunk, utf16=limits.count_utf16) or [
-                "(no output)"
-            ]
+            pieces = (
+                []
+                if text is None
+                else split_chunks(text, limits.max_chunk, utf16=limits.count_utf16)
+                or ["(no output)"]
+            )
             chunks.extend(
                 Chunk(
                     f"job:{run_id}:{n}:c{i}",
@@ -471,7 +519,44 @@ class CronScheduler:
                 )
                 for i, piece in enumerate(pieces)
             )
+            index = len(pieces)
+            most = limits.max_file_bytes or 0
+            for i, f in here:
+                if not most:  # takes no files: `send_file` said it would leave it out
+                    continue
+                if f.attachment.size > most:  # the target changed during the run
+                    if problems is not None:
+                        problems.append(
+                            f"{f.attachment.filename or 'a file'} not sent to "
+                            f"{target.platform}:{target.chat_id}: it takes files of at most "
+                            f"{most} bytes"
+                        )
+                    continue
+                chunks.append(self._file_chunk(f"job:{run_id}:{n}:f{i}", target, f, run_id, index))
+                index += 1
+        for i, f in enumerate(files):
+            if f.to is not None:
+                to = Target(
+                    f.to.platform,
+                    AccountId(f.to.account),
+                    ChatId(f.to.chat_id),
+                    None if f.to.thread_id is None else ThreadId(f.to.thread_id),
+                )
+                chunks.append(self._file_chunk(f"job:{run_id}:f{i}", to, f, run_id, 0))
         return chunks
+
+    @staticmethod
+    def _file_chunk(key: str, target: Target, f: OutgoingFile, run_id: int, index: int) -> Chunk:
+        return Chunk(
+            key,
+            target,
+            f.caption,
+            kind=OutboxKind.REPORT if f.to is None else OutboxKind.SEND,
+            format=TextFormat.PLAIN,
+            chunk_index=index,
+            job_run_id=run_id,
+            attachment=f.attachment,
+        )
 
     def _save_output(self, job: Job, run: Run, status: RunStatus, output: str) -> None:
         path = output_path(self.state_dir, job.id, run.scheduled_for)

@@ -17,18 +17,24 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_core.config import LLMConfig
+from agent_core.media.images import UnreadableImage, image_data_url
+from agent_core.media.refs import reference
+from agent_core.media.vision import BLIND_NOTE
 from gateway.contracts.errors import Overloaded, ShuttingDown
 from gateway.contracts.history import ChatMessage, Role, ToolCall
-from gateway.contracts.ids import Origin, SessionKey, UserId, session_key
+from gateway.contracts.ids import API_ACCOUNT, Origin, SessionKey, UserId, session_key
+from gateway.contracts.messages import Attachment
+from gateway.http import uploads
 from gateway.http.deps import AppDeps
 from gateway.http.errors import error_body, error_response
 from gateway.http.middleware import RECEIVED_AT
+from gateway.media import session_dir
 from gateway.sessions import Finished, Token, TurnRequest, TurnStream
 
 SESSION_HEADERS = ("x-herald-session-id", "x-hermes-session-id")
 USER_HEADERS = ("x-herald-user-id", "x-hermes-user-id")
 MAX_ID_LENGTH = 256
-API_ACCOUNT = "default"
 
 
 class TextPart(BaseModel):
@@ -139,7 +145,7 @@ Deps = Annotated[AppDeps, Depends(require_key)]
 router = APIRouter(prefix="/v1", tags=["openai"])
 
 
-@router.get("/models")
+@router.get("/models", responses={401: {"description": "Missing or wrong API key"}})
 async def list_models(deps: Deps) -> dict[str, Any]:
     """The one model Herald serves: the agent."""
     return {
@@ -194,13 +200,22 @@ async def chat_completions(
     except Overloaded as err:
         return _overloaded(err)
     session_id = session_header[1] if session_header else user_field
+    max_bytes = deps.config.files.max_upload_bytes
 
+    kept: list[Attachment] = []
     if session_id is not None:
         key = session_key(Origin.API, API_ACCOUNT, session_id)
         name = user_header[1] if user_header else user_field
         identity = (str(Origin.API), name) if name is not None else OWNER_IDENTITY
-        text = _new_input(body.messages)
+        if _with_parts(body.messages):  # decoding pictures blocks
+            text, found = await asyncio.to_thread(_new_input, body.messages, max_bytes)
+        else:
+            text, found = _new_input(body.messages, max_bytes)
         user_id = await _session_user(deps, key, identity, session_id)
+        if found:  # kept in the session's folder; the history keeps a reference line
+            folder = session_dir(deps.config.state_dir / "files", key)
+            kept = await asyncio.to_thread(uploads.keep, found, folder)
+            text = "\n".join([*([text] if text else []), *map(reference, kept)])
         turn = TurnRequest(
             key,
             str(Origin.API),
@@ -212,15 +227,19 @@ async def chat_completions(
         )
     else:
         key = SessionKey(f"api:stateless:{uuid.uuid4().hex}")
-        history = _history(body.messages)
+        if _with_parts(body.messages):
+            history = await asyncio.to_thread(_history, body.messages, max_bytes, deps.config.llm)
+        else:
+            history = _history(body.messages, max_bytes, deps.config.llm)
         turn = TurnRequest(key, str(Origin.API), "", None, history=history, stream=body.stream)
 
     try:
         stream = deps.manager.submit(turn)
-    except ShuttingDown as err:
+    except (ShuttingDown, Overloaded) as err:
+        await asyncio.to_thread(uploads.forget, kept)
+        if isinstance(err, Overloaded):
+            return _overloaded(err)
         return error_response(503, str(err), headers={"Retry-After": "5"})
-    except Overloaded as err:
-        return _overloaded(err)
     stateless = turn.history is not None
     headers = {"X-Herald-Session-Id": _echo(session_id)} if session_id else {}
     model = body.model or deps.config.api.model_name
@@ -268,7 +287,7 @@ async def _session_user(
     An unknown session is created here, for `identity`, so that two first requests naming
     different users cannot both take it; a request refused with 409 writes nothing.
     """
-    existing = await deps.store.get_session(key)
+    existing, owned = await deps.store.session_of(key, identity)
     if existing is None:
         user_id = await deps.store.resolve_user(*identity)
         existing = await deps.store.open_session(
@@ -276,9 +295,7 @@ async def _session_user(
         )
         if existing.user_id == user_id:
             return user_id
-    elif existing.user_id is not None and identity in await deps.store.identities_of(
-        existing.user_id
-    ):
+    elif existing.user_id is not None and owned:
         return existing.user_id
     raise HTTPException(
         409,
@@ -305,31 +322,79 @@ def _server_timing(request: Request, done: Finished, deps: AppDeps) -> str:
     return f"herald;dur={own * 1000:.3f}, llm;dur={done.llm_seconds * 1000:.3f}"
 
 
-def _new_input(messages: list[MessageIn]) -> str:
-    """The user messages after the last assistant message: what is new in this request."""
+def _with_parts(messages: list[MessageIn]) -> bool:
+    """Whether a message has content parts other than text (pictures to check)."""
+    return any(
+        isinstance(m.content, list) and any(p.type != "text" for p in m.content) for m in messages
+    )
+
+
+def _pictures(messages: list[MessageIn], index: int, max_bytes: int) -> list[uploads.Picture]:
+    """The checked pictures of `messages[index]`; 400 (nothing stored) when one is refused.
+    Blocking (decodes)."""
+    content = messages[index].content
+    parts = [p.model_dump() for p in content] if isinstance(content, list) else None
+    try:
+        return uploads.pictures(parts, f"messages[{index}]", max_bytes)
+    except uploads.BadUpload as err:
+        raise HTTPException(400, f"{err.param}: {err}") from err
+
+
+def _new_input(messages: list[MessageIn], max_bytes: int) -> tuple[str, list[uploads.Picture]]:
+    """The user messages after the last assistant message: what is new in this request (its
+    text, and its pictures, checked). Blocking."""
     tail: list[str] = []
-    for m in reversed(messages):
+    found: list[uploads.Picture] = []
+    for n in range(len(messages) - 1, -1, -1):
+        m = messages[n]
         if m.role == "assistant":
             break
         if m.role == "user":
             tail.append(m.text())
+            found[:0] = _pictures(messages, n, max_bytes)
     text = "\n\n".join(t for t in reversed(tail) if t.strip())
-    if not text:
+    if not text and not found:
         raise HTTPException(400, "messages: the request has no new user message")
-    return text
+    return text, found
 
 
-def _history(messages: list[MessageIn]) -> tuple[ChatMessage, ...]:
+def _history(messages: list[MessageIn], max_bytes: int, llm: LLMConfig) -> tuple[ChatMessage, ...]:
+    """A stateless request's conversation; its pictures as image parts (scaled like received
+    pictures, at most `llm.max_images_per_turn`) or, without vision, a note. Blocking."""
     if messages[-1].role not in ("user", "tool"):
         raise HTTPException(400, "messages: the last message must be from the user")
+    found = {
+        n: _pictures(messages, n, max_bytes) for n, m in enumerate(messages) if m.role == "user"
+    }
+    budget = llm.max_images_per_turn
     out = []
-    for m in messages:
+    for n, m in enumerate(messages):
         role = Role.SYSTEM if m.role == "developer" else Role(m.role)
         calls = tuple(
             ToolCall(c.id, c.function.name, c.function.arguments) for c in m.tool_calls or ()
         )
+        text, images = m.text(), list[str]()
+        for p in found.get(n, ()):
+            if not llm.vision:
+                text = f"{text}\n{BLIND_NOTE}"
+                break
+            if len(images) >= budget:
+                text += f"\n[a picture not shown: more than {llm.max_images_per_turn} pictures]"
+                continue
+            try:
+                images.append(image_data_url(p.data, llm.image_max_pixels))
+            except UnreadableImage as err:
+                text += f"\n[a picture not shown: {err}]"
+        budget -= len(images)
         out.append(
-            ChatMessage(role, m.text(), tool_calls=calls, tool_call_id=m.tool_call_id, name=m.name)
+            ChatMessage(
+                role,
+                text,
+                tool_calls=calls,
+                tool_call_id=m.tool_call_id,
+                name=m.name,
+                images=tuple(images),
+            )
         )
     return tuple(out)
 

@@ -1,4 +1,4 @@
-"""The ASGI app: OpenAI-compatible API, health, readiness and metrics."""
+"""The ASGI app: OpenAI-compatible API, health, readiness, metrics and the console."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from starlette.exceptions import HTTPException
 
 from gateway import __version__
 from gateway.contracts.adapter import AdapterState
-from gateway.http import api, jobs, webhooks
+from gateway.http import api, files, jobs, webhooks
+from gateway.http.console import SECTIONS
+from gateway.http.console.routes import install as install_console
 from gateway.http.deps import AppDeps
 from gateway.http.errors import http_exception, validation_exception
 from gateway.http.middleware import Admission, BodyLimit, RequestMetrics
@@ -34,6 +36,9 @@ def create_app(deps: AppDeps) -> FastAPI:
     app.include_router(api.router)
     app.include_router(jobs.router)
     app.include_router(webhooks.router)
+    app.include_router(files.router)
+    if deps.config.console.enabled:
+        install_console(app, deps, SECTIONS)
 
     @app.get("/health", tags=["operations"])
     async def health() -> dict[str, Any]:
@@ -61,6 +66,8 @@ def create_app(deps: AppDeps) -> FastAPI:
             "adapters": adapters,
             "turns": {"active": deps.manager.active_turns},
             "cluster": dict(deps.cluster()),
+            "mcp": {name: dict(status) for name, status in deps.mcp().items()},
+            "memory": dict(deps.memory()),
         }
         if deps.llm_provider == "echo":
             body["llm"]["warning"] = OFFLINE_WARNING
@@ -84,10 +91,19 @@ def create_app(deps: AppDeps) -> FastAPI:
             "draining": deps.state.draining,
             "not_receiving": waiting,
             "store": deps.store.health.describe(),
+            "mcp": {name: dict(status) for name, status in deps.mcp().items()},
         }
         return JSONResponse(body, status_code=200 if ok else 503)
 
-    @app.get("/metrics", tags=["operations"])
+    @app.get(
+        "/metrics",
+        tags=["operations"],
+        response_class=Response,
+        responses={
+            200: {"description": "Prometheus text format", "content": {"text/plain": {}}},
+            401: {"description": "Missing or wrong API key"},
+        },
+    )
     async def metrics(request: Request) -> Response:
         """Prometheus metrics (behind the API key when one is configured)."""
         api.require_key(request)

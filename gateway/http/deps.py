@@ -4,14 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from agent_core.llm import ModelHealth
+from agent_core.skills.service import Skills
 from gateway.config import HeraldConfig
 from gateway.contracts.adapter import AdapterState, WebhookAdapter
 from gateway.cron.service import JobService
+from gateway.media import MediaLinks
 from gateway.metrics import Metrics
 from gateway.sessions import SessionManager
 from gateway.store import Store
+
+if TYPE_CHECKING:
+    from agent_core.mcp.server import MCPServer  # the SDK is imported only with a server
 
 
 @dataclass
@@ -39,6 +45,16 @@ class AppDeps:
     jobs: JobService | None = None
     """Scheduled jobs (`/api/jobs`); None: the routes answer 503."""
     cluster: Callable[[], Mapping[str, object]] = dict
+    memory: Callable[[], Mapping[str, object]] = lambda: {"provider": "none"}
+    """The external memory provider: its state and its sync queue."""
     llm_health: ModelHealth = field(default_factory=ModelHealth)
     """The model endpoint's state as the turns' calls saw it."""
+    mcp: Callable[[], Mapping[str, Mapping[str, object]]] = dict
+    """Each MCP server's state and tool count (shown by /health and /ready, never gating)."""
+    links: MediaLinks | None = None
+    """Checks the signed file links of `/files/…`; None: the route answers 404."""
+    skills: Skills | None = None
+    """The skills and their write journal (the console's Skills page); None: turned off."""
+    mcp_servers: Mapping[str, MCPServer] = field(default_factory=dict)
+    """The MCP servers the hub runs, by name (the console's Tools page)."""
     """This instance among the others: mode, leases held, sessions running here."""

@@ -91,6 +91,8 @@ class GuardedProtocol(HttpToolsProtocol):
         """A head was refused while an earlier response is still going out: read no more."""
         self._reading_head = True
         self._head_bytes = 0
+        self._head_tail = b""
+        """The last bytes of the head read so far (its end may span two reads)."""
         self._head_fields = 0
         self._head_error: tuple[int, str] | None = None
         self._head_timer: asyncio.TimerHandle | None = None
@@ -122,7 +124,11 @@ class GuardedProtocol(HttpToolsProtocol):
         if self._refused or self._discarding:
             return
         if self._reading_head:
-            self._head_bytes += len(data)
+            # Only the head counts: a body arriving in the same read (a picture) is no head.
+            seen = self._head_tail + data
+            end = seen.find(b"\r\n\r\n")
+            self._head_bytes += len(data) if end < 0 else max(0, end + 4 - len(self._head_tail))
+            self._head_tail = seen[-3:]
             if self._head_bytes > self.limits.max_header_bytes:
                 self._refuse_head(
                     HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -137,6 +143,7 @@ class GuardedProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._reading_head = True
         self._head_bytes = 0
+        self._head_tail = b""
         self._head_fields = 0
         self._arm()
 

@@ -7,6 +7,7 @@ not connected, the answer is 503 so that the platform delivers the update again 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -18,13 +19,41 @@ logger = logging.getLogger(__name__)
 
 router = APIRouter(tags=["webhooks"])
 
+ANSWERS: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "Taken (stored before this answer), or ignored",
+        "content": {"text/plain": {}, "application/json": {}, "text/xml": {}},
+    },
+    400: {"description": "Malformed body"},
+    401: {"description": "Missing or wrong signature or secret"},
+    403: {"description": "Signature from another account, or a stale request"},
+    404: {"description": "No such webhook (the platform is not configured for webhooks)"},
+    413: {"description": "Body too large"},
+    503: {"description": "Shutting down, or the adapter is not connected yet: deliver again"},
+}
+BODY: dict[str, Any] = {
+    "requestBody": {
+        "description": "The platform's payload, verified by its adapter",
+        "content": {
+            "application/json": {"schema": {}},
+            "application/x-www-form-urlencoded": {"schema": {"type": "object"}},
+        },
+    }
+}
+"""The platforms' own payloads: documented as any body (each adapter checks its own)."""
+
 
 def _unavailable(detail: str) -> Response:
     return Response(detail, status_code=503, media_type="text/plain", headers={"Retry-After": "5"})
 
 
-@router.post("/webhooks/{platform}", include_in_schema=False)
-@router.post("/webhooks/{platform}/{path:path}", include_in_schema=False)
+@router.post("/webhooks/{platform}", responses=ANSWERS, openapi_extra=BODY, response_class=Response)
+@router.post(
+    "/webhooks/{platform}/{path:path}",
+    responses=ANSWERS,
+    openapi_extra=BODY,
+    response_class=Response,
+)
 async def webhook(request: Request, platform: str, path: str = "") -> Response:
     """Hand the request to the platform's adapter; 404 for a platform without webhooks."""
     deps: AppDeps = request.app.state.deps

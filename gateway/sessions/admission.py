@@ -8,6 +8,8 @@ adapter acknowledges the message to its platform.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 import math
 import time
@@ -24,10 +26,12 @@ from gateway.contracts.config import BusyMode, GroupSessions
 from gateway.contracts.errors import ShuttingDown
 from gateway.contracts.ids import InboxId, SessionKey
 from gateway.contracts.messages import InboundMessage
+from gateway.media import adopt_files, drop_originals
 from gateway.sessions.context import SessionContext
 from gateway.sessions.keys import derive_session_key
 from gateway.sessions.policies import policy
 from gateway.sessions.state import INTERRUPTED_BY_NEWER
+from gateway.storable import storable
 from gateway.store import inbox as inbox_sql
 from gateway.store.inbox import InboxRow, Outcome
 from gateway.store.outbox import Chunk, Target, enqueue
@@ -60,6 +64,8 @@ class Admission:
         self.ctx = ctx
         self.run_command = run_command
         self._last_ack: dict[SessionKey, float] = {}
+        self._last_full: dict[SessionKey, float] = {}
+        """When each session was last told its queue is full (rate-limited like acks)."""
 
     async def accept(self, message: InboundMessage) -> None:
         """Store an inbound message durably, then act on it. Raises ShuttingDown.
@@ -73,10 +79,15 @@ class Admission:
             # sending meanwhile); the platform redelivers the message to the next process.
             await ctx.closed.wait()
             raise ShuttingDown("Herald is shutting down; the platform will redeliver")
+        message = storable(message)
         platform = str(message.platform)
         section = ctx.platforms.get(platform)
         groups = section.group_sessions if section else GroupSessions.CHAT
         key = derive_session_key(message, groups)
+        downloaded = message.attachments
+        if downloaded and ctx.files_dir is not None:  # kept in the session's own folder
+            kept = await asyncio.to_thread(adopt_files, downloaded, ctx.files_dir, key)
+            message = dataclasses.replace(message, attachments=kept)
         target = Target(platform, message.account, message.chat_id, message.thread_id)
         parsed = parse_command(message.text)
         async with ctx.store.write() as conn:
@@ -99,6 +110,9 @@ class Admission:
         if admitted.row_id is None:
             logger.debug("duplicate delivery of %s ignored", message.platform_message_id)
             return
+        if message.attachments is not downloaded:
+            await asyncio.to_thread(drop_originals, downloaded, message.attachments)
+        ctx.cancel_review(key)  # the person is talking again: the review of their last turn stops
         ctx.metrics.inbound.labels(platform=platform).inc()
         if admitted.outcome is not None:
             ctx.metrics.outcomes.labels(outcome=str(admitted.outcome)).inc()
@@ -115,7 +129,9 @@ class Admission:
         running = lane.running if lane else None
         if running is not None and admitted.row_id not in running.ids:
             if admitted.steer_text is not None:
-                running.steer.waiting.append((admitted.row_id, admitted.steer_text))
+                running.steer.add(
+                    admitted.row_id, admitted.steer_text, files=bool(message.attachments)
+                )
             if admitted.interrupt:
                 running.cancel(INTERRUPTED_BY_NEWER)
         ctx.wake(key)
@@ -178,6 +194,8 @@ class Admission:
             waiting = await inbox_sql.count_waiting(conn, key)
             if busy_policy.capped and waiting > ctx.config.queue_cap:
                 await inbox_sql.settle(conn, [row_id], Outcome.DROPPED, detail="queue full")
+                if not self._may_tell(self._last_full, key):  # a flood: told once a while
+                    return _Admitted(row_id, Outcome.DROPPED)
                 full = (
                     f"⚠ Not queued: {waiting - 1} messages are already waiting. "
                     "Send it again later, or /stop to clear the queue."
@@ -226,11 +244,16 @@ class Admission:
         return self.ctx.access is None or await self.ctx.access.permits(message)
 
     def _may_ack(self, key: SessionKey) -> bool:
+        return self._may_tell(self._last_ack, key)
+
+    def _may_tell(self, last: dict[SessionKey, float], key: SessionKey) -> bool:
+        """Whether `key` may be told now (at most once per `ack_interval`); records it."""
         now = time.monotonic()
         interval = self.ctx.config.ack_interval
-        if now - self._last_ack.get(key, -math.inf) < interval:
+        if now - last.get(key, -math.inf) < interval:
             return False
-        if len(self._last_ack) > 10_000:  # bounded, whatever the number of sessions
-            self._last_ack = {k: t for k, t in self._last_ack.items() if now - t < interval}
-        self._last_ack[key] = now
+        if len(last) > 10_000:  # bounded, whatever the number of sessions
+            for k in [k for k, t in last.items() if now - t >= interval]:
+                del last[k]
+        last[key] = now
         return True

@@ -9,15 +9,18 @@ import logging
 import time
 
 from agent_core.loop import TurnProgress
+from agent_core.media import TurnMedia
 from gateway.cluster.lanes import Claim
 from gateway.contracts.errors import LeaseLost, Overloaded, ShuttingDown
 from gateway.contracts.history import ChatMessage, Role, SessionInfo, TurnResult
-from gateway.contracts.ids import SessionId, SessionKey, TurnId
+from gateway.contracts.ids import AccountId, ChatId, SessionId, SessionKey, ThreadId, TurnId
+from gateway.media import file_chunks
 from gateway.sessions.context import SessionContext
 from gateway.sessions.lanes import LaneWorkers
 from gateway.sessions.state import Lane
 from gateway.sessions.stream import Finished, TurnRequest, TurnStream
-from gateway.store.store import record_finish, record_start
+from gateway.store.outbox import Chunk, Target, enqueue
+from gateway.store.store import current_session, read_history, record_finish, record_start
 from gateway.turns import TurnStatus, run_agent
 
 logger = logging.getLogger(__name__)
@@ -125,28 +128,49 @@ class ApiTurns:
         self, request: TurnRequest, stream: TurnStream
     ) -> tuple[SessionInfo, list[ChatMessage]] | None:
         ctx = self.ctx
-        session = await ctx.store.open_session(
-            request.key,
-            platform=request.platform,
-            user_id=request.user_id,
-            snapshot=ctx.snapshot,
-        )
-        user_message = ChatMessage(Role.USER, request.text)
+        text = ctx.agent.skill_message(request.text, request.key, request.user_id)
+        user_message = ChatMessage(Role.USER, text)
         claim = ctx.lanes[request.key].claim
         assert claim is not None
-        async with ctx.store.write() as conn:
-            # Fenced like an inbox turn: an instance whose claim was taken over writes nothing.
-            await ctx.lane_store.check(conn, claim, None)
-            turn_id, _ = await record_start(conn, session.id, [user_message])
-            await ctx.lane_store.check(conn, claim, turn_id)
+        window = ctx.agent.settings.history_window
+        created: SessionInfo | None = None
+        while True:
+            # One transaction begins the turn: the session, the turn with the user's message,
+            # and the history the model reads. Fenced like an inbox turn: an instance whose
+            # claim was taken over writes nothing.
+            async with ctx.store.write() as conn:
+                await ctx.lane_store.check(conn, claim, None)
+                session = created or await current_session(conn, request.key)
+                if session is not None:
+                    turn_id, _ = await record_start(conn, session.id, [user_message])
+                    await ctx.lane_store.check(conn, claim, turn_id)
+                    history = await read_history(conn, session.id, window)
+            if session is not None:
+                break
+            created = await ctx.store.open_session(
+                request.key,
+                platform=request.platform,
+                user_id=request.user_id,
+                snapshot=ctx.snapshot,
+            )
         progress = TurnProgress()
+        media = TurnMedia()  # pictures `view_attachment` shows; files sent to other chats
         started = time.monotonic()
         ctx.metrics.running_turns.inc()
         on_token = stream.token if request.stream else None
         try:
             failure = await run_agent(
                 lambda: ctx.agent.run_turn(
-                    session, progress, on_token=on_token, operator=request.operator
+                    session,
+                    progress,
+                    on_token=on_token,
+                    operator=request.operator,
+                    turn_id=turn_id,
+                    media=media,
+                    history=history,
+                    # A caller who asked for the whole answer at once never sees a part
+                    # of it: the model call is not streamed either.
+                    partial=request.stream,
                 ),
                 timeout=ctx.config.turn_timeout,
                 what=f"API turn {turn_id} of {request.key}",
@@ -165,8 +189,10 @@ class ApiTurns:
         result = progress.result(
             TurnStatus.COMPLETED if failure is None else TurnStatus.FAILED, error=error
         )
+        sync = (session, [user_message, *progress.messages]) if failure is None else None
+        files = _file_chunks(media, session.id, turn_id) if failure is None else []
         try:
-            await self._finish(claim, session.id, turn_id, result)
+            await self._finish(claim, session.id, turn_id, result, sync=sync, files=files)
         except LeaseLost as err:
             ctx.count(TurnStatus.INTERRUPTED, started)
             stream.finish(Finished(TurnStatus.INTERRUPTED, turn_id=turn_id, error=str(err)))
@@ -188,12 +214,28 @@ class ApiTurns:
         return session, [user_message, *progress.messages]
 
     async def _finish(
-        self, claim: Claim, session_id: SessionId, turn_id: TurnId, result: TurnResult
+        self,
+        claim: Claim,
+        session_id: SessionId,
+        turn_id: TurnId,
+        result: TurnResult,
+        *,
+        sync: tuple[SessionInfo, list[ChatMessage]] | None = None,
+        files: list[Chunk] | None = None,
     ) -> None:
-        """Store an API turn's result unless its lane was taken over (LeaseLost)."""
+        """Store an API turn's result unless its lane was taken over (LeaseLost); with
+        `sync`, queue the exchange for the memory provider in the same transaction, and the
+        `files` its tools sent to chats."""
         async with self.ctx.store.write() as conn:
             await self.ctx.lane_store.check(conn, claim, None)
             await record_finish(conn, session_id, turn_id, result)
+            synced = sync is not None and await self.ctx.sync_turn(conn, sync[0], turn_id, sync[1])
+            if files:
+                await enqueue(conn, files)
+        if files:
+            self.ctx.on_outbox()
+        if synced and self.ctx.memory_sync is not None:
+            self.ctx.memory_sync.wake()
 
     async def _stateless(
         self, history: tuple[ChatMessage, ...], stream: TurnStream, *, tokens: bool
@@ -239,3 +281,18 @@ class ApiTurns:
                 llm_seconds=progress.llm_seconds,
             )
         )
+
+
+def _file_chunks(media: TurnMedia, session_id: SessionId, turn_id: TurnId) -> list[Chunk]:
+    """The files an API turn's `send_file` sent to chats (an API caller has no chat of its
+    own, so every file there names its target)."""
+    sent = [f for f in media.files if f.to is not None]  # none for the caller: refused
+    if not sent or (first := sent[0].to) is None:
+        return []
+    target = Target(
+        first.platform,
+        AccountId(first.account),
+        ChatId(first.chat_id),
+        None if first.thread_id is None else ThreadId(first.thread_id),
+    )
+    return file_chunks(target, sent, session_id=session_id, turn_id=turn_id)

@@ -155,9 +155,14 @@ class Commands:
         )
         if old is not None and old.busy_mode:
             await ctx.store.set_busy_mode(key, old.busy_mode)
+        ended = False
         async with ctx.store.write() as conn:
             # What still waits is answered in the new conversation, so it goes there too.
             await inbox_sql.restore_pending(conn, key)
+            if old is not None and ctx.memory_sync is not None:
+                ended = await ctx.memory_sync.session_end(conn, old)
+        if ended and ctx.memory_sync is not None:
+            ctx.memory_sync.wake()
         return Answer(
             "✨ Started a new conversation. Earlier messages stay searchable.",
             "the session was reset with /new",
@@ -205,13 +210,15 @@ class Commands:
 
     async def _cron(self, asked: Asked) -> Answer:
         """The scheduled jobs of the sender and those that report to this chat (by name, or
-        as the home channel that `/sethome` set)."""
+        as a home channel: `/sethome`'s or one of `home.targets`)."""
         ctx, row = self.ctx, asked.row
         service = JobService(ctx.store, configured=ctx.platforms)
         user_id = await ctx.store.resolve_user(row.platform, row.sender_id, row.sender_name)
         here = chat_target(row.platform, row.chat_id, row.thread_id)
         sethome = await ctx.store.get_setting(HOME_SETTING)
-        reporting = {j.id for j in await service.delivering_to(here, sethome=sethome)}
+        reporting = {
+            j.id for j in await service.delivering_to(here, homes=ctx.homes, sethome=sethome)
+        }
         found = [
             j
             for j in await service.find()
@@ -223,6 +230,21 @@ class Commands:
             )
         lines = [f"Scheduled jobs ({len(found)}):"]
         lines.extend(f"• {describe(j, service.next_run(j))}" for j in found)
+        return Answer("\n".join(lines))
+
+    async def _skills(self, asked: Asked) -> Answer:
+        """The skills a turn of this session may use (the sender's own included)."""
+        ctx, row = self.ctx, asked.row
+        agent = ctx.agent
+        if agent.skills is None:
+            return Answer("Skills are turned off here.")
+        user_id = await ctx.owner(row)
+        owner = agent.memory.owner(row.session_key, user_id)
+        found = agent.skills.store.visible(owner)
+        if not found:
+            return Answer("No skills yet. When a task works out, I may save it as one.")
+        lines = [f"Skills ({len(found)}): send /NAME TEXT to use one."]
+        lines.extend(f"• /{s.name} — {_first_sentence(s.description)}" for s in found)
         return Answer("\n".join(lines))
 
     async def _sethome(self, asked: Asked) -> Answer:
@@ -240,6 +262,34 @@ class Commands:
             await set_setting(conn, HOME_SETTING, home)
         return Answer(f"🏠 Scheduled reports will come to this chat ({home}).")
 
+    async def _approve(self, asked: Asked) -> Answer:
+        return await self._decide(asked, approve=True)
+
+    async def _deny(self, asked: Asked) -> Answer:
+        return await self._decide(asked, approve=False)
+
+    async def _decide(self, asked: Asked, *, approve: bool) -> Answer:
+        """`/approve` and `/deny`: a tool call waiting in this session (see
+        `gateway/tools/approvals.py`; only the person who asked, or an operator)."""
+        ctx, row = self.ctx, asked.row
+        if ctx.approvals is None:
+            return Answer("No tool here asks for approval.")
+        operator = ctx.access is not None and ctx.access.is_operator(row.platform, row.sender_id)
+        decided = await ctx.approvals.decide(
+            row.session_key,
+            f"{row.platform}:{row.sender_id}",
+            asked.command.arg,
+            approve=approve,
+            operator=operator,
+        )
+        if decided.forbidden:
+            return Answer(
+                decided.text,
+                outcome=Outcome.REJECTED,
+                detail=f"/{asked.command.command}: not theirs",
+            )
+        return Answer(decided.text)
+
 
 HANDLERS: dict[Command, Handler] = {
     Command.HELP: Commands._help,
@@ -249,7 +299,16 @@ HANDLERS: dict[Command, Handler] = {
     Command.MODE: Commands._mode,
     Command.STATUS: Commands._status,
     Command.CRON: Commands._cron,
+    Command.SKILLS: Commands._skills,
     Command.SETHOME: Commands._sethome,
+    Command.APPROVE: Commands._approve,
+    Command.DENY: Commands._deny,
     **{c: Commands._usage for c in WITH_TEXT},
 }
 """Every command's handler (a command with a text never reaches here with one)."""
+
+
+def _first_sentence(text: str, limit: int = 100) -> str:
+    """The description's first sentence, cut to `limit` characters."""
+    head = text.split(". ", 1)[0]
+    return head if len(head) <= limit else head[: limit - 1] + "…"

@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -24,19 +25,22 @@ from gateway.cluster.bus import LocalBus
 from gateway.cluster.lanes import Lanes
 from gateway.config import SessionsConfig
 from gateway.contracts.config import BusyMode, PlatformSection
-from gateway.contracts.ids import SessionKey, UserId
+from gateway.contracts.history import ChatMessage, SessionInfo
+from gateway.contracts.ids import SessionKey, TurnId, UserId
+from gateway.memory_sync import SyncQueue
 from gateway.metrics import Metrics
 from gateway.sessions.state import Lane
 from gateway.store import Store
 from gateway.store.inbox import InboxRow
 from gateway.store.outbox import Outbox
 from gateway.store.store import busy_mode_of
+from gateway.tools.approvals import ChatApprovals
 from gateway.turns import TurnFailure
 
 logger = logging.getLogger(__name__)
 
-SnapshotReader = Callable[[SessionKey, UserId | None], Awaitable[tuple[str, str]]]
-"""(USER.md, MEMORY.md) for a new session of that key and user."""
+SnapshotReader = Callable[[SessionKey, UserId | None], Awaitable[tuple[str, ...]]]
+"""(USER.md, MEMORY.md[, skills index]) for a new session of that key and user."""
 
 
 @dataclass
@@ -54,6 +58,14 @@ class SessionContext:
     on_outbox: Callable[[], None]
     lane_store: Lanes
     bus: LocalBus
+    memory_sync: SyncQueue | None = None
+    """Where finished turns of a person are queued for the memory provider (None: no
+    provider)."""
+    files_dir: Path | None = None
+    """`state_dir/files`: received files move to their session's folder under it when their
+    message is accepted (None: they stay where the adapter put them)."""
+    homes: tuple[str, ...] = ()
+    """`home.targets` from the config: `/cron` lists the jobs reporting to them too."""
     outbox: Outbox = field(init=False)
     lanes: dict[SessionKey, Lane] = field(default_factory=dict)
     """Sessions with a turn running or waiting here; a lane is freed when it empties."""
@@ -69,6 +81,10 @@ class SessionContext:
     model_backoff: Backoff = field(init=False)
     wake: Callable[[SessionKey], None] = lambda _: None
     """Start or nudge the lane of a session (set by the manager to the lanes' own)."""
+    approvals: ChatApprovals | None = None
+    """Tool calls waiting for `/approve` (None: no tool asks for approval)."""
+    reviews: dict[SessionKey, asyncio.Task[None]] = field(default_factory=dict)
+    """Background skill reviews running after a session's turn (one per session)."""
 
     def __post_init__(self) -> None:
         self.outbox = Outbox(self.store)
@@ -108,6 +124,19 @@ class SessionContext:
             async with asyncio.timeout(seconds):
                 await self.draining.wait()
 
+    async def sync_turn(
+        self,
+        conn: AsyncConnection,
+        session: SessionInfo,
+        turn_id: TurnId,
+        messages: list[ChatMessage],
+    ) -> bool:
+        """In the turn's own transaction: queue its exchange for the memory provider (when
+        there is one and the session is a person's); whether a sync was queued."""
+        if self.memory_sync is None:
+            return False
+        return await self.memory_sync.turn(conn, session, turn_id, messages)
+
     def failed(self, failure: TurnFailure) -> None:
         """Count a failed turn by its kind."""
         self.metrics.model_failures.labels(kind=str(failure.kind)).inc()
@@ -117,6 +146,26 @@ class SessionContext:
         self.metrics.running_turns.dec()
         self.metrics.turns.labels(status=status).inc()
         self.metrics.turn_seconds.observe(time.monotonic() - started)
+
+    def start_review(self, key: SessionKey, review: Coroutine[Any, Any, None]) -> None:
+        """Run a skill review of `key`'s last turn as a child of the manager's TaskGroup,
+        off the chat's path: not waited for by draining, cancelled by the next message."""
+        self.cancel_review(key)
+        assert self.tg is not None
+        task = self.tg.create_task(review, name=f"skill review {key}")
+        self.reviews[key] = task
+
+        def forget(done: asyncio.Task[None]) -> None:
+            if self.reviews.get(key) is done:
+                del self.reviews[key]
+
+        task.add_done_callback(forget)
+
+    def cancel_review(self, key: SessionKey) -> None:
+        """Cancel the skill review of `key`, if one runs (a new message came)."""
+        task = self.reviews.pop(key, None)
+        if task is not None:
+            task.cancel()
 
     async def mode(
         self, conn: AsyncConnection, key: SessionKey, section: PlatformSection | None

@@ -18,9 +18,9 @@ from gateway.contracts.ids import SessionKey
 from gateway.contracts.messages import utcnow
 from gateway.sessions.context import SessionContext
 from gateway.sessions.policies import policy
-from gateway.sessions.state import Lane
+from gateway.sessions.state import INTERRUPTED_BY_NEWER, Lane
 from gateway.store import inbox as inbox_sql
-from gateway.store.inbox import InboxRow
+from gateway.store.inbox import InboxRow, Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +84,8 @@ class LaneWorkers:
                 try:
                     if lane.claim is None and await self.claim(key, lane) is None:
                         break  # another instance runs this session; it was told
+                    if failures:
+                        await self._release_unsettled(key, lane)
                     lane.wake.clear()
                     batch = await self._next_batch(key, lane)
                     if batch is None:
@@ -115,15 +117,42 @@ class LaneWorkers:
             lane.worker = None
             self.release(key, lane)
 
+    async def _release_unsettled(self, key: SessionKey, lane: Lane) -> None:
+        """After a failed try (the database went away mid-turn), the rows that turn took and
+        could not settle wait again, first in line: later messages must not overtake them."""
+        async with lane.lock, self.ctx.store.write() as conn:
+            released = await inbox_sql.release_running(conn, key)
+        if released:
+            logger.info("lane %s: %d message(s) of an unsettled turn wait again", key, released)
+
+    async def _drop_interrupted(self, key: SessionKey, lane: Lane, rows: list[InboxRow]) -> None:
+        """Before an interrupting message's turn: the waiting rows that an earlier turn already
+        stored in the history were what it interrupted, cut off by a stop before that turn
+        settled them. They are dropped as the interrupt would have dropped them: answered
+        after it, each would find the newer message, not itself, at the end of its history,
+        and the newer message would be answered twice."""
+        cut = [r.id for r in rows[1:] if r.turn_id is not None]
+        if not cut:
+            return
+        async with lane.settling, self.ctx.store.write() as conn:
+            dropped = await inbox_sql.settle(
+                conn, cut, Outcome.DROPPED, detail=INTERRUPTED_BY_NEWER, only_pending=True
+            )
+        if dropped:
+            self.ctx.metrics.outcomes.labels(outcome=str(Outcome.DROPPED)).inc(dropped)
+            logger.info("lane %s: %d message(s) cut off by a stop were interrupted", key, dropped)
+
     async def _next_batch(self, key: SessionKey, lane: Lane) -> list[InboxRow] | None:
         """The rows of the next turn; [] to look again; None when nothing waits."""
         ctx = self.ctx
+        lane.batch_stops = lane.stops
         async with ctx.store.read() as conn:
             rows = await inbox_sql.pending(conn, key)
             if not rows:
                 return None
             mode = await ctx.mode(conn, key, ctx.platforms.get(rows[0].platform))
         if rows[0].priority > 0:
+            await self._drop_interrupted(key, lane, rows)
             return rows[:1]  # an interrupting message is answered alone, first
         busy = policy(mode)
         if busy.debounce and ctx.config.debounce_seconds > 0:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Self
 
@@ -25,6 +26,7 @@ from gateway.config import SessionsConfig
 from gateway.contracts.config import PlatformSection
 from gateway.contracts.ids import AccountId, Platform, PlatformMessageId, SessionKey
 from gateway.contracts.messages import InboundMessage
+from gateway.memory_sync import SyncQueue
 from gateway.metrics import Metrics
 from gateway.sessions.admission import Admission
 from gateway.sessions.api import ApiTurns
@@ -37,6 +39,7 @@ from gateway.sessions.signals import ClusterSignals
 from gateway.sessions.stream import TurnRequest, TurnStream
 from gateway.store import Store
 from gateway.store import inbox as inbox_sql
+from gateway.tools.approvals import ChatApprovals
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +67,10 @@ class SessionManager:
         lanes: Lanes | None = None,
         bus: LocalBus | None = None,
         scan_interval: float = 1.0,
+        approvals: ChatApprovals | None = None,
+        memory_sync: SyncQueue | None = None,
+        files_dir: Path | None = None,
+        homes: Sequence[str] = (),
     ) -> None:
         self.ctx = ctx = SessionContext(
             store=store,
@@ -77,6 +84,10 @@ class SessionManager:
             on_outbox=on_outbox or (lambda: None),
             lane_store=lanes or SoloLanes(),
             bus=bus or LocalBus(),
+            approvals=approvals,
+            memory_sync=memory_sync,
+            files_dir=files_dir,
+            homes=tuple(homes),
         )
         self.signals = ClusterSignals(ctx, scan_interval)
         self.commands = Commands(ctx, self.signals)
@@ -223,6 +234,8 @@ class SessionManager:
         ctx = self.ctx
         ctx.accepting = False
         ctx.draining.set()
+        for key in list(ctx.reviews):
+            ctx.cancel_review(key)
         self.signals.scan.set()
         for lane in ctx.lanes.values():
             lane.wake.set()

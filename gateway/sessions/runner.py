@@ -14,17 +14,20 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_core.loop import TurnProgress
+from agent_core.media import TurnMedia
 from gateway.contracts.errors import LeaseLost
-from gateway.contracts.history import ChatMessage, Role, SessionInfo, TurnResult
+from gateway.contracts.history import ChatMessage, History, Role, SessionInfo, TurnResult
 from gateway.contracts.ids import InboxId, SessionId, SessionKey, TurnId, UserId
 from gateway.contracts.messages import utcnow
+from gateway.media import file_chunks
 from gateway.sessions.context import SessionContext
 from gateway.sessions.feedback import Feedback, Preview
-from gateway.sessions.state import Lane, Running
+from gateway.sessions.state import Lane, Running, Steer
+from gateway.sessions.voice import VoiceNotes
 from gateway.store import inbox as inbox_sql
 from gateway.store.inbox import InboxRow, Outcome
 from gateway.store.outbox import Chunk, Target, enqueue, reply_chunks
-from gateway.store.store import record_finish, record_start
+from gateway.store.store import read_history, record_finish, record_start
 from gateway.turns import FailureKind, TurnFailure, TurnStatus, run_agent
 
 logger = logging.getLogger(__name__)
@@ -55,6 +58,7 @@ class InboxTurns:
     def __init__(self, ctx: SessionContext, feedback: Feedback) -> None:
         self.ctx = ctx
         self.feedback = feedback
+        self.voice = VoiceNotes(ctx, ctx.agent.transcriber)
 
     async def run_batch(self, key: SessionKey, lane: Lane, batch: list[InboxRow]) -> None:
         head = batch[0]
@@ -86,6 +90,10 @@ class InboxTurns:
             if not batch:
                 return
             head = batch[0]
+        batch = await self.voice.prepare(batch, target)
+        if not batch:
+            return
+        head = batch[0]
         user_id = await self.ctx.owner(head)
         exchange: tuple[SessionInfo, list[ChatMessage]] | None = None
         async with lane.lock:
@@ -99,6 +107,11 @@ class InboxTurns:
             finally:
                 self.ctx.slots.release()
         if exchange is not None:
+            review = self.ctx.agent.skill_review(*exchange)
+            if review is not None and not self.ctx.draining.is_set():
+                self.ctx.start_review(key, review)
+            elif review is not None:
+                review.close()
             await self.ctx.agent.memory_pass(*exchange)
 
     async def _inbox_turn(  # noqa: PLR0915 - a turn's life in order (start, run, checkpoint, settle) shares its locals
@@ -113,11 +126,17 @@ class InboxTurns:
         session = await self.ctx.store.open_session(
             key, platform=head.platform, user_id=user_id, snapshot=self.ctx.snapshot
         )
-        new_messages = [_user_message(r) for r in batch if r.turn_id is None]
+        new_messages = [
+            _user_message(r, self.ctx.agent.skill_message(r.content, key, user_id))
+            for r in batch
+            if r.turn_id is None
+        ]
         claim = lane.claim
         assert claim is not None
         # Busy from here on, so a /stop or an interrupt during the commit below is not lost.
-        running = Running(TurnId(0), [r.id for r in batch], time.monotonic())
+        running = Running(
+            TurnId(0), [r.id for r in batch], time.monotonic(), Steer(self.voice.steered)
+        )
         lane.running = running
         try:
             # Taken under the settling lock, as /stop and /new run: such a command either
@@ -125,6 +144,11 @@ class InboxTurns:
             # and this turn sees its count when it settles.
             async with lane.settling:
                 stops = lane.stops
+                if stops != lane.batch_stops:
+                    # A /stop or /new ran since these rows were read: /new stores a waiting
+                    # message again in the new conversation, so which of them this turn must
+                    # add to the history is known only from a fresh read.
+                    raise _BatchChanged
                 async with self.ctx.store.write() as conn:
                     # The lane first: a takeover locks the lane row, then the inbox rows.
                     await self.ctx.lane_store.check(conn, claim, None)
@@ -133,8 +157,13 @@ class InboxTurns:
                     if taken < len(batch):
                         raise _BatchChanged
                     await self.ctx.lane_store.check(conn, claim, turn_id)
+                    # What the model reads, in the same transaction (no read of its own).
+                    history = await read_history(
+                        conn, session.id, self.ctx.agent.settings.history_window
+                    )
             running.turn_id = turn_id
             progress = TurnProgress()
+            media = TurnMedia()
             preview = await self.feedback.preview(target, turn_id)
         except _BatchChanged:
             lane.running = None  # settled meanwhile (a /stop): nothing was started
@@ -151,7 +180,15 @@ class InboxTurns:
         )
         running.task = self.ctx.tg.create_task(
             self._agent_turn(
-                f"turn {turn_id} of {key}", session, progress, running, preview, operator=operator
+                f"turn {turn_id} of {key}",
+                session,
+                progress,
+                running,
+                preview,
+                operator=operator,
+                sender=f"{batch[-1].platform}:{batch[-1].sender_id}",
+                media=media,
+                history=history,
             ),
             name=f"turn {key}",
         )
@@ -185,6 +222,7 @@ class InboxTurns:
             typing.cancel()
             if preview is not None:
                 await preview.close()
+        synced = False
         await lane.settling.acquire()
         try:
             settled = self._settlement(
@@ -197,6 +235,7 @@ class InboxTurns:
                 turn_id=turn_id,
                 target=target,
                 stops=stops,
+                media=media,
             )
             status, result, outcomes = settled.status, settled.result, settled.outcomes
             notices, postponed = settled.notices, settled.postponed
@@ -215,6 +254,9 @@ class InboxTurns:
                     )
                     if postponed:
                         await inbox_sql.requeue(conn, postponed, turn_id=turn_id, refund=True)
+                    synced = status == TurnStatus.COMPLETED and await self.ctx.sync_turn(
+                        conn, session, turn_id, [*map(_user_message, batch), *progress.messages]
+                    )
             except LeaseLost:
                 self.ctx.count("interrupted", started)
                 raise
@@ -223,6 +265,8 @@ class InboxTurns:
         self.ctx.count(status, started)
         if notices:
             self.ctx.on_outbox()
+        if synced and self.ctx.memory_sync is not None:
+            self.ctx.memory_sync.wake()
         if status != TurnStatus.COMPLETED:
             return None
         return session, [*new_messages, *progress.messages]
@@ -239,6 +283,7 @@ class InboxTurns:
         turn_id: TurnId,
         target: Target,
         stops: int,
+        media: TurnMedia | None = None,
     ) -> _Settlement:
         """What a finished try means for its messages: each one's outcome, the chunks to
         send, and which wait for another try (the model was unreachable)."""
@@ -270,7 +315,7 @@ class InboxTurns:
                 postponed = ids + steered
                 lane.retry_in = self.ctx.model_backoff.delay(lane.retries)
                 lane.retries += 1
-                if not lane.told_outage:
+                if failure.kind is FailureKind.UNREACHABLE and not lane.told_outage:
                     lane.told_outage = True
                     notices.append(
                         Chunk(
@@ -283,7 +328,7 @@ class InboxTurns:
                         )
                     )
             else:
-                if failure.transient:
+                if failure.kind is FailureKind.UNREACHABLE:
                     error = f"the model was unreachable for {waited / 60:.0f} min ({failure.error})"
                     text = (
                         "⚠ I couldn't answer your message: my language model has been "
@@ -321,6 +366,17 @@ class InboxTurns:
                     not_before=None if preview is None else preview.next_edit_at(),
                 )
             )
+            if media is not None and media.files:
+                notices.extend(
+                    file_chunks(
+                        target,
+                        media.files,
+                        session_id=session_id,
+                        turn_id=turn_id,
+                        inbox_id=ids[0],
+                        first_index=len(notices),
+                    )
+                )
         return _Settlement(status, result, outcomes, notices, postponed)
 
     async def _finish(
@@ -354,6 +410,9 @@ class InboxTurns:
         preview: Preview | None,
         *,
         operator: bool = False,
+        sender: str | None = None,
+        media: TurnMedia | None = None,
+        history: History | None = None,
     ) -> TurnFailure | None:
         """Run the agent; its failure, or None when it answered.
 
@@ -367,6 +426,10 @@ class InboxTurns:
                 on_token=None if preview is None else preview.token,
                 steer=running.steer,
                 operator=operator,
+                sender=sender,
+                turn_id=running.turn_id,
+                media=media,
+                history=history,
             ),
             timeout=self.ctx.config.turn_timeout,
             what=what,
@@ -388,9 +451,11 @@ def _failure_notice(failure: TurnFailure) -> str:
     return "⚠ I couldn't answer that: something went wrong on my side. Please send it again later."
 
 
-def _user_message(row: InboxRow) -> ChatMessage:
-    """How an inbound message appears in history: in groups, with who wrote it."""
+def _user_message(row: InboxRow, content: str | None = None) -> ChatMessage:
+    """How an inbound message appears in history: in groups, with who wrote it. `content`:
+    the text to store instead of the row's (a `/<skill>` invocation carries the skill)."""
+    text = row.content if content is None else content
     if row.is_direct:
-        return ChatMessage(Role.USER, row.content)
+        return ChatMessage(Role.USER, text)
     name = row.sender_name or row.sender_id
-    return ChatMessage(Role.USER, f"[{name}] {row.content}")
+    return ChatMessage(Role.USER, f"[{name}] {text}")

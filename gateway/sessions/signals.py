@@ -80,7 +80,7 @@ class ClusterSignals:
         known = {*running.ids, *running.steer.taken, *(i for i, _ in running.steer.waiting)}
         for row in rows:
             if row.steer and row.id not in known:
-                running.steer.waiting.append((row.id, row.text))
+                running.steer.add(row.id, row.text, files=bool(row.attachments))
         self.ctx.wake(key)
 
     async def scanner(self) -> None:

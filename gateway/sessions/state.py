@@ -7,6 +7,7 @@ one process.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from gateway.cluster.lanes import Claim
@@ -16,18 +17,45 @@ from gateway.turns import TurnFailure
 INTERRUPTED_BY_NEWER = "interrupted by a newer message"
 
 
+PrepareSteer = Callable[[InboxId, str], Awaitable[str | None]]
+"""Makes a steer message with files ready to inject: its voice notes transcribed, its files
+named. Returns the text to inject, or None when the message was settled instead (a voice
+note that could not be heard and says nothing else)."""
+
+
 class Steer:
     """The steer buffer of a running turn (the loop's SteerSource)."""
 
-    def __init__(self) -> None:
+    def __init__(self, prepare: PrepareSteer | None = None) -> None:
         self.waiting: list[tuple[InboxId, str]] = []
         self.taken: list[InboxId] = []
+        self.prepare = prepare
+        self.with_files: set[InboxId] = set()
+        """Waiting messages that carry files: `prepare` reads them from the inbox."""
 
-    def take(self) -> list[str]:
-        """The texts waiting to be injected; they count as taken from now on."""
-        texts = [text for _, text in self.waiting]
-        self.taken.extend(i for i, _ in self.waiting)
-        self.waiting.clear()
+    def add(self, row_id: InboxId, text: str, *, files: bool = False) -> None:
+        """Queue a message for injection at the next boundary."""
+        self.waiting.append((row_id, text))
+        if files:
+            self.with_files.add(row_id)
+
+    async def take(self) -> list[str]:
+        """The texts waiting to be injected; they count as taken from now on (but those
+        `prepare` settled instead). Cancelled meanwhile, the rest stay waiting."""
+        waiting, self.waiting = self.waiting, []
+        texts: list[str] = []
+        for n, (row_id, text) in enumerate(waiting):
+            ready: str | None = text
+            if row_id in self.with_files and self.prepare is not None:
+                try:
+                    ready = await self.prepare(row_id, text)
+                except BaseException:
+                    self.waiting[:0] = waiting[n:]
+                    raise
+                self.with_files.discard(row_id)
+            if ready is not None:
+                self.taken.append(row_id)
+                texts.append(ready)
         return texts
 
 
@@ -78,5 +106,8 @@ class Lane:
     stops: int = 0
     """/stop and /new requests seen; a turn that failed for an unreachable model while one
     came drops its messages instead of trying them again."""
+    batch_stops: int = 0
+    """`stops` when the lane last read its waiting rows: a turn whose rows were read before a
+    /stop or /new read them again (/new may have made them new to the next conversation)."""
     settling: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held while a turn decides and stores its outcome, and while /stop or /new runs."""

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 if TYPE_CHECKING:
+    from agent_core.skills.model import SkillWrite, WriteStatus
     from gateway.cluster.bus import Handler, Signal
     from gateway.cluster.lanes import Claim, LaneState
     from gateway.contracts.history import (
@@ -37,10 +38,12 @@ if TYPE_CHECKING:
     )
     from gateway.contracts.ids import InboxId, MessageId, SessionId, SessionKey, TurnId, UserId
     from gateway.contracts.messages import InboundMessage
+    from gateway.store.approvals import ApprovalRow, ApprovalStatus
     from gateway.store.inbox import InboxRow, Outcome
     from gateway.store.instances import InstanceInfo
     from gateway.store.jobs import Fence, Job, Run
     from gateway.store.leases import LeaseInfo
+    from gateway.store.memory_sync import SyncCounts, SyncKind, SyncRow
     from gateway.store.outbox import Chunk, OutboxRow, OutboxStatus, ReportListener
     from gateway.store.pairings import Pairing
     from gateway.store.store import SnapshotFactory
@@ -89,6 +92,13 @@ class SessionRepository(Protocol):
 
     async def get_session_by_id(self, session_id: SessionId) -> SessionInfo | None:
         """The session with that id, of any epoch; None when there is none."""
+        ...
+
+    async def session_of(
+        self, key: SessionKey, identity: tuple[str, str]
+    ) -> tuple[SessionInfo | None, bool]:
+        """The current session of `key` (None when there is none) and whether the
+        (platform, external id) `identity` is one of its user's, from one read transaction."""
         ...
 
     async def open_session(
@@ -145,7 +155,7 @@ class TranscriptRepository(Protocol):
 
     async def load_history(self, session_id: SessionId, window: int) -> History:
         """The latest summary, at most `window` messages after it (oldest first) and the
-        latest turn's token usage, from one read transaction."""
+        latest turn's token usage, from one read transaction of two statements."""
         ...
 
     async def save_summary(
@@ -307,6 +317,14 @@ class InboxReader(Protocol):
         """Rows per outcome (`pending` / `running` for rows without one)."""
         ...
 
+    async def recent(self, *, limit: int = 10) -> list[InboxRow]:
+        """The newest inbound messages of every session, newest first."""
+        ...
+
+    async def last_received(self) -> dict[str, datetime]:
+        """When the newest inbound message of each platform was received (UTC)."""
+        ...
+
 
 # outbox ------------------------------------------------------------------------------------
 
@@ -429,6 +447,11 @@ class OutboxRepository(Protocol):
     async def retry(self, row_id: int) -> OutboxRow:
         """A dead letter back to pending, due now. Raises LookupError when there is no dead
         letter with that id."""
+        ...
+
+    async def discard(self, row_id: int) -> OutboxRow:
+        """A dead letter becomes discarded (kept, never sent). Raises LookupError when there
+        is no dead letter with that id."""
         ...
 
     async def counts(self) -> dict[str, int]:
@@ -619,6 +642,55 @@ class PairingRepository(Protocol):
         ...
 
 
+class ApprovalRepository(Protocol):
+    """Tool calls waiting for a person's yes, inside the caller's transaction.
+    Module `gateway.store.approvals`."""
+
+    async def insert_approval(self, conn: AsyncConnection, values: dict[str, Any]) -> int:
+        """Record a pending approval; its id."""
+        ...
+
+    async def open_approval(self, conn: AsyncConnection, call_key: str) -> ApprovalRow | None:
+        """The newest pending or approved (not yet run) approval of this call, or None."""
+        ...
+
+    async def get_approval(self, conn: AsyncConnection, approval_id: int) -> ApprovalRow | None:
+        """The approval with that id, or None."""
+        ...
+
+    async def pending_approvals(self, conn: AsyncConnection, session_key: str) -> list[ApprovalRow]:
+        """The session's pending approvals, oldest first."""
+        ...
+
+    async def recent_approvals(self, conn: AsyncConnection, limit: int = 50) -> list[ApprovalRow]:
+        """The newest approvals of every session, pending or decided, newest first."""
+        ...
+
+    async def ask_again(
+        self, conn: AsyncConnection, approval_id: int, *, turn_id: int | None, expires_at: datetime
+    ) -> None:
+        """Count one more question of the same call; move its expiry."""
+        ...
+
+    async def decide_approval(
+        self,
+        conn: AsyncConnection,
+        approval_id: int,
+        status: ApprovalStatus,
+        *,
+        by: str | None,
+        now: datetime,
+    ) -> bool:
+        """Decide a pending approval; False when it was not pending any more."""
+        ...
+
+    async def close_approval(
+        self, conn: AsyncConnection, approval_id: int, status: ApprovalStatus, now: datetime
+    ) -> None:
+        """End an open approval (`used`, `cancelled`)."""
+        ...
+
+
 # cluster: membership, leases, lanes, signals -----------------------------------------------
 
 
@@ -749,4 +821,94 @@ class SignalBus(Protocol):
     async def run(self) -> None:
         """Listen until cancelled, reconnecting after failures; after each (re)connection
         every handler gets `resync`. Never returns; raises nothing but CancelledError."""
+        ...
+
+
+# the memory provider's sync queue ----------------------------------------------------------
+
+
+class MemorySyncQueue(Protocol):
+    """Module `gateway.store.memory_sync`: the external memory provider's durable queue.
+
+    Rows are sent in `id` order per person: only a person's oldest live row is ever due.
+    """
+
+    async def enqueue(
+        self,
+        conn: AsyncConnection,
+        person: UserId,
+        kind: SyncKind,
+        payload: dict[str, Any],
+        *,
+        session_key: str,
+        session_id: SessionId | None = None,
+        turn_id: TurnId | None = None,
+    ) -> int:
+        """In the caller's transaction (the turn's own): queue one sync; its id."""
+        ...
+
+    async def heads(self, conn: AsyncConnection, now: datetime, limit: int = 64) -> list[SyncRow]:
+        """Each person's oldest live sync, when it is due at `now`; oldest first."""
+        ...
+
+    async def next_due(self, conn: AsyncConnection) -> datetime | None:
+        """When the earliest live sync is due (None: nothing queued)."""
+        ...
+
+    async def sending(self, conn: AsyncConnection, sync_id: int) -> None:
+        """A try starts (a row found so later counts as possibly sent: `SyncRow.resent`)."""
+        ...
+
+    async def sent(self, conn: AsyncConnection, sync_id: int) -> None:
+        """The provider took the sync: delete it."""
+        ...
+
+    async def retry(self, conn: AsyncConnection, sync_id: int, error: str, at: datetime) -> None:
+        """A try failed: count it, keep `error`, try again at `at`."""
+        ...
+
+    async def give_up(self, conn: AsyncConnection, sync_id: int, error: str) -> None:
+        """Keep the sync as dead (never sent again); the person's next one becomes due."""
+        ...
+
+    async def reassign(self, conn: AsyncConnection, source: UserId, into: UserId) -> None:
+        """In the caller's transaction: `source`'s syncs become `into`'s (linked users)."""
+        ...
+
+    async def counts(self, conn: AsyncConnection) -> SyncCounts:
+        """Queued and dead syncs, and when the oldest queued one was written."""
+        ...
+
+    async def dead(self, conn: AsyncConnection, limit: int = 50) -> list[SyncRow]:
+        """The most recently given-up syncs, newest first."""
+        ...
+
+    async def queued(self, conn: AsyncConnection, person: UserId | None = None) -> list[SyncRow]:
+        """Live syncs (of `person`, or everyone's), in the order they are sent."""
+        ...
+
+
+# skills --------------------------------------------------------------------------------------
+
+
+class SkillWriteJournal(Protocol):
+    """Every write to a skill, and the writes waiting for approval (the protocol the agent
+    core names `agent_core.skills.SkillJournal`). `gateway.store.skills.SkillWrites`."""
+
+    async def record(self, write: SkillWrite) -> int:
+        """Store `write` with its diff and its session's latest turn; return its id."""
+        ...
+
+    async def writes(
+        self, *, status: WriteStatus | None = None, skill: str | None = None, limit: int = 100
+    ) -> list[SkillWrite]:
+        """Recorded writes, newest first, filtered by status and skill name."""
+        ...
+
+    async def get(self, write_id: int) -> SkillWrite:
+        """One write. Raises LookupError when there is none of that id."""
+        ...
+
+    async def decide(self, write_id: int, status: WriteStatus) -> bool:
+        """Mark a pending write approved or rejected; False when it was not pending."""
         ...

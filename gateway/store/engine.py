@@ -7,6 +7,7 @@ import logging
 import os
 import pwd
 import sqlite3
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Self
@@ -19,11 +20,12 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import PoolResetState, StaticPool
 
 from gateway.contracts.errors import DatabaseUnavailable, HeraldError, SetupError
+from gateway.store.stats import StoreStats, watch
 
 logger = logging.getLogger(__name__)
 
@@ -34,14 +36,25 @@ SQLITE_POOL_SIZE = 4
 more would only add threads."""
 
 
-def create_engine(url: str, *, pool_size: int = 5) -> AsyncEngine:
+def create_engine(
+    url: str,
+    *,
+    pool_size: int = 5,
+    stats: StoreStats | None = None,
+    ping_idle: float | None = None,
+) -> AsyncEngine:
     """An async engine for `url`. SQLite gets WAL, a busy timeout and explicit BEGINs.
+
+    With `stats`, its statements, transactions and hand-offs to the driver are counted
+    there. On PostgreSQL, a pooled connection idle for `ping_idle` seconds (default
+    `PING_IDLE_SECONDS`) is checked before use.
 
     On SQLite, transactions opened on a connection with the execution option
     `herald_write=True` begin with `BEGIN IMMEDIATE`, so two writers queue on the busy
-    timeout instead of failing when a read transaction tries to upgrade. Its connections
-    (`SQLITE_POOL_SIZE` of them, each with its own thread) stay open: none is opened or
-    closed per transaction.
+    timeout instead of failing when a read transaction tries to upgrade; the BEGIN goes to
+    the connection's thread with the transaction's first statement, not on a trip of its
+    own. Its connections (`SQLITE_POOL_SIZE` of them, each with its own thread) stay open:
+    none is opened or closed per transaction.
     """
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -58,7 +71,9 @@ def create_engine(url: str, *, pool_size: int = 5) -> AsyncEngine:
                     database, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, check_same_thread=False
                 )
 
-            return await _Connection(connector, 64)
+            connection = _Connection(connector, 64)
+            connection.stats = stats
+            return await connection
 
         # One connection is the whole of an in-memory database.
         pool: dict[str, Any] = (
@@ -68,8 +83,47 @@ def create_engine(url: str, *, pool_size: int = 5) -> AsyncEngine:
         )
         engine = create_async_engine(url, async_creator=connect, pool_reset_on_return=None, **pool)
         _sqlite_pragmas(engine)
-        return engine
-    return create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    else:
+        engine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size)
+        _ping_when_idle(engine, stats, PING_IDLE_SECONDS if ping_idle is None else ping_idle)
+    if stats is not None:
+        watch(engine, stats)
+    return engine
+
+
+PING_IDLE_SECONDS = 2.0
+"""A pooled PostgreSQL connection unused this long is pinged before it is handed out."""
+
+
+def _ping_when_idle(engine: AsyncEngine, stats: StoreStats | None, idle: float) -> None:
+    """Check a pooled connection before use only when it sat `idle` seconds or more.
+
+    Instead of `pool_pre_ping`'s round trip on every checkout: a connection back from a
+    transaction a moment ago was alive then. One that sat idle may have been closed by the
+    server (a restart, `pg_terminate_backend`, an idle timeout); it is replaced here. A
+    connection lost in between fails its statement as a disconnect, which invalidates the
+    whole pool, so the next checkout gets a fresh connection.
+    """
+    pool = engine.sync_engine.pool
+    dialect = engine.sync_engine.dialect
+
+    @event.listens_for(pool, "checkin")
+    def _on_checkin(_dbapi: Any, record: Any) -> None:
+        if record is not None:
+            record.info["herald_used"] = time.monotonic()
+
+    @event.listens_for(pool, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        used = record.info.get("herald_used")
+        if used is None or time.monotonic() - used < idle:
+            return  # new for this checkout, or used a moment ago
+        if stats is not None:
+            stats.pings += 1
+        try:
+            dialect.do_ping(dbapi_connection)
+        except Exception as err:
+            # The pool replaces the connection and tries the checkout again.
+            raise DisconnectionError(f"the connection failed while idle: {err}") from err
 
 
 def _sqlite_pragmas(engine: AsyncEngine) -> None:
@@ -86,8 +140,12 @@ def _sqlite_pragmas(engine: AsyncEngine) -> None:
 
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: Connection) -> None:
+        # Not a trip of its own: the connection's thread sends BEGIN just before the
+        # transaction's first statement, in that statement's trip.
         write = conn.get_execution_options().get("herald_write", False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+        driver = conn.connection.driver_connection
+        assert isinstance(driver, _Connection)
+        driver.pending_begin = "BEGIN IMMEDIATE" if write else "BEGIN"
 
     @event.listens_for(engine.sync_engine.pool, "reset")
     def _on_reset(dbapi_connection: Any, _record: Any, state: PoolResetState) -> None:
@@ -116,12 +174,27 @@ class _Cursor(aiosqlite.Cursor):
     async def executemany(self, sql: str, parameters: Iterable[Iterable[Any]]) -> Self:
         """Execute once per parameter set (no rows to read)."""
         self._rows = None
-        await super().executemany(sql, parameters)
+        await self._execute(self._execute_many, sql, parameters)  # type: ignore[no-untyped-call]
         return self
 
+    def _begin_pending(self) -> None:
+        # On the connection's thread: the BEGIN of the transaction this statement opens.
+        connection = self._conn
+        assert isinstance(connection, _Connection)
+        begin, connection.pending_begin = connection.pending_begin, None
+        if begin is not None:
+            self._cursor.execute(begin)
+            if connection.stats is not None:
+                connection.stats.statements += 1
+
     def _execute_and_fetch(self, sql: str, parameters: Any) -> list[Any] | None:
+        self._begin_pending()
         cursor = self._cursor.execute(sql, parameters)
         return None if cursor.description is None else cursor.fetchall()
+
+    def _execute_many(self, sql: str, parameters: Any) -> None:
+        self._begin_pending()
+        self._cursor.executemany(sql, parameters)
 
     async def fetchone(self) -> Any:
         """The next row read, or None."""
@@ -151,7 +224,32 @@ class _Cursor(aiosqlite.Cursor):
 
 
 class _Connection(aiosqlite.Connection):
-    """An aiosqlite connection whose cursors are `_Cursor`s, created without a trip."""
+    """An aiosqlite connection whose cursors are `_Cursor`s, created without a trip; each
+    trip to its thread is counted in `stats`."""
+
+    stats: StoreStats | None = None
+    pending_begin: str | None = None
+    """The BEGIN that the next statement sends first (set when a transaction begins)."""
+
+    async def _execute(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.stats is not None:
+            self.stats.handoffs += 1
+        return await super()._execute(fn, *args, **kwargs)  # type: ignore[no-untyped-call]
+
+    # The pending BEGIN is dropped on the connection's thread, in the order of its trips: a
+    # statement still on its way there when its task was cancelled sends it, and the
+    # ROLLBACK queued behind it then ends that transaction.
+    async def commit(self) -> None:
+        """Commit the transaction (one that ran no statement never began: nothing to end)."""
+        await self._execute(self._end, self._conn.commit)
+
+    async def rollback(self) -> None:
+        """Roll back the transaction, if one began."""
+        await self._execute(self._end, self._conn.rollback)
+
+    def _end(self, end: Any) -> None:
+        self.pending_begin = None
+        end()
 
     def cursor(self) -> Result[aiosqlite.Cursor]:
         """A new cursor (awaitable, or an async context manager that closes it)."""
@@ -228,7 +326,9 @@ def sqlite_file(url: str) -> Path | None:
     return Path(parsed.database)
 
 
-async def open_engine(url: str, *, migrate: bool = True, create: bool = True) -> AsyncEngine:
+async def open_engine(
+    url: str, *, migrate: bool = True, create: bool = True, stats: StoreStats | None = None
+) -> AsyncEngine:
     """A connected engine for `url`, migrated unless `migrate` is False.
 
     With `create` False, a database that does not exist yet (no SQLite file, or no Herald
@@ -242,7 +342,7 @@ async def open_engine(url: str, *, migrate: bool = True, create: bool = True) ->
             if not create and not path.exists():
                 raise _missing(path)
             await asyncio.to_thread(_probe_sqlite, path)
-        engine = create_engine(url)
+        engine = create_engine(url, stats=stats)
     except (OSError, sqlite3.Error) as err:
         raise open_failure(url, err) from err
     try:

@@ -42,6 +42,29 @@ def classify(err: BaseException) -> WriteProblem | None:
     return None
 
 
+LOST_CONNECTION_STATES = ("08", "57P01", "57P02", "57P03")
+"""PostgreSQL's connection exceptions, and its admin, crash and startup shutdowns: a
+connection terminated (`pg_terminate_backend`) or a server restarting."""
+
+
+def connection_lost(err: BaseException) -> bool:
+    """Whether `err` (or an error it was raised from) says the database connection was lost or
+    refused: the same work may succeed on a new connection later."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if getattr(current, "connection_invalidated", False) is True:
+            return True
+        if isinstance(current, ConnectionError):
+            return True
+        state = getattr(current, "sqlstate", None) or getattr(current, "pgcode", None)
+        if isinstance(state, str) and state.startswith(LOST_CONNECTION_STATES):
+            return True
+        current = current.__cause__ or current.__context__ or getattr(current, "orig", None)
+    return False
+
+
 def _one(err: BaseException) -> WriteProblem | None:
     if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
         return WriteProblem.DISK_FULL

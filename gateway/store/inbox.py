@@ -33,6 +33,7 @@ from gateway.contracts.messages import Attachment, InboundMessage, utcnow
 from gateway.store import Store
 from gateway.store.sql import insert_ignore
 from gateway.store.tables import inbox
+from gateway.store.types import aware
 
 
 class Outcome(StrEnum):
@@ -88,6 +89,8 @@ class InboxRow:
         lines = [
             f"[attached file: {a.filename or a.path.name} ({a.mime_type}, {a.size} bytes) "
             f"saved at {a.path}]"
+            if a.transcript is None
+            else f"[voice note {a.filename or a.path.name}, transcribed]: {a.transcript}"
             for a in self.attachments
         ]
         return "\n".join([self.text, *lines]) if self.text else "\n".join(lines)
@@ -265,6 +268,18 @@ async def requeue(
     )
 
 
+async def release_running(conn: AsyncConnection, key: SessionKey) -> int:
+    """The session's rows a turn took but never settled (its settling write failed: the
+    database went away) → pending again, keeping their turn id and attempts, so that they are
+    the next turn's, ahead of later messages. Returns how many."""
+    result = await conn.execute(
+        update(inbox)
+        .where(inbox.c.session_key == key, inbox.c.status == str(Status.RUNNING))
+        .values(status=str(Status.PENDING), steer=False)
+    )
+    return int(result.rowcount or 0)
+
+
 async def restore_pending(conn: AsyncConnection, key: SessionKey) -> int:
     """The session's waiting rows that an earlier turn already stored in the history (cut
     off, or tried while the model was away) are stored again by their next turn: for a new
@@ -338,6 +353,28 @@ class Inbox:
             )
         return [_row(r) for r in reversed(rows)]
 
+    async def recent(self, *, limit: int = 10) -> list[InboxRow]:
+        """The newest inbound messages of every session, newest first."""
+        async with self.store.read() as conn:
+            rows = (
+                (await conn.execute(select(inbox).order_by(inbox.c.id.desc()).limit(limit)))
+                .mappings()
+                .all()
+            )
+        return [_row(r) for r in rows]
+
+    async def last_received(self) -> dict[str, datetime]:
+        """When the newest inbound message of each platform was received."""
+        async with self.store.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(inbox.c.platform, func.max(inbox.c.received_at)).group_by(
+                        inbox.c.platform
+                    )
+                )
+            ).all()
+        return {str(platform): aware(at) for platform, at in rows if at is not None}
+
     async def counts(self) -> dict[str, int]:
         """Rows per outcome (`pending` / `running` for rows without one yet)."""
         async with self.store.read() as conn:
@@ -361,11 +398,23 @@ def _payload(message: InboundMessage) -> dict[str, Any] | None:
     if message.reply_to:
         payload["reply_to"] = message.reply_to
     if message.attachments:
-        payload["attachments"] = [
-            {"path": str(a.path), "mime_type": a.mime_type, "size": a.size, "filename": a.filename}
-            for a in message.attachments
-        ]
+        payload["attachments"] = _attachments_json(message.attachments)
     return payload or None
+
+
+def _attachments_json(attachments: Sequence[Attachment]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for a in attachments:
+        item: dict[str, Any] = {
+            "path": str(a.path),
+            "mime_type": a.mime_type,
+            "size": a.size,
+            "filename": a.filename,
+        }
+        if a.transcript is not None:
+            item["transcript"] = a.transcript
+        out.append(item)
+    return out
 
 
 def _attachments(payload: Any) -> tuple[Attachment, ...]:
@@ -373,10 +422,29 @@ def _attachments(payload: Any) -> tuple[Attachment, ...]:
     if not isinstance(items, list):
         return ()
     return tuple(
-        Attachment(Path(a["path"]), str(a["mime_type"]), int(a["size"]), str(a["filename"]))
+        Attachment(
+            Path(a["path"]),
+            str(a["mime_type"]),
+            int(a["size"]),
+            str(a["filename"]),
+            None if a.get("transcript") is None else str(a["transcript"]),
+        )
         for a in items
         if isinstance(a, dict)
     )
+
+
+async def set_attachments(
+    conn: AsyncConnection, row: InboxRow, attachments: Sequence[Attachment]
+) -> None:
+    """Store `row`'s attachments as they are now (with transcripts), in the caller's
+    transaction; the rest of its payload is kept."""
+    payload: dict[str, Any] = {}
+    if row.reply_to:
+        payload["reply_to"] = row.reply_to
+    if attachments:
+        payload["attachments"] = _attachments_json(attachments)
+    await conn.execute(update(inbox).where(inbox.c.id == row.id).values(payload=payload or None))
 
 
 def _row(r: RowMapping) -> InboxRow:

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import ColumnElement, RowMapping, and_, exists, func, or_, select, update
@@ -37,7 +38,14 @@ from gateway.contracts.ids import (
     ThreadId,
     TurnId,
 )
-from gateway.contracts.messages import OutboundMessage, SendLimits, TextFormat, utcnow
+from gateway.contracts.messages import (
+    Attachment,
+    Button,
+    OutboundMessage,
+    SendLimits,
+    TextFormat,
+    utcnow,
+)
 from gateway.store import Store
 from gateway.store.instances import alive
 from gateway.store.sql import insert_ignore
@@ -52,6 +60,8 @@ class OutboxStatus(StrEnum):
     SENDING = "sending"
     SENT = "sent"
     DEAD = "dead"
+    DISCARDED = "discarded"
+    """A dead letter the operator gave up on (kept for the record, never sent)."""
 
 
 class OutboxKind(StrEnum):
@@ -108,6 +118,9 @@ class OutboxRow:
     platform_message_id: PlatformMessageId | None = None
     receipt: str | None = None
     """The platform's latest report on the sent chunk (`delivered`, `failed`, …), if any."""
+    buttons: tuple[Button, ...] = ()
+    attachment: Attachment | None = None
+    """The file this chunk delivers (`send_file`), if any."""
 
     def message(self) -> OutboundMessage:
         """The chunk as the adapter receives it."""
@@ -121,6 +134,8 @@ class OutboxRow:
             format=self.format,
             reply_to=self.reply_to,
             recovered=self.recovered,
+            buttons=self.buttons,
+            attachments=() if self.attachment is None else (self.attachment,),
         )
 
 
@@ -143,6 +158,10 @@ class Chunk:
     """Not to be sent before this (an edit must respect the platform's edit rate)."""
     job_run_id: int | None = None
     """The scheduled job run whose report this chunk carries."""
+    buttons: tuple[Button, ...] = ()
+    """Buttons under the message (an approval's yes and no)."""
+    attachment: Attachment | None = None
+    """A file to deliver with `text` (its caption); one file per chunk."""
 
 
 def reply_chunks(
@@ -209,6 +228,8 @@ async def enqueue(conn: AsyncConnection, chunks: Sequence[Chunk]) -> list[int]:
                 "edit_of": c.edit_of,
                 "inbox_id": c.inbox_id,
                 "job_run_id": c.job_run_id,
+                "buttons": [[b.label, b.command] for b in c.buttons] or None,
+                "attachment": None if c.attachment is None else _attachment_json(c.attachment),
             },
         )
         if new_id is not None:
@@ -505,7 +526,8 @@ class Outbox:
                 .order_by(outbox.c.id)
             )
         ).all()
-        failures = tuple(f"{r[2]}:{r[3]}: {r[1]}" for r in rows if r[0] == str(OutboxStatus.DEAD))
+        failed = (str(OutboxStatus.DEAD), str(OutboxStatus.DISCARDED))
+        failures = tuple(f"{r[2]}:{r[3]}: {r[1]}" for r in rows if r[0] in failed)
         if not failures and not all(r[0] == str(OutboxStatus.SENT) for r in rows):
             return
         for listener in self._listeners:
@@ -609,6 +631,23 @@ class Outbox:
         assert row is not None
         return row
 
+    async def discard(self, row_id: int) -> OutboxRow:
+        """A dead letter becomes discarded: kept for the record, never retried.
+
+        Raises LookupError when there is no dead letter with that id.
+        """
+        async with self.store.write() as conn:
+            result = await conn.execute(
+                update(outbox)
+                .where(and_(outbox.c.id == row_id, outbox.c.status == str(OutboxStatus.DEAD)))
+                .values(status=str(OutboxStatus.DISCARDED))
+            )
+        if not result.rowcount:
+            raise LookupError(f"there is no dead letter with id {row_id}")
+        row = await self.get(row_id)
+        assert row is not None
+        return row
+
     async def counts(self) -> dict[str, int]:
         """Rows per status."""
         async with self.store.read() as conn:
@@ -638,6 +677,21 @@ def _sending_in_chat() -> ColumnElement[bool]:
 
 def _opt_id(value: Any) -> PlatformMessageId | None:
     return None if value is None else PlatformMessageId(str(value))
+
+
+def _attachment_json(a: Attachment) -> dict[str, Any]:
+    return {"path": str(a.path), "mime_type": a.mime_type, "size": a.size, "filename": a.filename}
+
+
+def _attachment(value: Any) -> Attachment | None:
+    if not isinstance(value, dict):
+        return None
+    return Attachment(
+        Path(str(value["path"])),
+        str(value["mime_type"]),
+        int(value["size"]),
+        str(value["filename"]),
+    )
 
 
 def _row(r: RowMapping) -> OutboxRow:
@@ -672,4 +726,6 @@ def _row(r: RowMapping) -> OutboxRow:
             else PlatformMessageId(r["platform_message_id"])
         ),
         receipt=r["receipt"],
+        buttons=tuple(Button(str(b[0]), str(b[1])) for b in r.get("buttons") or ()),
+        attachment=_attachment(r.get("attachment")),
     )

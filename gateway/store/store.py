@@ -33,7 +33,9 @@ from gateway.contracts.history import (
 from gateway.contracts.ids import MessageId, SessionId, SessionKey, TurnId, UserId
 from gateway.contracts.messages import utcnow
 from gateway.store import engine as engine_mod
+from gateway.store import memory_sync as memory_sync_sql
 from gateway.store.health import StoreHealth
+from gateway.store.stats import StoreStats
 from gateway.store.tables import (
     identities,
     messages,
@@ -45,8 +47,9 @@ from gateway.store.tables import (
 )
 from gateway.store.types import aware
 
-SnapshotFactory = Callable[[SessionKey, UserId | None], Awaitable[tuple[str, str]]]
-"""(USER.md, MEMORY.md) for a new session of that key and user, frozen into the session."""
+SnapshotFactory = Callable[[SessionKey, UserId | None], Awaitable[tuple[str, ...]]]
+"""(USER.md, MEMORY.md[, skills index]) for a new session of that key and user, frozen into
+the session."""
 """Returns (USER.md, MEMORY.md) as they are now, for a new session of that user."""
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -64,22 +67,42 @@ _CURRENT_SESSION = (
     .limit(1)
 )
 _LATEST_SUMMARY = (
-    select(summaries.c.content, summaries.c.upto_message_id)
+    select(summaries.c.upto_message_id)
     .where(summaries.c.session_id == bindparam("session_id"))
     .order_by(summaries.c.id.desc())
     .limit(1)
 )
-_WINDOW = (
-    select(messages)
-    .where(messages.c.session_id == bindparam("session_id"), messages.c.id > bindparam("after"))
-    .order_by(messages.c.id.desc())
-    .limit(bindparam("window"))
-)
 _LAST_USAGE = (
-    select(turns.c.prompt_tokens, turns.c.completion_tokens)
+    select(turns.c.id)
     .where(turns.c.session_id == bindparam("session_id"), turns.c.prompt_tokens.is_not(None))
     .order_by(turns.c.id.desc())
     .limit(1)
+)
+# A history in two statements: the newest summary with the latest turn's usage (one row,
+# even when there is neither), then the window of messages after that summary.
+_HISTORY_HEAD = select(
+    select(summaries.c.content)
+    .where(summaries.c.id == _LATEST_SUMMARY.with_only_columns(summaries.c.id).scalar_subquery())
+    .scalar_subquery()
+    .label("summary"),
+    _LATEST_SUMMARY.scalar_subquery().label("upto"),
+    select(turns.c.prompt_tokens)
+    .where(turns.c.id == _LAST_USAGE.scalar_subquery())
+    .scalar_subquery()
+    .label("prompt_tokens"),
+    select(turns.c.completion_tokens)
+    .where(turns.c.id == _LAST_USAGE.scalar_subquery())
+    .scalar_subquery()
+    .label("completion_tokens"),
+)
+_WINDOW = (
+    select(messages)
+    .where(
+        messages.c.session_id == bindparam("session_id"),
+        messages.c.id > func.coalesce(_LATEST_SUMMARY.scalar_subquery(), 0),
+    )
+    .order_by(messages.c.id.desc())
+    .limit(bindparam("window"))
 )
 _START_TURN = insert(turns).returning(turns.c.id)
 _INSERT_MESSAGE = insert(messages).returning(messages.c.id)
@@ -98,8 +121,10 @@ _FINISH_TURN = update(turns).where(turns.c.id == bindparam("b_turn_id"))
 class Store:
     """Herald's SQL state on SQLite or PostgreSQL. Safe to share across tasks."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, stats: StoreStats | None = None) -> None:
         self.engine = engine
+        self.stats = stats if stats is not None else StoreStats()
+        """What this store asked of the database so far (counted by `Store.open`'s engine)."""
         # SQLite has one write lock per database. Writers of this process take turns here,
         # in order, instead of in SQLite's busy handler (which polls by sleeping, and past
         # its timeout fails with "database is locked").
@@ -119,9 +144,10 @@ class Store:
         being created. One that cannot be opened, or that a newer Herald migrated, raises
         SetupError; a PostgreSQL server that does not answer, DatabaseUnavailable.
         """
-        engine = await engine_mod.open_engine(url, migrate=migrate, create=create)
+        stats = StoreStats()
+        engine = await engine_mod.open_engine(url, migrate=migrate, create=create, stats=stats)
         try:
-            yield cls(engine)
+            yield cls(engine, stats)
         finally:
             await engine.dispose()
 
@@ -215,8 +241,22 @@ class Store:
     async def get_session(self, key: SessionKey | str) -> SessionInfo | None:
         """The current session (highest epoch) of `key`, or None."""
         async with self.read() as conn:
-            row = (await conn.execute(_CURRENT_SESSION, {"key": key})).mappings().first()
-        return _session(row) if row else None
+            return await current_session(conn, key)
+
+    async def session_of(
+        self, key: SessionKey, identity: tuple[str, str]
+    ) -> tuple[SessionInfo | None, bool]:
+        """The current session of `key` (or None), and whether `identity` (platform,
+        external id) is one of its user's (one read transaction)."""
+        async with self.read() as conn:
+            session = await current_session(conn, key)
+            if session is None or session.user_id is None:
+                return session, False
+            found = await conn.scalar(
+                _USER_OF_IDENTITY.where(identities.c.user_id == session.user_id),
+                {"platform": identity[0], "external_id": identity[1]},
+            )
+        return session, found is not None
 
     async def get_session_by_id(self, session_id: SessionId) -> SessionInfo | None:
         """The session with that id (of any epoch), or None."""
@@ -246,7 +286,9 @@ class Store:
             if current is not None and not new_epoch:
                 return current
             epoch = current.epoch + 1 if current is not None else 0
-            user_md, memory_md = await snapshot(key, user_id)
+            frozen = await snapshot(key, user_id)
+            user_md, memory_md = frozen[0], frozen[1]
+            skills_md = frozen[2] if len(frozen) > 2 else ""
             now = utcnow()
             try:
                 async with self.write() as conn:
@@ -261,6 +303,7 @@ class Store:
                                     user_id=user_id,
                                     user_snapshot=user_md,
                                     memory_snapshot=memory_md,
+                                    skills_snapshot=skills_md,
                                     created_at=now,
                                     updated_at=now,
                                     message_count=0,
@@ -330,6 +373,8 @@ class Store:
             await conn.execute(
                 update(sessions).where(sessions.c.user_id == other).values(user_id=keep)
             )
+            # One person to the memory provider too: their queued syncs go to the kept user.
+            await memory_sync_sql.reassign(conn, UserId(str(other)), keep)
             await conn.execute(users.delete().where(users.c.id == other))
         return keep, UserId(str(other))
 
@@ -433,22 +478,8 @@ class Store:
     async def load_history(self, session_id: SessionId, window: int) -> History:
         """The latest summary and at most `window` messages after it, oldest first, with
         the token usage of the latest turn (one read transaction)."""
-        of_session = {"session_id": session_id}
         async with self.read() as conn:
-            summary = (await conn.execute(_LATEST_SUMMARY, of_session)).mappings().first()
-            after = 0 if summary is None else int(summary["upto_message_id"])
-            rows = (
-                (await conn.execute(_WINDOW, {**of_session, "after": after, "window": window}))
-                .mappings()
-                .all()
-            )
-            usage = (await conn.execute(_LAST_USAGE, of_session)).first()
-        return History(
-            summary=None if summary is None else str(summary["content"]),
-            summary_upto=None if summary is None else MessageId(summary["upto_message_id"]),
-            messages=tuple(_message(r) for r in reversed(rows)),
-            last_usage=None if usage is None else (int(usage[0]), int(usage[1] or 0)),
-        )
+            return await read_history(conn, session_id, window)
 
     async def save_summary(
         self, session_id: SessionId, upto_message_id: MessageId, content: str
@@ -608,6 +639,30 @@ class Store:
         ]
 
 
+async def current_session(conn: AsyncConnection, key: SessionKey | str) -> SessionInfo | None:
+    """In the caller's transaction: `Store.get_session`."""
+    row = (await conn.execute(_CURRENT_SESSION, {"key": key})).mappings().first()
+    return _session(row) if row else None
+
+
+async def read_history(conn: AsyncConnection, session_id: SessionId, window: int) -> History:
+    """In the caller's transaction: `Store.load_history` (two statements)."""
+    of_session = {"session_id": session_id}
+    head = (await conn.execute(_HISTORY_HEAD, of_session)).one()
+    rows = (await conn.execute(_WINDOW, {**of_session, "window": window})).mappings().all()
+    upto = head.upto
+    return History(
+        summary=None if upto is None else str(head.summary),
+        summary_upto=None if upto is None else MessageId(upto),
+        messages=tuple(_message(r) for r in reversed(rows)),
+        last_usage=(
+            None
+            if head.prompt_tokens is None
+            else (int(head.prompt_tokens), int(head.completion_tokens or 0))
+        ),
+    )
+
+
 async def busy_mode_of(conn: AsyncConnection, key: SessionKey) -> str | None:
     """In the caller's transaction: the busy mode set on the current session of `key`
     (None when it has none, or there is no session)."""
@@ -725,6 +780,7 @@ def _session(row: RowMapping) -> SessionInfo:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         message_count=int(row["message_count"]),
+        skills_snapshot=str(row["skills_snapshot"] or ""),
     )
 
 

@@ -66,6 +66,7 @@ sessions = Table(
     Column("title", SafeText, nullable=True),
     Column("user_snapshot", SafeText, nullable=False, default=""),
     Column("memory_snapshot", SafeText, nullable=False, default=""),
+    Column("skills_snapshot", SafeText, nullable=False, default="", server_default=""),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     Column("message_count", Integer, nullable=False, default=0),
@@ -197,10 +198,14 @@ outbox = Table(
     Column("receipt", String(16), nullable=True),
     # The platform's later report on a sent chunk (delivered, failed, undelivered, read…).
     Column("job_run_id", BigId, nullable=True),
+    Column("buttons", JSON, nullable=True),
+    # [[label, command], …]: buttons under the message where the platform has them.
     # The scheduled job run this report chunk delivers, when there is one.
     Column("claimed_by", String(128), nullable=True),
     # The instance that set the chunk `sending` (its unknown outcome is recovered when that
     # instance is gone).
+    Column("attachment", JSON(none_as_null=True), nullable=True),
+    # The file this chunk delivers (path, mime_type, size, filename); NULL for text chunks.
     Index(None, "status", "next_attempt_at"),
     Index(None, "platform", "account", "chat_id", "id"),
     Index(None, "platform", "platform_message_id"),
@@ -336,4 +341,80 @@ lanes = Table(
     # Why another instance asked that turn to stop (/stop, an interrupting message).
     Column("claimed_at", UTCDateTime, nullable=False),
     Index(None, "owner"),
+)
+
+tool_approvals = Table(
+    "tool_approvals",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("session_key", SafeText, nullable=False),
+    Column("turn_id", BigId, nullable=True),
+    # The turn whose tool call asked (the latest, when a restart asked again).
+    Column("call_key", String(64), nullable=False),
+    # sha256 of session, tool and arguments: the same call after a restart finds its row.
+    Column("tool", String(128), nullable=False),
+    Column("arguments", SafeText, nullable=False),
+    Column("requester", SafeText, nullable=True),
+    # `platform:id` of the person whose message the turn answered; they (or an operator) decide.
+    Column("status", String(16), nullable=False),
+    # pending, approved, denied, timed_out, cancelled (the turn was stopped), used.
+    Column("asked", Integer, nullable=False, default=1),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Column("decided_at", UTCDateTime, nullable=True),
+    Column("decided_by", SafeText, nullable=True),
+    Index(None, "session_key", "status"),
+    Index(None, "call_key"),
+)
+
+memory_syncs = Table(
+    "memory_syncs",
+    metadata,
+    # The external memory provider's queue: one row per turn (or memory edit, or session end)
+    # to send, in `id` order per person, deleted once the provider took it.
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("person", String(64), nullable=False),
+    # The Herald user id (linking identities moves the rows to the kept user).
+    Column("kind", String(16), nullable=False),
+    # turn, memory_write, session_end.
+    Column("session_key", SafeText, nullable=False),
+    Column("session_id", BigId, nullable=True),
+    Column("turn_id", BigId, nullable=True),
+    Column("payload", JSON, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("next_attempt_at", UTCDateTime, nullable=False),
+    Column("last_error", SafeText, nullable=True),
+    Column("sending_at", UTCDateTime, nullable=True),
+    # Set when a try starts: a row found with it set may have reached the provider already
+    # (the process died in flight), and is sent as a resend.
+    Column("dead_at", UTCDateTime, nullable=True),
+    # Set when the row was given up after `memory.sync_max_age`: kept for `herald memory
+    # status`, never sent again.
+    Index(None, "person", "id"),
+    Index(None, "dead_at", "next_attempt_at"),
+)
+
+skill_writes = Table(
+    "skill_writes",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("skill", String(64), nullable=False),
+    Column("owner", String(200), nullable=True),
+    # The memory owner of a personal skill (u-<user> / g-<chat>); NULL for shared skills.
+    Column("category", String(64), nullable=True),
+    Column("action", String(16), nullable=False),
+    Column("file_path", SafeText, nullable=False),
+    Column("before", SafeText, nullable=True),
+    Column("after", SafeText, nullable=True),
+    Column("diff", SafeText, nullable=False),
+    Column("author", String(16), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("session_id", BigId, nullable=True),
+    Column("turn_id", BigId, nullable=True),
+    # Plain ids, no foreign keys: the record of a write outlives the session it came from.
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("decided_at", UTCDateTime, nullable=True),
+    Index(None, "status", "id"),
+    Index(None, "skill", "id"),
 )

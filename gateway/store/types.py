@@ -7,6 +7,8 @@ from typing import Any
 
 from sqlalchemy import BigInteger, DateTime, Dialect, Integer, Text, TypeDecorator
 
+from gateway.storable import clean
+
 # SQLite only auto-increments an INTEGER PRIMARY KEY; PostgreSQL gets a real BIGINT.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 
@@ -41,10 +43,11 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 
 class SafeText(TypeDecorator[str]):
-    """Unbounded text that every backend accepts: NUL (refused by PostgreSQL) becomes U+FFFD."""
+    """Unbounded text that every backend accepts: NUL (refused by PostgreSQL) and lone UTF-16
+    surrogates (refused by every UTF-8 encoder) become U+FFFD."""
 
     impl = Text
     cache_ok = True
 
     def process_bind_param(self, value: str | None, dialect: Dialect) -> Any:
-        return None if value is None else value.replace("\x00", "\ufffd")
+        return None if value is None else clean(value.replace("\x00", "\ufffd"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select, update
@@ -17,7 +18,7 @@ from gateway.contracts.ids import (
     SessionKey,
     TurnId,
 )
-from gateway.contracts.messages import SendLimits, TextFormat, utcnow
+from gateway.contracts.messages import Attachment, SendLimits, TextFormat, utcnow
 from gateway.store import Store
 from gateway.store.instances import Membership
 from gateway.store.outbox import (
@@ -659,3 +660,22 @@ async def test_a_report_on_an_unknown_message_changes_nothing(store: Store) -> N
     assert not await box.delivery_report("test", "other-account", "SM1", "failed", "x")
     row = await get(box, row_id)
     assert (row.receipt, row.last_error) == (None, None)
+
+
+async def test_a_chunk_carries_its_file(store: Store) -> None:
+    """A `send_file` chunk keeps its file (path, type, size, name) and hands it to the
+    adapter; a text chunk has none (SQL NULL)."""
+    box = Outbox(store)
+    report = Attachment(Path("/state/files/outbox/ab-report.pdf"), "application/pdf", 42, "r.pdf")
+    ids = await box.enqueue([chunk("t"), Chunk("f", A, "the caption", attachment=report)])
+    text, file = await get(box, ids[0]), await get(box, ids[1])
+    assert text.attachment is None
+    assert text.message().attachments == ()
+    assert file.attachment == report
+    assert file.message().attachments == (report,)
+    assert file.message().text == "the caption"
+    async with store.read() as conn:
+        nulls = await conn.execute(
+            select(outbox_table.c.idempotency_key).where(outbox_table.c.attachment.is_(None))
+        )
+        assert nulls.scalars().all() == ["t"]

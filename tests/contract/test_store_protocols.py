@@ -10,7 +10,7 @@ import pytest
 
 from gateway.cluster.bus import LocalBus, PgBus
 from gateway.cluster.lanes import SoloLanes
-from gateway.store import abc, inbox, instances, jobs, lanes, leases, outbox, pairings
+from gateway.store import abc, approvals, inbox, instances, jobs, lanes, leases, outbox, pairings
 from gateway.store import store as store_module
 from gateway.store.store import Store
 
@@ -51,6 +51,7 @@ async def test_the_store_and_the_repository_modules_implement_their_protocols(
         job_repo: abc.JobRepository = jobs.JobStore(store)
         run_records: abc.RunRecords = jobs
         pairing_repo: abc.PairingRepository = pairings
+        approval_repo: abc.ApprovalRepository = approvals
         membership: abc.MembershipRepository = instances.Membership(store, "a", 10.0)
         lease_repo: abc.LeaseRepository = leases.Leases(store, "a", 10.0)
         solo: abc.Lanes = SoloLanes()
@@ -68,6 +69,7 @@ async def test_the_store_and_the_repository_modules_implement_their_protocols(
             (abc.JobRepository, job_repo),
             (abc.RunRecords, run_records),
             (abc.PairingRepository, pairing_repo),
+            (abc.ApprovalRepository, approval_repo),
             (abc.MembershipRepository, membership),
             (abc.LeaseRepository, lease_repo),
             (abc.Lanes, solo),

@@ -191,7 +191,7 @@ def check_deliveries(
     for r in answered:
         chunk = replies[int(r["turn_id"])]
         expected = f"You said: {r['text']}"
-        assert chunk["text"] == expected
+        assert chunk["text"] == expected, (chunk["text"], expected)
         assert chunk["chat_id"] == r["chat_id"]
         group = queued[str(r["chat_id"]), expected]
         assert len(group) == 1, [dict(c) for c in group]

@@ -16,7 +16,9 @@ import httpx
 import yaml
 
 HERALD = Path(sys.executable).with_name("herald")
-START_TIMEOUT = 30.0
+START_TIMEOUT = 60.0
+"""A loaded 2-core machine may take this long to import and migrate; a start that fails ends
+the wait at once (the process exits)."""
 STOP_TIMEOUT = 30.0
 
 
@@ -36,6 +38,8 @@ class Daemon:
     port: int = field(default_factory=free_port)
     process: asyncio.subprocess.Process | None = None
     log: Path | None = None
+    start_timeout: float = START_TIMEOUT
+    """Seconds `start` waits for `/ready`."""
     _started: bool = field(default=False, init=False, repr=False)
     """Whether it has been ready once (its port is then its own)."""
 
@@ -98,16 +102,22 @@ class Daemon:
                 stderr=log,
                 env={"PATH": "/usr/bin:/bin", "HOME": str(self.state_dir.parent)},
             )
-        async with httpx.AsyncClient(timeout=2.0) as client:
-            async with asyncio.timeout(START_TIMEOUT):
-                while True:
-                    if self.process.returncode is not None:
-                        raise RuntimeError(f"herald exited on start:\n{self.output()}")
-                    with contextlib.suppress(httpx.TransportError):
-                        if (await client.get(f"{self.url}/ready")).status_code == 200:
-                            self._started = True
-                            return
-                    await asyncio.sleep(0.05)
+        try:
+            async with httpx.AsyncClient(timeout=2.0) as client:
+                async with asyncio.timeout(self.start_timeout):
+                    while True:
+                        if self.process.returncode is not None:
+                            raise RuntimeError(f"herald exited on start:\n{self.output()}")
+                        with contextlib.suppress(httpx.TransportError):
+                            if (await client.get(f"{self.url}/ready")).status_code == 200:
+                                self._started = True
+                                return
+                        await asyncio.sleep(0.05)
+        except BaseException:
+            if self.process.returncode is None:  # never ready: it must not outlive the test
+                self.process.kill()
+                await asyncio.shield(self.process.wait())
+            raise
 
     def signal(self, sig: signal.Signals = signal.SIGTERM) -> None:
         """Send a signal to the process."""

@@ -150,6 +150,14 @@ async def test_huge_or_too_many_headers_are_refused_without_memory_growth(
         assert status == 431
         assert b"larger than 16384 bytes" in data
 
+        # A small head with a body larger than the head limit, sent whole: only the head counts.
+        body = b'{"messages": [], "pad": "' + b"a" * 40_000 + b'"}'
+        async with connection(daemon) as (reader, writer):
+            length = b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
+            writer.write(HEAD + b"Content-Type: application/json\r\n" + length + body)
+            status, data = await answer(reader)
+        assert status == 400, data[:200]
+
         fields = b"".join(b"X-F%d: v\r\n" % i for i in range(101))
         async with connection(daemon) as (reader, writer):
             writer.write(HEAD + fields + b"Content-Length: 0\r\n\r\n")

@@ -35,7 +35,7 @@ from starlette.routing import Route
 
 from tests.fakes import standalone
 from tests.fakes.control import ControlClient, wait_answer
-from tests.fakes.params import hang_up
+from tests.fakes.params import EscapedJSONResponse, hang_up
 from tests.fakes.serving import LocalServer, Served
 from tests.fakes.standalone import until_signalled
 from tests.fakes.waiting import Changes, Waitable
@@ -132,7 +132,7 @@ def _error(
 
 
 def _ok(**fields: Any) -> JSONResponse:
-    return JSONResponse({"ok": True, **fields})
+    return EscapedJSONResponse({"ok": True, **fields})
 
 
 def _str(body: Mapping[str, Any], key: str) -> str:

@@ -28,6 +28,12 @@ events the session missed (unless `replay_on_resume` is off) and RESUMED, or INV
 message created (injected or posted by the bot) is dispatched as MESSAGE_CREATE to every
 ready session; a session without a socket keeps it for its resume.
 
+Buttons: a message posted with `components` (action rows of buttons, checked) keeps them;
+`press_button(channel, message, custom_id, user=...)` dispatches INTERACTION_CREATE (a message
+component interaction with its `id` and `token`), and `POST
+/interactions/{id}/{token}/callback` (no bot token: the interaction's) records the response
+(`interaction_responses`; a second one is 400, code 40060).
+
 Faults: `rate_limit(channel, retry_after, times)`, `drop_connections()` (no close frame),
 `close_connections(code)`, `invalidate_sessions()`, `stop_acking()`, `silence()` (the socket
 stays open and acks heartbeats, but events are not sent), `refuse_connections(n)`.
@@ -103,6 +109,29 @@ class Posted:
     files: tuple[tuple[str, int], ...] = ()
     """(filename, size) of each attached file."""
     at: float = field(default_factory=time.monotonic)
+    components: tuple[JSON, ...] = ()
+    """The message components sent with it (action rows of buttons)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Interaction:
+    """A button press dispatched as INTERACTION_CREATE."""
+
+    id: str
+    token: str
+    custom_id: str
+    user_id: str
+    channel_id: str
+    message_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class InteractionResponse:
+    """An accepted interaction callback (`type` 6: deferred update; 4: a message)."""
+
+    interaction_id: str
+    type: int
+    data: JSON | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +174,25 @@ class _Reject(Exception):
     def __init__(self, status: int, message: str, code: int = 0, **extra: Any) -> None:
         super().__init__(message)
         self.status, self.code, self.extra = status, code, extra
+
+
+def _action_row(row: Any) -> bool:
+    """Whether a component is an action row of at most five valid buttons."""
+    if not isinstance(row, dict) or row.get("type") != 1:
+        return False
+    buttons = row.get("components")
+    if not isinstance(buttons, list) or not 1 <= len(buttons) <= 5:
+        return False
+    return all(
+        isinstance(b, dict)
+        and b.get("type") == 2
+        and b.get("style") in (1, 2, 3, 4)
+        and isinstance(b.get("custom_id"), str)
+        and 1 <= len(b["custom_id"]) <= 100
+        and isinstance(b.get("label"), str)
+        and len(b["label"]) <= 80
+        for b in buttons
+    )
 
 
 class FakeDiscordServer(Served, Waitable):
@@ -194,6 +242,10 @@ class FakeDiscordServer(Served, Waitable):
         self.rate_limited: list[tuple[str, float]] = []
         """(channel id, monotonic time) of each 429."""
         self.rest_calls: list[str] = []
+        self.interactions: list[Interaction] = []
+        """Every button press dispatched, in order."""
+        self.interaction_responses: list[InteractionResponse] = []
+        """Every accepted interaction callback, in order."""
 
     # -- addresses ------------------------------------------------------------------------------
 
@@ -211,6 +263,14 @@ class FakeDiscordServer(Served, Waitable):
     def gateway_url(self) -> str:
         assert self._listener is not None
         return f"ws://127.0.0.1:{self._listener.port}/"
+
+    @property
+    def kept_its_session(self) -> bool:
+        """Identified once, then only resumed, at least once: no event was lost to a new
+        session. (A busy machine may stall a heartbeat ack and make Herald replace a socket
+        once more; that is one more resume, never a second identify.)"""
+        resumed = [r for _, r in self.resumes]
+        return len(resumed) >= 2 and not resumed[0] and all(resumed[1:])
 
     # -- setup ----------------------------------------------------------------------------------
 
@@ -270,6 +330,56 @@ class FakeDiscordServer(Served, Waitable):
             event["guild_id"] = guild_id
         self._dispatch("MESSAGE_CREATE", event)
         self._changes.notify()
+
+    def press_button(
+        self, channel_id: str, message_id: str, custom_id: str, *, user: str
+    ) -> Interaction:
+        """`user` pressed the button `custom_id` of the bot's message: INTERACTION_CREATE (a
+        message component interaction, as Discord sends it) to every ready session. KeyError
+        when the message or the button is unknown."""
+        channel = self._channel(channel_id)
+        message = next(m for m in channel.messages if m["id"] == message_id)
+        buttons = [
+            c
+            for row in message.get("components") or []
+            for c in row.get("components") or []
+            if c.get("custom_id") == custom_id
+        ]
+        if not buttons:
+            raise KeyError(f"no button {custom_id!r} on message {message_id}")
+        person = self.users.get(user) or self.add_user(user, f"user{user[-4:]}")
+        interaction = Interaction(
+            self._next_id(), secrets.token_urlsafe(32), custom_id, user, channel_id, message_id
+        )
+        channel_object: JSON = {"id": channel.id, "type": channel.type}
+        payload: JSON = {
+            "id": interaction.id,
+            "application_id": APPLICATION_ID,
+            "type": 3,
+            "data": {"custom_id": custom_id, "component_type": buttons[0].get("type", 2)},
+            "channel_id": channel.id,
+            "channel": channel_object,
+            "token": interaction.token,
+            "version": 1,
+            "message": dict(message),
+            "locale": "en-US",
+            "app_permissions": "2248473465835073",
+            "entitlements": [],
+            "context": 1 if channel.guild_id is None else 0,
+        }
+        if channel.guild_id is None:
+            payload["user"] = person
+        else:
+            payload["guild_id"] = channel.guild_id
+            payload["guild_locale"] = "en-US"
+            channel_object.update(guild_id=channel.guild_id, name=f"channel-{channel.id[-4:]}")
+            if channel.parent_id is not None:
+                channel_object["parent_id"] = channel.parent_id
+            payload["member"] = {"user": person, "roles": [], "nick": None, "joined_at": None}
+        self.interactions.append(interaction)
+        self._dispatch("INTERACTION_CREATE", payload)
+        self._changes.notify()
+        return interaction
 
     # -- faults ---------------------------------------------------------------------------------
 
@@ -382,6 +492,7 @@ class FakeDiscordServer(Served, Waitable):
         reply_to: str | None = None,
         attachments: Sequence[Mapping[str, Any]] = (),
         roles: Sequence[str] = (),
+        components: Sequence[JSON] = (),
     ) -> JSON:
         channel = self._channel(channel_id)
         message_id = self._next_id()
@@ -406,7 +517,7 @@ class FakeDiscordServer(Served, Waitable):
             "embeds": [],
             "pinned": False,
             "flags": 0,
-            "components": [],
+            "components": [dict(c) for c in components],
         }
         if reply_to is not None:
             message["message_reference"] = {
@@ -458,6 +569,11 @@ class FakeDiscordServer(Served, Waitable):
                     methods=["PATCH"],
                 ),
                 Route(f"{api}/channels/{{cid}}/typing", self._rest(self._typing), methods=["POST"]),
+                Route(
+                    f"{api}/interactions/{{iid}}/{{token}}/callback",
+                    self._callback,
+                    methods=["POST"],
+                ),
                 Route("/attachments/{key}", self._download),
             ]
         )
@@ -572,8 +688,16 @@ class FakeDiscordServer(Served, Waitable):
             }
             for part in files.values()
         ]
+        components = values.get("components") or []
+        if not isinstance(components, list) or not all(_action_row(c) for c in components):
+            raise _Reject(400, "Invalid Form Body", 50035)
         message = self._create(
-            channel.id, content, self._bot_user(), reply_to=reply_to, attachments=attachments
+            channel.id,
+            content,
+            self._bot_user(),
+            reply_to=reply_to,
+            attachments=attachments,
+            components=components,
         )
         self.posted.append(
             Posted(
@@ -582,6 +706,7 @@ class FakeDiscordServer(Served, Waitable):
                 content,
                 reply_to,
                 tuple((str(a["filename"]), int(str(a["size"]))) for a in attachments),
+                components=tuple(components),
             )
         )
         return message
@@ -613,6 +738,30 @@ class FakeDiscordServer(Served, Waitable):
                 self.edits.append(Edited(channel.id, message_id, message["content"]))
                 return dict(message)
         raise _Reject(404, "Unknown Message", 10008)
+
+    async def _callback(self, request: Request) -> Response:
+        """An interaction response: no bot token needed, the interaction's own token is."""
+        self.rest_calls.append(f"{request.method} {request.url.path}")
+        try:
+            found = next((i for i in self.interactions if i.id == request.path_params["iid"]), None)
+            if found is None or not secrets.compare_digest(
+                found.token, str(request.path_params["token"])
+            ):
+                return JSONResponse({"message": "Unknown interaction", "code": 10062}, 404)
+            if any(r.interaction_id == found.id for r in self.interaction_responses):
+                body = {"message": "Interaction has already been acknowledged.", "code": 40060}
+                return JSONResponse(body, 400)
+            answer = json.loads(await request.body() or b"{}")
+            kind = answer.get("type") if isinstance(answer, dict) else None
+            if kind not in (4, 5, 6, 7):
+                return JSONResponse({"message": "Invalid Form Body", "code": 50035}, 400)
+            data = answer.get("data")
+            self.interaction_responses.append(
+                InteractionResponse(found.id, kind, data if isinstance(data, dict) else None)
+            )
+            return Response(status_code=204)
+        finally:
+            self._changes.notify()
 
     async def _typing(self, request: Request) -> None:
         self.typing.append(self._channel(request.path_params["cid"]).id)

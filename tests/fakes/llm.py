@@ -53,9 +53,22 @@ class Reply:
     """Sets the `Retry-After` header (seconds)."""
     hang: bool = False
     """Never answer; the request ends when the client leaves or the server stops."""
+    gate: asyncio.Event | None = None
+    """Answer only once the test sets this (the server stopping releases it too)."""
 
 
 Responder = Callable[[dict[str, Any]], Reply]
+
+
+@dataclass(frozen=True, slots=True)
+class Transcription:
+    """One `/v1/audio/transcriptions` request: its form fields and the uploaded file."""
+
+    model: str
+    filename: str
+    content_type: str
+    content: bytes
+    language: str | None = None
 
 
 def last_user_text(body: dict[str, Any]) -> str:
@@ -135,6 +148,12 @@ class FakeLLM(Served):
         """Delayed or hanging requests whose client went away before the answer."""
         self.responder: Responder = you_said
         """Answers a request when no scripted reply is queued."""
+        self.transcriptions: list[Transcription] = []
+        """Every audio transcription request, in arrival order."""
+        self.transcript = "hello from a voice note"
+        """The text every transcription answers (while `transcription_status` is 200)."""
+        self.transcription_status = 200
+        """Anything but 200 answers transcriptions with an OpenAI-style error."""
         self._port = port
         self._log_level = log_level
         self._script: deque[Reply] = deque()
@@ -186,8 +205,30 @@ class FakeLLM(Served):
             routes=[
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
+                Route("/v1/audio/transcriptions", self._transcribe, methods=["POST"]),
             ]
         )
+
+    async def _transcribe(self, request: Request) -> Response:
+        """OpenAI's transcription endpoint: a multipart form with `file` and `model`."""
+        async with request.form() as form:
+            upload = form.get("file")
+            if upload is None or isinstance(upload, str):
+                return JSONResponse(_error_body(400, "no file"), status_code=400)
+            language = form.get("language")
+            self.transcriptions.append(
+                Transcription(
+                    model=str(form.get("model") or ""),
+                    filename=upload.filename or "",
+                    content_type=upload.content_type or "",
+                    content=await upload.read(),
+                    language=language if isinstance(language, str) else None,
+                )
+            )
+        if self.transcription_status != 200:
+            status = self.transcription_status
+            return JSONResponse(_error_body(status), status_code=status)
+        return JSONResponse({"text": self.transcript})
 
     async def _models(self, request: Request) -> Response:
         self.model_listings += 1
@@ -217,6 +258,15 @@ class FakeLLM(Served):
         headers: dict[str, str] = {}
         if reply.retry_after is not None:
             headers["retry-after"] = f"{reply.retry_after:g}"
+        if reply.gate is not None:
+            opened = asyncio.create_task(reply.gate.wait())
+            stopping = asyncio.create_task(self._stopping.wait())
+            try:
+                await asyncio.wait({opened, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                opened.cancel()
+                stopping.cancel()
+                await asyncio.gather(opened, stopping, return_exceptions=True)
         if reply.hang or reply.delay > 0:
             left = await self._pause(request, None if reply.hang else reply.delay)
             if left or reply.hang:

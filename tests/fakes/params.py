@@ -15,7 +15,7 @@ from urllib.parse import parse_qsl
 
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 JSON = dict[str, Any]
 
@@ -138,3 +138,12 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, list | tuple | set | frozenset):
         return [jsonable(v) for v in value]
     return value
+
+
+class EscapedJSONResponse(JSONResponse):
+    """JSON with every non-ASCII character escaped, as `json.dumps` writes it by default: a
+    payload holding a lone surrogate (which JSON allows as `\\ud800`) goes out as a platform
+    would send it, instead of failing to encode."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, separators=(",", ":")).encode("ascii")

@@ -6,8 +6,11 @@ Herald's HTTP client puts in place of `https://api.twilio.com`).
 REST, as Twilio answers it (`/2010-04-01/Accounts/{AccountSid}…`, HTTP basic auth with the
 account SID and auth token, or an API key and its secret; a form body):
 - `GET  /Accounts/{sid}.json`: the account (`friendly_name`, `status`, `type`).
-- `POST /Accounts/{sid}/Messages.json`: `To`, `From`, `Body`, `StatusCallback` → the message
-  (`sid` `SM…`, status `queued`). A body longer than 1600 characters is error 21617.
+- `POST /Accounts/{sid}/Messages.json`: `To`, `From`, `Body`, `StatusCallback`, `MediaUrl`
+  (repeatable) → the message (`sid` `SM…`, status `queued`). A body longer than 1600
+  characters is error 21617. Each `MediaUrl` is fetched at once (Twilio fetches it soon
+  after); one that does not answer 200 is error 11200 (HTTP retrieval failure). Each fetch
+  is recorded in `media_pulls` (URL, status; 0: no answer).
 - `GET  /Accounts/{sid}/Messages/{MessageSid}.json`: a message sent before.
 - `GET  /media/{id}`: a medium registered with `add_media`, with basic auth (401 without).
 Errors are JSON `{"code", "message", "more_info", "status"}`; 401 is code 20003.
@@ -40,7 +43,7 @@ import secrets
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode
 
 import httpx
 from starlette.applications import Starlette
@@ -84,6 +87,8 @@ class Sent:
     status_callback: str | None
     auth: str
     """Who called: the basic-auth user (account SID or API key)."""
+    media: tuple[bytes, ...] = ()
+    """What the fake fetched from each `MediaUrl` (Twilio fetches media itself)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +156,8 @@ class FakeTwilioServer(Served, Waitable):
         self.refused: list[Refused] = []
         self.callbacks: list[Callback] = []
         self.media_fetches: list[str] = []
+        self.media_pulls: list[tuple[str, int]] = []
+        """Each `MediaUrl` of a send the fake fetched: (URL, HTTP status; 0: no answer)."""
         self.faults = _Faults()
         self._media: dict[str, tuple[bytes, str]] = {}
         self._messages: dict[str, JSON] = {}
@@ -384,6 +391,14 @@ class FakeTwilioServer(Served, Waitable):
         if len(body) > MAX_BODY:
             self._refuse(request, 400, 21617, to)
             return _error(400, 21617, "The concatenated message body exceeds 1600 characters.")
+        urls = [v for k, v in parse_qsl((await request.body()).decode()) if k == "MediaUrl"]
+        media: list[bytes] = []
+        for url in urls:
+            fetched = await self._fetch_media(url)
+            if fetched is None:
+                self._refuse(request, 400, 11200, to)
+                return _error(400, 11200, f"HTTP retrieval failure: {url}")
+            media.append(fetched)
         sid = f"SM{next(self._ids):032x}"
         callback = values.get("StatusCallback") or None
         message = {
@@ -402,11 +417,23 @@ class FakeTwilioServer(Served, Waitable):
             "uri": f"/2010-04-01/Accounts/{self.account_sid}/Messages/{sid}.json",
         }
         self._messages[sid] = message
-        self.sent.append(Sent(sid, to, sender, body, callback, who))
+        message["num_media"] = str(len(media))
+        self.sent.append(Sent(sid, to, sender, body, callback, who, tuple(media)))
         self._changes.notify()
         if callback:
             self._spawn(self._report(sid, callback, self.faults.undeliverable.get(to)))
         return JSONResponse(message, status_code=201)
+
+    async def _fetch_media(self, url: str) -> bytes | None:
+        """GET `url` as Twilio's media fetcher does; its body, or None when not 200."""
+        try:
+            async with httpx.AsyncClient(timeout=5.0, trust_env=False) as client:
+                answer = await client.get(url)
+        except httpx.HTTPError:
+            self.media_pulls.append((url, 0))
+            return None
+        self.media_pulls.append((url, answer.status_code))
+        return answer.content if answer.status_code == 200 else None
 
     async def _fetch(self, request: Request) -> Response:
         if self._who(request) is None:

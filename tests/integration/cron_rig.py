@@ -1,5 +1,8 @@
 """The scheduler assembled for tests: real store, agent, outbox and delivery worker, a
-recording fake platform `test` (account `acct`), a scripted LLM and a fake clock."""
+recording fake platform `test` (account `acct`), a scripted LLM and a fake clock.
+
+A test may add real adapters (entered, against their platform's fake) beside `test`, and
+tools for the agent (the scripted LLM can answer with tool calls)."""
 
 from __future__ import annotations
 
@@ -14,9 +17,10 @@ from typing import Any
 from agent_core.agent import Agent, AgentSettings
 from agent_core.llm import Completion, TokenCallback, Usage
 from agent_core.memory import MemoryFiles
-from agent_core.tools import ToolRegistry
+from agent_core.tools import Tool, ToolRegistry
 from gateway.channels import Channels
 from gateway.config import CronConfig, DeliveryConfig
+from gateway.contracts.adapter import Adapter
 from gateway.contracts.config import PlatformSection
 from gateway.contracts.errors import LLMUnavailable
 from gateway.contracts.history import ChatMessage, Role
@@ -37,14 +41,16 @@ WAIT = 10.0
 class ScriptLLM:
     """Answers each run `report: <job prompt>`, unless told otherwise per prompt.
 
-    `replies[prompt]` is a list of texts or exceptions used one per call; `hold` (when set)
-    keeps every call waiting until the test sets it.
+    `replies[prompt]` is a list of texts, completions (tool calls) or exceptions used one per
+    call; `hold` (when set) keeps every call waiting until the test sets it. `requests`
+    keeps the messages of every call.
     """
 
     name: str = "script"
     model: str = "script"
     calls: list[str] = field(default_factory=list)
-    replies: dict[str, list[str | Exception]] = field(default_factory=dict)
+    replies: dict[str, list[str | Completion | Exception]] = field(default_factory=dict)
+    requests: list[list[ChatMessage]] = field(default_factory=list)
     hold: asyncio.Event | None = None
     started: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -58,13 +64,16 @@ class ScriptLLM:
         last = next(m for m in reversed(messages) if m.role is Role.USER).content
         prompt = last.split("\n\n", 1)[-1]
         self.calls.append(prompt)
+        self.requests.append(list(messages))
         self.started.set()
         if self.hold is not None:
             await self.hold.wait()
         queue = self.replies.get(prompt)
-        reply: str | Exception = queue.pop(0) if queue else f"report: {prompt}"
+        reply: str | Completion | Exception = queue.pop(0) if queue else f"report: {prompt}"
         if isinstance(reply, Exception):
             raise reply
+        if isinstance(reply, Completion):
+            return reply
         return Completion(reply, usage=Usage(10, 2))
 
     def fail(self, prompt: str, times: int) -> None:
@@ -157,22 +166,28 @@ async def cron_rig(
     config: CronConfig | None = None,
     homes: Sequence[str] = ("test:home",),
     instance: str = "herald-a",
+    platforms: Sequence[Adapter] = (),
+    tools: Callable[[Channels, Path], Sequence[Tool]] | None = None,
 ) -> AsyncIterator[CronRig]:
-    """A scheduler (and delivery worker) running until the block ends."""
+    """A scheduler (and delivery worker) running until the block ends. `platforms`: more
+    connected adapters (each its platform's section); `tools(channels, state_dir)`: the
+    agent's tools."""
     llm = llm or ScriptLLM()
     adapter = adapter or RecordingAdapter()
     channels = Channels()
     channels.register("test", "acct", adapter.limits, lambda: adapter)
+    sections = {"test": PlatformSection(account="acct", allowed_users=("*",))}
+    for more in platforms:
+        channels.register(more.platform, more.account, more.limits, _live(more))
+        sections[more.platform] = PlatformSection(account=more.account, allowed_users=("*",))
     metrics = Metrics()
     outbox = Outbox(store, listeners=[record_report])
     worker = DeliveryWorker(
         outbox, channels, DeliveryConfig(backoff_initial=0.01, backoff_max=0.05), metrics
     )
     state_dir = tmp_path / "state"
-    agent = Agent(
-        llm, store, MemoryFiles(state_dir), ToolRegistry(), AgentSettings(memory_pass=False)
-    )
-    sections = {"test": PlatformSection(account="acct", allowed_users=("*",))}
+    registry = ToolRegistry(tools(channels, state_dir) if tools else ())
+    agent = Agent(llm, store, MemoryFiles(state_dir), registry, AgentSettings(memory_pass=False))
     service = JobService(store, configured=sections, clock=clock)
 
     async def no_snapshot(*_: object) -> tuple[str, str]:
@@ -199,3 +214,7 @@ async def cron_rig(
         finally:
             for task in tasks:
                 task.cancel()
+
+
+def _live(adapter: Adapter) -> Callable[[], Adapter]:
+    return lambda: adapter

@@ -22,6 +22,9 @@ from tests.e2e.daemon import free_port
 from tests.fakes.llm import FakeLLM
 
 WAIT = 15.0
+START_WAIT = 60.0
+"""A start on a loaded 2-core machine (migrations, bundled skills) takes longer than a reply;
+a start that fails ends the wait at once."""
 
 
 @dataclass
@@ -122,9 +125,9 @@ async def running_daemon(
     herald: Herald | None = None
     try:
         if wait_ready:
-            await _until(_ready_or_failed(url, task))
+            await _until(_ready_or_failed(url, task), START_WAIT)
         else:
-            await _until(lambda: supervisor.state.serving or task.done())
+            await _until(lambda: supervisor.state.serving or task.done(), START_WAIT)
         async with Store.open(config.effective_database_url, migrate=False) as store:
             herald = Herald(supervisor, config, url, store, platform)
             yield herald

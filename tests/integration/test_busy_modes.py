@@ -18,8 +18,10 @@ from sqlalchemy import select
 from gateway.config import SessionsConfig
 from gateway.contracts.config import BusyMode
 from gateway.contracts.history import ChatMessage, Role
-from gateway.sessions import ACKS
+from gateway.contracts.ids import SessionKey
+from gateway.sessions import ACKS, INTERRUPTED_BY_NEWER
 from gateway.store import Store
+from gateway.store import inbox as inbox_sql
 from gateway.store.inbox import InboxRow, Outcome, Status
 from gateway.store.tables import sessions as sessions_table
 from gateway.store.tables import turns as turns_table
@@ -677,6 +679,36 @@ async def test_a_turn_cut_off_by_the_drain_is_answered_after_restart_without_a_s
         assert user_texts(calls_answering(rig, "one")[0]) == ["one"]
         assert len(await turn_ids(store)) == 3  # the cut-off turn and two answers
         assert_one_outcome_each(settled)
+
+
+async def test_an_interrupt_stored_before_a_stop_drops_the_turn_it_cut_off_after_restart(
+    store: Store, tmp_path: Path
+) -> None:
+    """The process died after an interrupting message was stored but before the turn it
+    interrupted was settled: after the restart the interrupted message is dropped as the
+    interrupt would have dropped it, and the newer one answered once (answering the old one
+    after it found the newer message at the end of its history: answered twice)."""
+    config = busy_config(BusyMode.INTERRUPT)
+    async with running_rig(store, tmp_path, sessions=config) as rig:
+        await rig.manager.accept(inbound("old question"))
+        await rig.llm.wait_started("old question")
+        await rig.manager.drain(0.05)  # cut off: pending again, in the history already
+    async with store.write() as conn:  # stored with priority, as while the turn ran
+        await inbox_sql.insert(
+            conn, inbound("new question"), key=SessionKey(KEY), user_id=None, priority=1
+        )
+
+    async with running_rig(store, tmp_path, sessions=config, gated=False) as rig:
+        rows = by_text(await rig.settled(KEY, 2))
+        old, new = rows["old question"], rows["new question"]
+        assert old.outcome is Outcome.DROPPED
+        assert old.outcome_detail == INTERRUPTED_BY_NEWER
+        assert new.outcome is Outcome.ANSWERED
+        assert await wait_replies(rig, 1) == ["answer to new question"]
+        await quiet(rig)
+        assert replies(rig) == ["answer to new question"]
+        assert user_texts(await transcript(store)) == ["old question", "new question"]
+        assert_one_outcome_each(list(rows.values()))
 
 
 async def test_a_steered_message_cut_off_by_the_drain_is_stored_once_after_restart(

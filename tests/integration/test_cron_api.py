@@ -62,7 +62,7 @@ class Rig:
 
 
 @asynccontextmanager
-async def daemon(tmp_path: Path) -> AsyncIterator[Rig]:
+async def daemon(tmp_path: Path, **config: Any) -> AsyncIterator[Rig]:
     port = free_port()
     clock = FakeClock(START)
     async with FakeLLM() as llm, FakeChatServer(TOKEN) as chat:
@@ -78,6 +78,7 @@ async def daemon(tmp_path: Path) -> AsyncIterator[Rig]:
             "api": {"host": "127.0.0.1", "port": port, "key": KEY},
             "cron": {"poll_interval": 0.1},
             "access": {"operators": ["test:owner"]},
+            **config,
         }
         async with (
             running_daemon(
@@ -140,6 +141,19 @@ async def test_a_job_from_the_api_is_delivered_to_the_home_channel(tmp_path: Pat
                 len(b["runs"]) == 2 and all(r["delivery_status"] == "delivered" for r in b["runs"])
             ),
         )
+
+
+async def test_cron_in_a_configured_home_lists_the_jobs_reporting_there(tmp_path: Path) -> None:
+    async with daemon(tmp_path, home={"targets": ["test:cfg-home"]}) as rig:
+        made = await rig.api.post("/api/jobs", json={"prompt": "report", "schedule": "every 30m"})
+        assert made.status_code == 201, made.text
+        job = made.json()
+        assert job["targets"] == ["home"]
+        # No /sethome: the home is the first of home.targets, and its chat sees the job.
+        listing = await rig.say("cfg-home", "/cron", sender="someone")
+        assert job["id"] in listing.text
+        elsewhere = await rig.say("c9", "/cron", sender="c9")
+        assert "No scheduled jobs" in elsewhere.text
 
 
 async def test_the_api_validates_and_changes_nothing_on_errors(tmp_path: Path) -> None:

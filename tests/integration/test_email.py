@@ -261,7 +261,7 @@ async def test_a_strangers_attachments_are_not_written_to_disk(
         rows = {r["platform_message_id"]: r for r in await rows_with_outcome(herald, 2)}
         assert rows[stranger_id]["outcome"] == "rejected"
         assert "[file a.pdf not downloaded: the sender is not allowed]" in rows[stranger_id]["text"]
-        saved = list((tmp_path / "state" / "files" / "email").rglob("*.pdf"))
+        saved = list((tmp_path / "state" / "files").rglob("*.pdf"))
         assert [p.name[-5:] for p in saved] == ["b.pdf"]
         assert rows[ann_id]["outcome"] == "answered"
 

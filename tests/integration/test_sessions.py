@@ -177,3 +177,21 @@ async def test_drain_checkpoints_a_running_turn_and_refuses_new_ones(
     ]
     assert done.turn_id is not None
     assert await store.turn_status(done.turn_id) == "interrupted"
+
+
+async def test_a_request_for_the_whole_answer_is_not_streamed_from_the_model(
+    manager: SessionManager, provider: GatedProvider, store: Store
+) -> None:
+    whole = TurnRequest(SessionKey("test:acct:w"), "test", "long", stream=False)
+    stream = manager.submit(whole)
+    await provider.wait_started(1)
+    await manager.drain(0.05)
+    done = await stream.result()
+    assert done.status == "interrupted"
+    # The model's answer was never streamed, so no part of it was there to keep.
+    session = await store.get_session("test:acct:w")
+    assert session is not None
+    transcript = await store.transcript(session.id)
+    assert [(m.role, m.content, m.interrupted) for m in transcript] == [(Role.USER, "long", False)]
+    assert done.turn_id is not None
+    assert await store.turn_status(done.turn_id) == "interrupted"

@@ -208,7 +208,7 @@ async def test_files_are_downloaded_with_the_bot_token(
         await slack.wait_for_posted(lambda p: p.channel == DM)
         seen = last_user_text(llm.requests[0])
         assert seen.startswith("summarise\n[attached file: notes.pdf (application/pdf")
-        saved = list((tmp_path / "state" / "files" / "slack" / "default").rglob("*notes.pdf"))
+        saved = list((tmp_path / "state" / "files" / "sessions").rglob("*notes.pdf"))
         assert [p.read_bytes() for p in saved] == [pdf]
 
 

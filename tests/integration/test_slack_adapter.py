@@ -138,7 +138,11 @@ async def test_adapter_shape(slack: FakeSlackServer, tmp_path: Path) -> None:
     assert adapter.platform is SLACK
     assert adapter.account == AccountId("work")
     assert adapter.limits == SendLimits(
-        max_chunk=3900, count_utf16=False, min_edit_interval=2.0, min_send_interval=0.5
+        max_chunk=3900,
+        count_utf16=False,
+        min_edit_interval=2.0,
+        min_send_interval=0.5,
+        max_file_bytes=1024 * 1024 * 1024,
     )
     with pytest.raises(NotReady, match="not connected"):  # before entering
         await adapter.send(outbound())

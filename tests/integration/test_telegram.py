@@ -287,7 +287,7 @@ async def test_photos_are_downloaded_and_shown_to_the_agent(
         seen = last_user_text(llm.requests[0])
         assert seen.startswith("what is this?\n[attached file: photo_")
         assert f"(image/jpeg, {len(jpeg)} bytes)" in seen
-        saved = list((tmp_path / "state" / "files" / "telegram" / "default").rglob("*.jpg"))
+        saved = list((tmp_path / "state" / "files" / "sessions").rglob("*.jpg"))
         assert [p.read_bytes() for p in saved] == [jpeg]
         assert str(saved[0]) in seen
 
@@ -327,7 +327,7 @@ async def test_a_strangers_documents_are_never_downloaded(
         tg.inject_message(ANN, "mine", sender_id=ANN, document=mine)
         await tg.wait_for_sent(to(ANN))
         assert len(tg.downloads) == 1
-        saved = list((tmp_path / "state" / "files" / "telegram" / "default").rglob("*.pdf"))
+        saved = list((tmp_path / "state" / "files").rglob("*.pdf"))
         assert [p.read_bytes() for p in saved] == [b"%PDF mine"]
 
 

@@ -35,6 +35,7 @@ from gateway.contracts.errors import (
     NotReady,
     PermanentSendError,
     RateLimited,
+    TransientError,
 )
 from gateway.contracts.ids import AccountId, ChatId, PlatformMessageId, ThreadId
 from gateway.contracts.messages import (
@@ -163,7 +164,11 @@ async def test_adapter_shape(tg: FakeTelegramServer, tmp_path: Path) -> None:
     assert adapter.platform is TELEGRAM
     assert adapter.account == AccountId("bot1")
     assert adapter.limits == SendLimits(
-        max_chunk=4096, count_utf16=True, min_edit_interval=0.2, min_send_interval=0.0
+        max_chunk=4096,
+        count_utf16=True,
+        min_edit_interval=0.2,
+        min_send_interval=0.0,
+        max_file_bytes=50 * 1024 * 1024,
     )
     with pytest.raises(NotReady, match="not connected"):  # before entering
         await adapter.send(outbound())
@@ -627,6 +632,29 @@ async def test_attachments(
     ]
 
 
+async def test_one_file_takes_its_text_as_caption_so_a_failed_upload_sent_nothing(
+    tg: FakeTelegramServer, adapter: TelegramAdapter, tmp_path: Path
+) -> None:
+    pdf = tmp_path / "report.pdf"
+    pdf.write_bytes(b"%PDF-1.4 the report")
+    document = Attachment(pdf, "application/pdf", pdf.stat().st_size, "report.pdf")
+    message = outbound(ANN, "The **Q3** report", attachments=(document,))
+
+    tg.fail("sendDocument")
+    with pytest.raises(TransientError):
+        await adapter.send(message)
+    assert tg.sent == []  # no caption went out alone: the retry cannot repeat it
+
+    receipt = await adapter.send(message)
+    [sent] = tg.sent
+    assert sent.method == "sendDocument"
+    assert sent.plain_text == "The Q3 report"
+    assert receipt.platform_message_id == key(ANN, sent.message_id)
+    # A caption over Telegram's 1,024 goes first as a message of its own.
+    await adapter.send(outbound(ANN, "x" * 1025, attachments=(document,)))
+    assert [s.method for s in tg.sent[1:]] == ["sendMessage", "sendDocument"]
+
+
 async def test_nothing_to_send_is_a_permanent_error(adapter: TelegramAdapter) -> None:
     with pytest.raises(PermanentSendError, match="nothing to send"):
         await adapter.send(outbound(ANN, "  \n"))
@@ -687,7 +715,7 @@ async def test_webhook_mode_sets_the_webhook_with_the_secret(
         webhook = tg.webhook
         assert webhook is not None
         assert (webhook.url, webhook.secret_token) == (webhook_url, SECRET)
-        assert webhook.allowed_updates == ["message", "edited_message"]
+        assert webhook.allowed_updates == ["message", "edited_message", "callback_query"]
     assert adapter.liveness() is AdapterState.STOPPED
     assert tg.webhook is not None  # stays set: Telegram keeps updates while Herald is down
     assert [c.method for c in tg.calls] == ["getMe", "setWebhook"]

@@ -35,11 +35,13 @@ class Doctor:
         return found
 
 
-async def run_doctor(tmp_path: Path, platforms: dict[str, Any]) -> Doctor:
-    """Run `herald doctor` with these platform sections, the state under tmp_path and the
-    default (echo) LLM."""
+async def run_doctor(
+    tmp_path: Path, platforms: dict[str, Any], extra: dict[str, Any] | None = None
+) -> Doctor:
+    """Run `herald doctor` with these platform sections (and `extra` top-level sections),
+    the state under tmp_path and the default (echo) LLM."""
     config = tmp_path / "herald.yaml"
-    settings = {"state_dir": str(tmp_path / "state"), "platforms": platforms}
+    settings = {"state_dir": str(tmp_path / "state"), "platforms": platforms, **(extra or {})}
     config.write_text(yaml.safe_dump(settings), encoding="utf-8")
     process = await asyncio.create_subprocess_exec(
         str(HERALD),

@@ -88,7 +88,7 @@ def verdicts(result: Result) -> dict[str, tuple[str, str]]:
     return found
 
 
-CHECKS = ["config", "state_dir", "database", "llm", "platforms"]
+CHECKS = ["config", "state_dir", "database", "llm", "platforms", "skills"]
 
 
 # config check ------------------------------------------------------------------------------------

@@ -286,3 +286,19 @@ async def test_users_unlink_detaches_one_identity(herald: Herald) -> None:
     again = await herald.invoke("users", "unlink", "telegram:1")
     assert again.exit_code == 1
     assert "the only identity of user" in again.output
+
+
+# pairing reject ----------------------------------------------------------------------------------
+
+
+async def test_pairing_reject_refuses_the_code(herald: Herald) -> None:
+    code = await request_code(herald, "123", "Alice")
+
+    result = await herald.invoke("pairing", "reject", code.lower())
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"rejected telegram:123 ({code})\n"
+    assert await decide(herald, "123") is not Verdict.ALLOW
+    again = await herald.invoke("pairing", "approve", code)
+    assert again.exit_code == 1
+    assert f"no pending pairing code {code!r}" in again.stderr

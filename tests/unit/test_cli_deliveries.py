@@ -144,3 +144,14 @@ async def test_list_shows_a_failed_delivery_report(herald: Herald) -> None:
     assert str(ids["sent"]) in line.split()
     assert "sent, undelivered" in line
     assert "error 30003" in result.output
+
+
+async def test_discard_keeps_a_dead_letter_as_discarded(herald: Herald) -> None:
+    ids = await add_rows(herald)
+    result = await herald.invoke("deliveries", "discard", str(ids["dead"]), str(ids["sent"]))
+    assert result.exit_code == 1, result.output
+    assert f"{ids['dead']}: discarded (to test:chat-42)" in result.stdout
+    assert f"there is no dead letter with id {ids['sent']}" in result.stderr
+    assert (await outbox_row(herald, ids["dead"])).status is OutboxStatus.DISCARDED
+    again = await herald.invoke("deliveries", "retry", str(ids["dead"]))
+    assert again.exit_code == 1

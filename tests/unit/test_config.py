@@ -94,6 +94,21 @@ def test_herald_home_targets_sets_the_home_section_next_to_herald_home(
     assert config.home.targets == ("telegram:42", "slack:C1:T9")
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("home: telegram:123456789\n", ("telegram:123456789",)),
+        ("home:\n  targets: telegram:123456789\n", ("telegram:123456789",)),
+        ('home:\n  targets: "telegram:1, slack:C1"\n', ("telegram:1", "slack:C1")),
+        ("home:\n  targets: [telegram:1, slack:C1]\n", ("telegram:1", "slack:C1")),
+    ],
+)
+def test_home_targets_as_people_write_them(
+    tmp_path: Path, text: str, expected: tuple[str, ...]
+) -> None:
+    assert load_config(config_file(tmp_path, text)).home.targets == expected
+
+
 def test_state_dir_in_the_file_wins_over_herald_home_and_expands_the_user(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, clean_environment: Path
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from adapters.email.config import EmailConfig
 from adapters.email.convert import (
     ReceivedMail,
     ThreadState,
+    attachments_of,
     authenticated,
     build_reply,
     html_to_text,
@@ -246,3 +248,19 @@ def test_config_validation() -> None:
         config(after_receipt="move", move_to="INBOX")
     with pytest.raises(ValueError, match="address"):
         config(address="not an address")
+
+
+def test_inline_images_of_an_html_body_are_attachments_too() -> None:
+    """A picture embedded in an HTML mail (`multipart/related` inside `multipart/mixed`) is
+    kept like an attached one, after the attachments."""
+    mail = EmailMessage()
+    mail.set_content("hello")
+    mail.add_alternative("<p>look <img src='cid:pic'></p>", subtype="html")
+    html = next(p for p in mail.iter_parts() if p.get_content_type() == "text/html")
+    assert isinstance(html, EmailMessage)
+    html.add_related(b"\x89PNG", maintype="image", subtype="png", cid="<pic>", filename="p.png")
+    mail.add_attachment(b"%PDF", maintype="application", subtype="pdf", filename="a.pdf")
+    assert attachments_of(mail) == [
+        ("a.pdf", "application/pdf", b"%PDF"),
+        ("p.png", "image/png", b"\x89PNG"),
+    ]

@@ -51,16 +51,22 @@ that is not 2xx within `events_timeout` after `events_retry_delay` with `X-Slack
 `X-Slack-Retry-Reason` (none after an `X-Slack-No-Retry: 1` answer). `signed_request()` and
 `url_verification_request()` build such requests, right or wrong, for tests to send.
 
+Interactivity: `press_button(channel, ts, value, user=...)` presses a button of a bot's message
+(its blocks, as posted: `Posted.blocks`): a `block_actions` payload in an `interactive` envelope
+(Socket Mode, acknowledged like events), or POSTed form-encoded (`payload=<json>`, signed) to
+`interactivity_url` (default: the events URL). `inject_interactive(payload)` queues any other
+interactivity payload (a shortcut, a form) the same way.
+
 In tests: `async with FakeSlackServer() as slack:`, then `slack.inject_message(...)`,
-`inject_app_mention`, `inject_edit`, `inject_delete`, `inject_bot_message`, `inject_own_message`,
-`inject_event`; faults (`rate_limit`, `fail`, `drop`, `drop_socket`, `send_disconnect`,
-`silence_socket`, `ignore_acks`, `refuse_connections`; the counted ones count down) and records
-(`posted`, `updates`, `deleted`, `reactions`, `uploads`, `calls`, `rejected`, `envelopes`,
-`acks`, `sockets`, `open_sockets`, `max_open_sockets`, `texts_in()`, waits). Another process
-drives the server through `/control/*` (see `SlackServerClient`). Standalone:
-`python -m tests.fakes.slack_server --port 8102 --bot-token xoxb-... --app-token xapp-...`
-serves until SIGTERM / SIGINT; its first line on stdout ends with the root URL.
-"""
+`inject_app_mention`, `inject_edit`, `inject_delete`, `inject_bot_message`,
+`inject_own_message`, `inject_event`, `press_button`; faults (`rate_limit`, `fail`, `drop`,
+`drop_socket`, `send_disconnect`, `silence_socket`, `ignore_acks`, `refuse_connections`; the
+counted ones count down) and records (`posted`, `updates`, `deleted`, `reactions`, `uploads`,
+`calls`, `rejected`, `envelopes`, `acks`, `sockets`, `open_sockets`, `max_open_sockets`,
+`texts_in()`, waits). Another process drives the server through `/control/*` (see
+`SlackServerClient`). Standalone: `python -m tests.fakes.slack_server --port 8102 --bot-token
+xoxb-... --app-token xapp-...` serves until SIGTERM / SIGINT; its first line on stdout ends
+with the root URL."""
 
 from tests.fakes.slack.client import SlackServerClient, main
 from tests.fakes.slack.records import (

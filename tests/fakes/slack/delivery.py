@@ -8,6 +8,7 @@ import contextlib
 import json
 import time
 from typing import TYPE_CHECKING
+from urllib.parse import urlencode
 
 import httpx
 from aiohttp import WSMsgType, web
@@ -131,6 +132,8 @@ async def deliver_over_http(server: FakeSlackServer, event: _Event) -> None:
             server._pending.sort(key=lambda e: e.seq)
             server._dispatch()
             return
+        if event.kind == "interactive":
+            url = server.interactivity_url or url
         attempt = event.attempts
         event.attempts += 1
         status, error, no_retry = await post_event(server, url, event, attempt, reason)
@@ -158,11 +161,16 @@ async def post_event(
     server: FakeSlackServer, url: str, event: _Event, attempt: int, reason: str
 ) -> tuple[int | None, str | None, bool]:
     """POST one attempt: (status, None when 2xx else Slack's retry reason, no-retry asked)."""
-    request = server.signed_request(
-        event.body,
-        retry_num=attempt or None,
-        retry_reason=reason or None,
-    )
+    if event.kind == "interactive":
+        form = urlencode({"payload": json.dumps(event.body)}).encode()
+        request = server.signed_request(form)
+        request.headers["Content-Type"] = "application/x-www-form-urlencoded"
+    else:
+        request = server.signed_request(
+            event.body,
+            retry_num=attempt or None,
+            retry_reason=reason or None,
+        )
     try:
         response = await server._client().post(url, content=request.body, headers=request.headers)
     except httpx.TimeoutException:

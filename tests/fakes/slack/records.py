@@ -364,6 +364,8 @@ class _Event:
     seq: int
     event_id: str
     body: JSON
+    kind: str = "events_api"
+    """The envelope type: `events_api`, or `interactive` (a button press)."""
     attempts: int = 0
     """Deliveries made so far (the next one's retry_attempt)."""
     acked: bool = False

@@ -126,6 +126,8 @@ class FakeSlackServer(Served, Waitable):
         subscribed to the channel's messages."""
         self.events_url: str | None = None
         """Where events are POSTed (Events API); None: Socket Mode."""
+        self.interactivity_url: str | None = None
+        """Where button presses are POSTed over HTTP (None: `events_url`)."""
 
         self.calls: list[Call] = []
         """Every Web API request, any token, in arrival order."""
@@ -524,13 +526,75 @@ class FakeSlackServer(Served, Waitable):
 
     # -- Events API -------------------------------------------------------------------------------
 
-    def use_events_api(self, url: str | None) -> None:
+    def use_events_api(self, url: str | None, *, interactivity_url: str | None = None) -> None:
         """POST events to `url` from now on (the Events API); None: back to Socket Mode.
+        Button presses go to `interactivity_url` (default: `url`), form-encoded.
 
         Envelopes already sent on a socket stay there until acknowledged or timed out.
         """
         self.events_url = url
+        self.interactivity_url = interactivity_url
         self._dispatch()
+
+    def press_button(
+        self, channel: str, ts: str, value: str, *, user: str = DEFAULT_USER
+    ) -> Injected:
+        """`user` pressed the button whose `value` is `value` on the bot's message `ts`: a
+        `block_actions` payload, sent as Slack sends interactivity (an `interactive` envelope in
+        Socket Mode; a signed form POST with a `payload` field over HTTP). Returns the made-up
+        id under which its acknowledgement is tracked. KeyError when the message or the button
+        is unknown."""
+        message = self._messages[(channel, ts)]
+        found = [
+            (block, element)
+            for block in message.get("blocks") or []
+            if block.get("type") == "actions"
+            for element in block.get("elements") or []
+            if element.get("type") == "button" and element.get("value") == value
+        ]
+        if not found:
+            raise KeyError(f"no button with value {value!r} on {channel}:{ts}")
+        block, element = found[0]
+        person = self._user(user)
+        name = person.name if person is not None else user
+        container: JSON = {
+            "type": "message",
+            "message_ts": ts,
+            "channel_id": channel,
+            "is_ephemeral": False,
+        }
+        if message.get("thread_ts"):
+            container["thread_ts"] = message["thread_ts"]
+        trigger = f"{secrets.randbelow(10**10)}.{secrets.randbelow(10**10)}.{secrets.token_hex(16)}"
+        payload: JSON = {
+            "type": "block_actions",
+            "user": {"id": user, "username": name, "name": name, "team_id": self.team_id},
+            "api_app_id": self.app_id,
+            "token": self.verification_token,
+            "container": container,
+            "trigger_id": trigger,
+            "team": {"id": self.team_id, "domain": self.team},
+            "enterprise": None,
+            "is_enterprise_install": False,
+            "channel": {"id": channel, "name": self._injected_channel(channel).display_name},
+            "message": copy.deepcopy(message),
+            "state": {"values": {}},
+            "response_url": f"{self.url}/actions/{self.team_id}/{secrets.token_hex(8)}",
+            "actions": [
+                {
+                    **copy.deepcopy(element),
+                    "block_id": block.get("block_id", ""),
+                    "action_ts": self._next_ts(),
+                }
+            ],
+        }
+        made = self.inject_interactive(payload)
+        return Injected(made, ts, channel, (made,))
+
+    def inject_interactive(self, payload: Mapping[str, Any]) -> str:
+        """Queue an interactivity payload as is (a shortcut, a form, a press); return the
+        made-up id under which its acknowledgement is tracked."""
+        return self._queue_payload(copy.deepcopy(dict(payload)), _random_id("Ia"), "interactive")
 
     def signed_request(
         self,
@@ -920,9 +984,13 @@ class FakeSlackServer(Served, Waitable):
     def _queue(self, event: JSON, event_id: str | None = None) -> str:
         """Wrap `event` in an event_callback and queue it for delivery; return its event id."""
         body = self.event_callback(event, event_id=event_id)
-        if body["event_id"] in self._events:
-            raise ValueError(f"event {body['event_id']} exists already")
-        queued = _Event(next(self._seq), body["event_id"], body)
+        return self._queue_payload(body, body["event_id"], "events_api")
+
+    def _queue_payload(self, body: JSON, event_id: str, kind: str) -> str:
+        """Queue a payload (an event_callback, or an interactivity payload) for delivery."""
+        if event_id in self._events:
+            raise ValueError(f"event {event_id} exists already")
+        queued = _Event(next(self._seq), event_id, body, kind)
         self._events[queued.event_id] = queued
         self._pending.append(queued)
         self._changes.notify()
@@ -949,7 +1017,11 @@ class FakeSlackServer(Served, Waitable):
         envelope = Envelope(
             envelope_id=str(uuid.uuid4()),
             event_id=event.event_id,
-            event_type=str(event.body["event"].get("type", "")),
+            event_type=(
+                str(event.body["event"].get("type", ""))
+                if event.kind == "events_api"
+                else str(event.body.get("type", ""))
+            ),
             retry_attempt=attempt,
             retry_reason="timeout" if attempt else "",
             socket_id=sock.info.id,
@@ -963,7 +1035,7 @@ class FakeSlackServer(Served, Waitable):
         wire = {
             "envelope_id": envelope.envelope_id,
             "payload": event.body,
-            "type": "events_api",
+            "type": event.kind,
             "accepts_response_payload": False,
             "retry_attempt": attempt,
             "retry_reason": envelope.retry_reason,

@@ -99,6 +99,9 @@ async def send_message(server: FakeTelegramServer, request: Request, params: _Pa
     params.json("link_preview_options")
     message = server._bot_message(chat, thread_id, server._reply_target(chat, params))
     message["text"] = formatted.text
+    markup = params.json("reply_markup")
+    if markup is not None:
+        message["reply_markup"] = markup
     if formatted.entities:
         message["entities"] = list(formatted.entities)
     return server._record_sent(
@@ -155,6 +158,17 @@ async def delete_message(server: FakeTelegramServer, request: Request, params: _
     if chat.messages.pop(message_id, None) is None:
         raise _ApiError(400, "Bad Request: message to delete not found")
     server.deleted.append((chat.id, message_id))
+    server._changes.notify()
+    return True
+
+
+async def answer_callback_query(
+    server: FakeTelegramServer, request: Request, params: _Params
+) -> Any:
+    query_id = params.string("callback_query_id") or ""
+    if not query_id:
+        raise _ApiError(400, "Bad Request: query is too old and response timeout expired")
+    server.answered_queries.append(query_id)
     server._changes.notify()
     return True
 

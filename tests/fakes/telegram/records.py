@@ -179,6 +179,8 @@ class Sent:
     upload: Upload | None
     received_at: float
     """`time.monotonic()` when the server accepted it."""
+    reply_markup: JSON | None = None
+    """The inline keyboard sent with it, if any."""
 
 
 @dataclass(frozen=True, slots=True)

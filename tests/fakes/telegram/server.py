@@ -16,13 +16,13 @@ import httpx
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from tests.fakes.control import (
     control_endpoint,
 )
-from tests.fakes.params import hang_up, jsonable
+from tests.fakes.params import EscapedJSONResponse, hang_up, jsonable
 from tests.fakes.serving import LocalServer, Served
 from tests.fakes.telegram import control_routes, methods
 from tests.fakes.telegram.entities import (
@@ -107,6 +107,8 @@ class FakeTelegramServer(Served, Waitable):
         """Every accepted editMessageText, in arrival order."""
         self.actions: list[Action] = []
         """Every accepted sendChatAction, in arrival order."""
+        self.answered_queries: list[str] = []
+        """The callback query ids the bot answered (answerCallbackQuery)."""
         self.deleted: list[tuple[int, int]] = []
         """(chat_id, message_id) of every accepted deleteMessage."""
         self.calls: list[Call] = []
@@ -150,6 +152,7 @@ class FakeTelegramServer(Served, Waitable):
                 ("editMessageText", functools.partial(methods.edit_message_text, self)),
                 ("deleteMessage", functools.partial(methods.delete_message, self)),
                 ("sendChatAction", functools.partial(methods.send_chat_action, self)),
+                ("answerCallbackQuery", functools.partial(methods.answer_callback_query, self)),
                 ("sendPhoto", functools.partial(methods.send_photo, self)),
                 ("sendDocument", functools.partial(methods.send_document, self)),
                 ("getFile", functools.partial(methods.get_file, self)),
@@ -222,11 +225,13 @@ class FakeTelegramServer(Served, Waitable):
         date: float | None = None,
         message_id: int | None = None,
         edit_of: int | None = None,
+        voice: str | None = None,
     ) -> Injected:
         """Queue a user's message as a new update; return its update, chat and message ids.
 
         `entities` default to Telegram's automatic ones (mentions, a leading bot command).
         `photo` / `document`: the file id of an `add_file()`; `text` becomes the caption.
+        `voice`: the file id of an `add_file()` sent as a voice note (no text).
         `thread_id` in a forum makes a topic message. `reply_to`: a message id in this chat
         (the bot's included), embedded as `reply_to_message`. `edit_of`: make an
         `edited_message` update of that earlier message instead (new text, `edit_date`).
@@ -238,6 +243,7 @@ class FakeTelegramServer(Served, Waitable):
             ("edit_of", edit_of, known),
             ("photo", photo, self._files),
             ("document", document, self._files),
+            ("voice", voice, self._files),
         ):
             if value is not None and value not in where:
                 raise KeyError(f"unknown {name}: {value!r}")
@@ -278,6 +284,17 @@ class FakeTelegramServer(Served, Waitable):
         if chat.type != "channel":
             message["from"] = sender
         self._set_content(message, text, entity_list, photo, document)
+        if voice is not None:
+            stored = self._files[voice]
+            for key in ("text", "entities"):
+                message.pop(key, None)
+            message["voice"] = {
+                "file_id": stored.file_id,
+                "file_unique_id": stored.file_unique_id,
+                "duration": 1,
+                "mime_type": stored.mime_type or "audio/ogg",
+                "file_size": len(stored.content),
+            }
         if thread_id is not None:
             message["message_thread_id"] = thread_id
             if chat.is_forum:
@@ -692,7 +709,7 @@ class FakeTelegramServer(Served, Waitable):
             return self._refuse(method, params, err)
         if isinstance(result, Response):
             return result
-        return JSONResponse({"ok": True, "result": result})
+        return EscapedJSONResponse({"ok": True, "result": result})
 
     def _refuse(self, method: str, params: _Params, err: _ApiError) -> Response:
         self.rejected.append(
@@ -859,6 +876,7 @@ class FakeTelegramServer(Served, Waitable):
                 disable_notification=params.boolean("disable_notification"),
                 upload=upload,
                 received_at=time.monotonic(),
+                reply_markup=message.get("reply_markup"),
             )
         )
         self._changes.notify()

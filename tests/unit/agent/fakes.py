@@ -160,7 +160,7 @@ class QueueSteer:
         """Queue texts for injection."""
         self.waiting.extend(texts)
 
-    def take(self) -> list[str]:
+    async def take(self) -> list[str]:
         """Remove and return every waiting text."""
         self.takes += 1
         taken, self.waiting = self.waiting, []
@@ -189,9 +189,13 @@ class FakeChannels:
         return list(self.known)
 
     async def send(self, target: str, text: str, ctx: ToolContext) -> str:
-        """Record the message; ToolError when constructed with `refuse`."""
+        """Record the message; ToolError when constructed with `refuse`, or for a target
+        that is not among the known ones."""
         if self._refuse is not None:
             raise ToolError(self._refuse)
+        if target not in self.known:
+            known = ", ".join(self.known) or "none"
+            raise ToolError(f"unknown target {target!r}; known targets: {known}")
         self.sent.append(Sent(target, text, ctx))
         return f"queued for {target}"
 

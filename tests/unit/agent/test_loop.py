@@ -177,6 +177,42 @@ async def test_streamed_tokens_reach_on_token_and_partial_is_cleared() -> None:
     assert all(c.streamed for c in provider.calls)
 
 
+async def test_calls_stream_for_the_partial_text_unless_nobody_reads_it() -> None:
+    kept = ScriptedProvider(use_tools(call("c1", "echo")), answer("It is noon."))
+    await run(kept)  # no callback, but a turn cut off would keep its partial text
+    assert [c.streamed for c in kept.calls] == [True, True]
+
+    unread = ScriptedProvider(use_tools(call("c1", "echo")), answer("It is noon."))
+    progress = TurnProgress()
+    done = await run_tool_loop(
+        unread,
+        CONTEXT,
+        ToolRegistry([EchoTool()]),
+        CTX,
+        progress,
+        max_iterations=4,
+        partial=False,
+    )
+    assert done == "It is noon."
+    assert [c.streamed for c in unread.calls] == [False, False]
+
+    # A callback always gets the stream.
+    tokens = Tokens()
+    read = ScriptedProvider(answer("It is noon."))
+    await run_tool_loop(
+        read,
+        CONTEXT,
+        ToolRegistry(),
+        CTX,
+        TurnProgress(),
+        max_iterations=4,
+        on_token=tokens,
+        partial=False,
+    )
+    assert [c.streamed for c in read.calls] == [True]
+    assert tokens.text == "It is noon."
+
+
 async def test_streaming_without_a_callback_still_tracks_nothing_after_return() -> None:
     progress = TurnProgress()
     await run(ScriptedProvider(answer("abcdefgh")), progress=progress)

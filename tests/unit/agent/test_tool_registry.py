@@ -150,3 +150,29 @@ def test_str_arg_reads_required_and_optional_strings() -> None:
         str_arg(args, "missing")
     with pytest.raises(ToolError, match="argument 'n' must be a string"):
         str_arg(args, "n")
+
+
+class _Source:
+    """A tool source offering `tools`, or failing."""
+
+    def __init__(self, tools: list[EchoTool], *, fail: bool = False) -> None:
+        self.tools = tools
+        self.fail = fail
+
+    async def tools_for(self, ctx: ToolContext) -> list[EchoTool]:
+        if self.fail:
+            raise RuntimeError("the database is away")
+        return self.tools
+
+
+async def test_a_turn_gets_the_sources_tools_and_a_failing_source_adds_none() -> None:
+    registry = ToolRegistry(
+        [EchoTool("echo")],
+        [_Source([EchoTool("echo"), EchoTool("extra")]), _Source([], fail=True)],
+    )
+
+    turn = await registry.for_turn(CTX)
+
+    assert [s["function"]["name"] for s in turn.specs()] == ["echo", "extra"]
+    assert "extra" not in registry
+    assert await ToolRegistry([EchoTool()]).for_turn(CTX) is not None
