@@ -41,6 +41,7 @@ from adapters.telegram.convert import (
 )
 from adapters.telegram.markup import to_html, to_markdown_v2
 from adapters.telegram.polling import READ_GRACE, Poller
+from adapters.telegram.pools import SplitPools
 from adapters.telegram.webhook import WebhookReceiver
 from gateway.contracts.adapter import AdapterState, InboundSink, WebhookResponse
 from gateway.contracts.errors import NotReady, PermanentSendError
@@ -59,6 +60,8 @@ logger = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT = 10.0
 REQUEST_TIMEOUT = 20.0
+SEND_POOL = 64
+"""Connections for sends, edits, actions and downloads; the long poll has its own."""
 PHOTO_MAX_BYTES = 10 * 1024 * 1024
 """Larger images go out as documents (Telegram's limit for photos)."""
 CAPTION_MAX = 1024
@@ -115,23 +118,25 @@ class TelegramAdapter(TrackedSends):
 
     def _new_bot(self) -> Bot:
         cfg = self.config
+        calls = HTTPXRequest(
+            connection_pool_size=SEND_POOL,
+            connect_timeout=CONNECT_TIMEOUT,
+            read_timeout=REQUEST_TIMEOUT,
+            write_timeout=REQUEST_TIMEOUT,
+            pool_timeout=REQUEST_TIMEOUT,
+        )
+        poll = HTTPXRequest(
+            connection_pool_size=1,
+            connect_timeout=CONNECT_TIMEOUT,
+            read_timeout=READ_GRACE,
+            pool_timeout=CONNECT_TIMEOUT,
+        )
         return Bot(
             cfg.token.get_secret_value(),
             base_url=cfg.base_url,
             base_file_url=cfg.base_file_url,
-            request=HTTPXRequest(
-                connection_pool_size=64,
-                connect_timeout=CONNECT_TIMEOUT,
-                read_timeout=REQUEST_TIMEOUT,
-                write_timeout=REQUEST_TIMEOUT,
-                pool_timeout=REQUEST_TIMEOUT,
-            ),
-            get_updates_request=HTTPXRequest(
-                connection_pool_size=1,
-                connect_timeout=CONNECT_TIMEOUT,
-                read_timeout=READ_GRACE,
-                pool_timeout=CONNECT_TIMEOUT,
-            ),
+            request=SplitPools(calls, poll),
+            get_updates_request=poll,
         )
 
     async def __aenter__(self) -> Self:

@@ -100,7 +100,8 @@ class Poller:
                 raw = await self.bot.do_api_request(
                     # Bot API method names are case-insensitive; this spelling fetches the raw
                     # JSON (one malformed update must not block the ones after it), and is not
-                    # one python-telegram-bot asks to replace with its `get_updates`.
+                    # one python-telegram-bot asks to replace with its `get_updates`. The
+                    # adapter's `SplitPools` still sends it through the poll's own connection.
                     "getupdates",
                     api_kwargs={
                         "offset": self.offset,

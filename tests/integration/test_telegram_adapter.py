@@ -19,7 +19,7 @@ from pydantic import SecretStr
 
 import adapters.telegram  # noqa: F401  (sets PTB_TIMEDELTA before python-telegram-bot is used)
 from adapters.telegram import PLATFORM as TELEGRAM
-from adapters.telegram.adapter import FirstStart, TelegramAdapter
+from adapters.telegram.adapter import SEND_POOL, FirstStart, TelegramAdapter
 from adapters.telegram.config import ParseMode, TelegramConfig, TelegramMode
 from gateway.contracts.adapter import (
     Adapter,
@@ -362,6 +362,29 @@ async def test_a_failed_poll_is_not_ready_and_confirms_nothing(
     assert sink.texts == ["accepted, not yet confirmed"]
     assert pending_ids(tg) == [first.update_id]
     assert tg.confirmed == []
+
+
+async def test_the_long_poll_does_not_wait_behind_busy_sends(
+    tg: FakeTelegramServer, adapter: TelegramAdapter
+) -> None:
+    """Every send connection taken by a slow Telegram (more sends waiting for one): a message
+    still arrives and is confirmed by the next poll, on the same connection (no restart)."""
+    sink = ListSink()
+    tg.hold("sendMessage")
+    async with receiving(adapter, sink), asyncio.TaskGroup() as sends:
+        await tg.wait_for(lambda: tg.polls_waiting == 1)
+        for n in range(SEND_POOL + 4):
+            sends.create_task(adapter.send(outbound(ANN, f"reply {n}", idempotency_key=f"k{n}")))
+        await tg.wait_for(lambda: tg.calls_held == SEND_POOL)
+        first = tg.inject_message(ANN, "while every connection is busy", sender_id=ANN)
+        await tg.wait_until_confirmed(first.update_id)
+        second = tg.inject_message(ANN, "and the next one", sender_id=ANN)
+        await tg.wait_until_confirmed(second.update_id)
+        assert sink.texts == ["while every connection is busy", "and the next one"]
+        assert tg.calls_held == SEND_POOL  # the sends were held all along
+        assert len(calls(tg, "getMe")) == 1  # never reconnected
+        tg.hold("sendMessage", False)
+    assert len(tg.sent) == SEND_POOL + 4
 
 
 async def test_a_webhook_set_elsewhere_while_polling_is_not_ready(

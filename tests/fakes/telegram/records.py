@@ -299,6 +299,8 @@ class _Faults:
     blocked: set[int] = field(default_factory=set)
     deleted_topics: set[tuple[int, int]] = field(default_factory=set)
     stall_polls: int = 0
+    held: set[str] = field(default_factory=set)
+    """Lower-case method names whose calls wait unanswered until released."""
 
 
 class _ApiError(Exception):

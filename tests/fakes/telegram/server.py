@@ -129,6 +129,8 @@ class FakeTelegramServer(Served, Waitable):
         """How many getUpdates requests arrived (faulted ones included)."""
         self.polls_waiting = 0
         """How many getUpdates requests are being held (long polls and stalled polls)."""
+        self.calls_held = 0
+        """How many calls are waiting unanswered because of `hold`."""
         self._port = port
         self._log_level = log_level
         self._retry_delay = webhook_retry_delay
@@ -448,6 +450,15 @@ class FakeTelegramServer(Served, Waitable):
         nothing."""
         self._faults.stall_polls = count
 
+    def hold(self, method: str, held: bool = True) -> None:
+        """Calls of `method` wait unanswered, unprocessed, until `hold(method, False)` or the
+        client leaves (as a slow Telegram under load keeps connections busy)."""
+        if held:
+            self._faults.held.add(method.lower())
+        else:
+            self._faults.held.discard(method.lower())
+        self._changes.notify()
+
     def clear_faults(self) -> None:
         """Switch every fault off (migrations, blocks and deleted topics included)."""
         self._faults = _Faults()
@@ -698,6 +709,18 @@ class FakeTelegramServer(Served, Waitable):
         self._changes.notify()
         if entry is None:
             return self._refuse(method, params, _ApiError(404, "Not Found"))
+        if method.lower() in self._faults.held:
+            self.calls_held += 1
+            self._changes.notify()
+            try:
+                present = await self._changes.hold(
+                    request, None, lambda: method.lower() not in self._faults.held
+                )
+            finally:
+                self.calls_held -= 1
+                self._changes.notify()
+            if not present:
+                return await hang_up(request)
         if self._countdown(self._faults.drops, method):
             return await hang_up(request)
         status = self._failure(method)
