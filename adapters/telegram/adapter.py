@@ -118,13 +118,16 @@ class TelegramAdapter(TrackedSends):
 
     def _new_bot(self) -> Bot:
         cfg = self.config
-        calls = HTTPXRequest(
-            connection_pool_size=SEND_POOL,
-            connect_timeout=CONNECT_TIMEOUT,
-            read_timeout=REQUEST_TIMEOUT,
-            write_timeout=REQUEST_TIMEOUT,
-            pool_timeout=REQUEST_TIMEOUT,
-        )
+
+        def calls() -> HTTPXRequest:
+            return HTTPXRequest(
+                connection_pool_size=SEND_POOL,
+                connect_timeout=CONNECT_TIMEOUT,
+                read_timeout=REQUEST_TIMEOUT,
+                write_timeout=REQUEST_TIMEOUT,
+                pool_timeout=REQUEST_TIMEOUT,
+            )
+
         poll = HTTPXRequest(
             connection_pool_size=1,
             connect_timeout=CONNECT_TIMEOUT,

@@ -6,6 +6,7 @@ Both are best effort: a failure stops them and changes nothing else.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -26,9 +27,15 @@ class Feedback:
     def __init__(self, ctx: SessionContext) -> None:
         self.ctx = ctx
 
-    async def typing(self, target: Target, answering: PlatformMessageId | None) -> None:
-        """Show that a turn is running until cancelled: "typing…" every few seconds, and a
-        mark on the message being answered where the platform has one. Best effort."""
+    async def typing(
+        self, target: Target, answering: PlatformMessageId | None, ended: asyncio.Event
+    ) -> None:
+        """Show that a turn is running until `ended` is set: "typing…" every few seconds, and
+        a mark on the message being answered where the platform has one. Best effort.
+
+        A request in flight when the turn ends is let finish rather than cancelled: httpx's
+        pool can lose a connection to a request cancelled at the wrong moment (see
+        `adapters/telegram/pools.py`), and this one is made for every turn."""
         adapter: object = self.ctx.channels.adapter(target.platform, target.account)
         marked = False
         if isinstance(adapter, WorkingIndicator) and answering is not None:
@@ -38,14 +45,16 @@ class Feedback:
             except Exception as err:
                 logger.debug("working indicator failed: %s", err)
         try:
-            while isinstance(adapter, TypingIndicator):
+            while isinstance(adapter, TypingIndicator) and not ended.is_set():
                 try:
                     await adapter.typing(target.chat_id, target.thread_id)
                 except Exception as err:  # a failed indicator changes nothing
                     logger.debug("typing indicator failed: %s", err)
                     break
-                await asyncio.sleep(4.0)
-            await asyncio.Event().wait()  # until the turn ends
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(4.0):
+                        await ended.wait()
+            await ended.wait()
         finally:
             if marked:
                 assert isinstance(adapter, WorkingIndicator)

@@ -195,8 +195,9 @@ class InboxTurns:
         if running.cancel_reason is not None:
             running.task.cancel()
         answering = batch[-1].platform_message_id if batch else None
-        typing = self.ctx.tg.create_task(
-            self.feedback.typing(target, answering), name=f"typing {key}"
+        turn_ended = asyncio.Event()
+        self.ctx.tg.create_task(
+            self.feedback.typing(target, answering, turn_ended), name=f"typing {key}"
         )
         try:
             await asyncio.wait({running.task})
@@ -219,7 +220,7 @@ class InboxTurns:
             raise
         finally:
             lane.running = None
-            typing.cancel()
+            turn_ended.set()
             if preview is not None:
                 await preview.close()
         synced = False

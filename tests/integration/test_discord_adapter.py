@@ -281,8 +281,12 @@ async def test_close_codes_4000_resumes_and_invalid_session_identifies(
         await until_receiving(adapter)
         await discord.close_connections(4000)
         await discord.wait_for(lambda: len(discord.resumes) == 2)
+        assert discord.kept_its_session
+        before = len(discord.resumes)  # a stalled machine may have added a resume
         await discord.invalidate_sessions()
-        await discord.wait_for(lambda: len(discord.resumes) == 3, timeout=15)
-        assert [resumed for _, resumed in discord.resumes] == [False, True, False]
+        await discord.wait_for(lambda: any(not r for _, r in discord.resumes[before:]), timeout=15)
+        resumed = [r for _, r in discord.resumes]
+        assert resumed[-1] is False  # identified anew, after only resumes
+        assert resumed.count(False) == 2
         discord.inject_message(DM, "after all that", author=ANN)
         await sink.until_stored(1)

@@ -64,6 +64,22 @@ async def test_direct_message_round_trip(
         assert rows[0]["session_key"] == f"telegram:default:{ANN}"
 
 
+async def test_a_typing_indicator_in_flight_when_the_answer_is_ready_is_not_cut_off(
+    tmp_path: Path, tg: FakeTelegramServer, llm: FakeLLM
+) -> None:
+    """The reply does not wait for a slow "typing…", and that request is let finish, not
+    cancelled (a cancelled request can cost the connection pool a connection for good)."""
+    tg.hold("sendChatAction")
+    async with running_herald(tmp_path, tg, llm):
+        tg.inject_message(ANN, "hello", sender_id=ANN)
+        await tg.wait_for_sent(to(ANN))
+        assert tg.calls_held == 1
+        tg.hold("sendChatAction", False)
+        await tg.wait_for(lambda: tg.calls_held == 0)
+        assert tg.calls_abandoned == []
+        assert [a.action for a in tg.actions if a.chat_id == ANN] == ["typing"]
+
+
 async def test_groups_answer_mentions_replies_and_commands_only(
     tmp_path: Path, tg: FakeTelegramServer, llm: FakeLLM
 ) -> None:

@@ -131,6 +131,8 @@ class FakeTelegramServer(Served, Waitable):
         """How many getUpdates requests are being held (long polls and stalled polls)."""
         self.calls_held = 0
         """How many calls are waiting unanswered because of `hold`."""
+        self.calls_abandoned: list[str] = []
+        """Methods of held calls whose client gave up (closed the connection) while held."""
         self._port = port
         self._log_level = log_level
         self._retry_delay = webhook_retry_delay
@@ -720,6 +722,7 @@ class FakeTelegramServer(Served, Waitable):
                 self.calls_held -= 1
                 self._changes.notify()
             if not present:
+                self.calls_abandoned.append(method)
                 return await hang_up(request)
         if self._countdown(self._faults.drops, method):
             return await hang_up(request)
