@@ -20,6 +20,10 @@ from gateway.store.outbox import Target
 
 logger = logging.getLogger(__name__)
 
+TYPING_TIMEOUT = 15.0
+"""The longest one typing request may take before it is given up (and the indicator with
+it); it also bounds how long the indicator's task outlives its turn."""
+
 
 class Feedback:
     """Typing indicators and previews for the turns of one manager."""
@@ -40,14 +44,16 @@ class Feedback:
         marked = False
         if isinstance(adapter, WorkingIndicator) and answering is not None:
             try:
-                await adapter.working(target.chat_id, answering)
+                async with asyncio.timeout(TYPING_TIMEOUT):
+                    await adapter.working(target.chat_id, answering)
                 marked = True
             except Exception as err:
                 logger.debug("working indicator failed: %s", err)
         try:
             while isinstance(adapter, TypingIndicator) and not ended.is_set():
                 try:
-                    await adapter.typing(target.chat_id, target.thread_id)
+                    async with asyncio.timeout(TYPING_TIMEOUT):  # a platform that hangs
+                        await adapter.typing(target.chat_id, target.thread_id)
                 except Exception as err:  # a failed indicator changes nothing
                     logger.debug("typing indicator failed: %s", err)
                     break
