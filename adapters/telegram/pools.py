@@ -77,8 +77,8 @@ class SplitPools(BaseRequest):
         connect_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
         pool_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
     ) -> tuple[int, bytes]:
-        if is_poll(url):
-            return await self.poll.do_request(
+        async def on(pool: HTTPXRequest) -> tuple[int, bytes]:
+            return await pool.do_request(
                 url,
                 method,
                 request_data,
@@ -87,19 +87,14 @@ class SplitPools(BaseRequest):
                 connect_timeout=connect_timeout,
                 pool_timeout=pool_timeout,
             )
+
+        if is_poll(url):
+            return await on(self.poll)
         for last in (False, True):
             pool = self.calls
             self._busy[pool] = self._busy.get(pool, 0) + 1
             try:
-                return await pool.do_request(
-                    url,
-                    method,
-                    request_data,
-                    read_timeout=read_timeout,
-                    write_timeout=write_timeout,
-                    connect_timeout=connect_timeout,
-                    pool_timeout=pool_timeout,
-                )
+                return await on(pool)
             except TimedOut as err:
                 if last or not isinstance(err.__cause__, httpx.PoolTimeout):
                     raise
