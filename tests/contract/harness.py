@@ -45,7 +45,7 @@ from gateway.contracts.ids import ChatId
 from gateway.contracts.messages import OutboundMessage, utcnow
 from tests.fakes.chat_server import FakeChatServer
 from tests.fakes.discord_server import DEFAULT_TOKEN as DISCORD_TOKEN
-from tests.fakes.discord_server import FakeDiscordServer
+from tests.fakes.discord_server import QUIET_HEARTBEAT, FakeDiscordServer
 from tests.fakes.dovecot import USER as MAILBOX
 from tests.fakes.dovecot import Dovecot
 from tests.fakes.slack_server import DEFAULT_APP_TOKEN, DEFAULT_BOT_TOKEN, FakeSlackServer
@@ -308,7 +308,9 @@ class DiscordHarness(PlatformHarness):
         """The adapter's checkpoints: its last seen message id per channel."""
 
     async def _start(self, stack: contextlib.AsyncExitStack) -> None:
-        self.discord = await stack.enter_async_context(FakeDiscordServer(heartbeat_interval=0.5))
+        self.discord = await stack.enter_async_context(
+            FakeDiscordServer(heartbeat_interval=QUIET_HEARTBEAT)
+        )
         for person, name in zip(self.people, ("ann", "bob"), strict=True):
             self.discord.add_user(person, name)
             self.discord.add_channel(self.DMS[person], dm=True)

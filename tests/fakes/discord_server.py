@@ -195,6 +195,12 @@ def _action_row(row: Any) -> bool:
     )
 
 
+QUIET_HEARTBEAT = 5.0
+"""A heartbeat interval for tests that are not about heartbeats: Herald replaces a socket
+after 2 × interval + 0.5 s without an ack, and a 2-core machine running six test workers can
+stall an event loop for over a second, which a 0.5 s interval turned into spurious resumes."""
+
+
 class FakeDiscordServer(Served, Waitable):
     """A fake Discord with one bot in one server, for one test.
 

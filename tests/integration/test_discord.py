@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gateway.contracts.adapter import AdapterState
-from tests.fakes.discord_server import DEFAULT_TOKEN, FakeDiscordServer
+from tests.fakes.discord_server import DEFAULT_TOKEN, QUIET_HEARTBEAT, FakeDiscordServer
 from tests.fakes.llm import FakeLLM, Reply, last_user_text
 from tests.integration.inproc import Herald, running_daemon
 
@@ -31,7 +31,7 @@ THREAD = "3000000000000000004"
 
 @pytest.fixture
 async def discord() -> AsyncIterator[FakeDiscordServer]:
-    async with FakeDiscordServer(heartbeat_interval=0.5) as server:
+    async with FakeDiscordServer(heartbeat_interval=QUIET_HEARTBEAT) as server:
         server.add_user(ANN, "ann")
         server.add_user(BOB, "bob")
         server.add_user(CAROL, "carol")
@@ -198,7 +198,9 @@ async def test_a_rate_limited_channel_does_not_hold_up_another(
 async def test_a_dropped_connection_during_a_burst_loses_nothing_and_answers_once(
     tmp_path: Path, llm: FakeLLM
 ) -> None:
-    async with FakeDiscordServer(heartbeat_interval=0.5, replay_on_resume=False) as discord:
+    async with FakeDiscordServer(
+        heartbeat_interval=QUIET_HEARTBEAT, replay_on_resume=False
+    ) as discord:
         discord.add_channel(DM, dm=True)
         async with running_herald(tmp_path, discord, llm) as herald:
             discord.inject_message(DM, "before", author=ANN)

@@ -30,7 +30,7 @@ from gateway.contracts.adapter import (
 from gateway.contracts.errors import AuthError, NotReady, PermanentSendError, RateLimited
 from gateway.contracts.ids import AccountId, ChatId, PlatformMessageId, ThreadId
 from gateway.contracts.messages import Attachment, OutboundMessage, TextFormat
-from tests.fakes.discord_server import BOT_ID, DEFAULT_TOKEN, FakeDiscordServer
+from tests.fakes.discord_server import BOT_ID, DEFAULT_TOKEN, QUIET_HEARTBEAT, FakeDiscordServer
 from tests.fakes.sink import ListSink, receiving, refusing_socket, run_until_error
 
 pytestmark = pytest.mark.timeout(60)
@@ -45,7 +45,7 @@ THREAD = "3000000000000000004"
 
 @pytest.fixture
 async def discord() -> AsyncIterator[FakeDiscordServer]:
-    async with FakeDiscordServer(heartbeat_interval=0.5) as server:
+    async with FakeDiscordServer(heartbeat_interval=QUIET_HEARTBEAT) as server:
         server.add_user(ANN, "ann")
         server.add_user(BOB, "bob")
         server.add_channel(DM, dm=True)
@@ -221,7 +221,9 @@ async def test_a_dropped_connection_resumes_and_the_gap_is_read_from_history(
 ) -> None:
     sink = ListSink()
     checkpoints = MemoryCheckpoints()
-    async with FakeDiscordServer(heartbeat_interval=0.5, replay_on_resume=False) as discord:
+    async with FakeDiscordServer(
+        heartbeat_interval=QUIET_HEARTBEAT, replay_on_resume=False
+    ) as discord:
         discord.add_channel(DM, dm=True)
         async with adapter_for(discord, tmp_path, checkpoints) as adapter, receiving(adapter, sink):
             await until_receiving(adapter)
@@ -258,19 +260,20 @@ async def test_a_silent_socket_is_replaced_and_backfilled(
         assert DM in discord.history_reads
 
 
-async def test_missing_heartbeat_acks_replace_the_socket(
-    discord: FakeDiscordServer, tmp_path: Path
-) -> None:
+async def test_missing_heartbeat_acks_replace_the_socket(tmp_path: Path) -> None:
+    """The one test here with a short heartbeat: acks are missed on purpose."""
     sink = ListSink()
-    async with adapter_for(discord, tmp_path) as adapter, receiving(adapter, sink):
-        await until_receiving(adapter)
-        discord.stop_acking()
-        await discord.wait_for(lambda: discord.connections == 2)
-        discord.stop_acking(False)
-        await until_receiving(adapter)
-        discord.inject_message(DM, "still here", author=ANN)
-        await sink.until_stored(1)
-        assert discord.kept_its_session
+    async with FakeDiscordServer(heartbeat_interval=0.5) as discord:
+        discord.add_channel(DM, dm=True)
+        async with adapter_for(discord, tmp_path) as adapter, receiving(adapter, sink):
+            await until_receiving(adapter)
+            discord.stop_acking()
+            await discord.wait_for(lambda: discord.connections == 2)
+            discord.stop_acking(False)
+            await until_receiving(adapter)
+            discord.inject_message(DM, "still here", author=ANN)
+            await sink.until_stored(1)
+            assert discord.kept_its_session
 
 
 async def test_close_codes_4000_resumes_and_invalid_session_identifies(

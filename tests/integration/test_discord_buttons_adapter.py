@@ -18,7 +18,7 @@ from gateway.checkpoints import MemoryCheckpoints
 from gateway.contracts.adapter import AdapterState
 from gateway.contracts.ids import AccountId, ChatId
 from gateway.contracts.messages import Button, OutboundMessage
-from tests.fakes.discord_server import DEFAULT_TOKEN, FakeDiscordServer
+from tests.fakes.discord_server import DEFAULT_TOKEN, QUIET_HEARTBEAT, FakeDiscordServer
 from tests.fakes.sink import ListSink, receiving
 
 pytestmark = pytest.mark.timeout(60)
@@ -46,7 +46,7 @@ def adapter_for(discord: FakeDiscordServer, tmp_path: Path) -> DiscordAdapter:
 
 
 async def test_a_press_after_a_restart_is_the_pressers_command(tmp_path: Path) -> None:
-    async with FakeDiscordServer(heartbeat_interval=0.5) as discord:
+    async with FakeDiscordServer(heartbeat_interval=QUIET_HEARTBEAT) as discord:
         discord.add_user(ANN, "ann")
         discord.add_channel(DM, dm=True)
         async with adapter_for(discord, tmp_path) as first:

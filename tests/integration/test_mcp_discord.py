@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.discord_server import DEFAULT_TOKEN, FakeDiscordServer, Posted
+from tests.fakes.discord_server import DEFAULT_TOKEN, QUIET_HEARTBEAT, FakeDiscordServer, Posted
 from tests.fakes.llm import FakeLLM
 from tests.integration.button_rig import MCP, mcp_ready, responder, tool_runs
 from tests.integration.inproc import running_daemon
@@ -40,7 +40,7 @@ async def test_approval_buttons_on_discord(tmp_path: Path, where: str) -> None:
         "min_send_interval": 0,
         "activity_check_interval": 1.0,
     }
-    async with FakeDiscordServer(heartbeat_interval=0.5) as discord, FakeLLM() as llm:
+    async with FakeDiscordServer(heartbeat_interval=QUIET_HEARTBEAT) as discord, FakeLLM() as llm:
         discord.add_user(ANN, "ann")
         discord.add_user(BOB, "bob")
         discord.add_channel(GENERAL)

@@ -381,7 +381,7 @@ async def test_the_long_poll_does_not_wait_behind_busy_sends(
         second = tg.inject_message(ANN, "and the next one", sender_id=ANN)
         await tg.wait_until_confirmed(second.update_id)
         assert sink.texts == ["while every connection is busy", "and the next one"]
-        assert tg.calls_held == SEND_POOL  # the sends were held all along
+        assert tg.calls_held >= SEND_POOL  # the sends were held all along
         assert len(calls(tg, "getMe")) == 1  # never reconnected
         tg.hold("sendMessage", False)
     assert len(tg.sent) == SEND_POOL + 4
