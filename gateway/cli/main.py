@@ -925,8 +925,12 @@ def doctor(config: ConfigOption = None) -> None:
 
 
 def _check_state_dir(path: Path) -> tuple[str, str, str]:
+    """The state directory's verdict; creates nothing (a missing one is reported)."""
+    if not path.exists():
+        if _creatable(path):
+            return ("state_dir", "warn", f"none yet at {path}: `herald run` creates it")
+        return ("state_dir", "fail", f"cannot create {path}: its parent is not writable")
     try:
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
         with tempfile.NamedTemporaryFile(dir=path):
             pass
     except OSError as err:

@@ -261,11 +261,22 @@ async def test_doctor_with_the_echo_provider_warns_and_exits_0(herald: Herald) -
     found = verdicts(result)
     assert list(found) == CHECKS
     assert found["config"][0] == "OK"
-    assert found["state_dir"] == ("OK", str(herald.state_dir))
+    assert found["state_dir"] == (
+        "WARN",
+        f"none yet at {herald.state_dir}: `herald run` creates it",
+    )
     assert found["database"][0] == "WARN"  # not migrated yet
     assert "herald db upgrade" in found["database"][1]
     assert found["llm"] == ("WARN", "offline echo provider (no LLM configured)")
     assert found["platforms"][0] == "OK"
+
+
+async def test_doctor_creates_nothing(herald: Herald) -> None:
+    """A read-only command: a missing state directory is reported, not made."""
+    result = await herald.invoke("doctor")
+
+    assert result.exit_code == 0, result.output
+    assert not herald.state_dir.exists()
 
 
 async def test_doctor_after_db_upgrade_finds_the_database_ok(herald: Herald) -> None:
@@ -274,6 +285,7 @@ async def test_doctor_after_db_upgrade_finds_the_database_ok(herald: Herald) -> 
     result = await herald.invoke("doctor")
 
     assert result.exit_code == 0, result.output
+    assert verdicts(result)["state_dir"] == ("OK", str(herald.state_dir))
     verdict, detail = verdicts(result)["database"]
     assert verdict == "OK"
     assert detail == f"sqlite, schema {engine_mod.head_revision()}"
@@ -296,7 +308,8 @@ async def test_doctor_fails_when_the_llm_is_unreachable(herald: Herald) -> None:
     verdict, detail = found["llm"]
     assert verdict == "FAIL"
     assert "cannot reach the model endpoint" in detail
-    assert found["config"][0] == found["state_dir"][0] == "OK"
+    assert found["config"][0] == "OK"
+    assert found["state_dir"][0] == "WARN"  # not made by a read-only command
 
 
 async def test_doctor_fails_when_the_state_dir_is_not_writable(herald: Herald) -> None:
