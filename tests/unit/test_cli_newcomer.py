@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
 from sqlalchemy import insert
@@ -203,3 +205,15 @@ async def test_jobs_runs_speaks_json(herald: Herald) -> None:
     assert result.exit_code == 0, result.output
     [run] = json.loads(result.stdout)
     assert (run["trigger"], run["status"], run["delivery_status"]) == ("manual", "queued", None)
+
+
+@pytest.mark.parametrize("path", ["herald.yaml", "secrets/llm_api_key", "state/herald.db"])
+def test_what_setup_writes_in_the_checkout_is_ignored_by_git(path: str) -> None:
+    """The quick start runs `herald setup` in the checkout: its files must not reach git."""
+    top = Path(__file__).resolve().parents[2]
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--quiet", "--no-index", path],
+        cwd=top,
+        check=False,
+    )
+    assert ignored.returncode == 0, f"{path} is not ignored by .gitignore"
