@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 
-from gateway.contracts.config import Section, not_empty
+from gateway.contracts.config import Section, http_url, not_empty
 
 
 class TranscriptionConfig(Section):
@@ -25,6 +25,7 @@ class TranscriptionConfig(Section):
     """An ISO-639-1 hint (`en`, `de`); the endpoint detects the language when unset."""
 
     _api_key = field_validator("api_key")(not_empty)
+    _base_url = field_validator("base_url")(http_url)
 
     @property
     def enabled(self) -> bool:
@@ -58,6 +59,7 @@ class LLMConfig(Section):
     transcription: TranscriptionConfig = TranscriptionConfig()
 
     _api_key = field_validator("api_key")(not_empty)
+    _base_url = field_validator("base_url")(http_url)
 
     @property
     def effective_provider(self) -> Literal["openai", "echo"]:

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 
-from gateway.contracts.config import Section, not_empty
+from gateway.contracts.config import Section, http_url, not_empty
 
 
 class HonchoConfig(Section):
@@ -26,6 +26,7 @@ class HonchoConfig(Section):
     """Seconds one sync request may take (recall is bounded by `memory.recall_timeout`)."""
 
     _api_key = field_validator("api_key")(not_empty)
+    _base_url = field_validator("base_url")(http_url)
 
 
 class Mem0Config(Section):
@@ -42,3 +43,4 @@ class Mem0Config(Section):
     request_timeout: float = Field(default=10.0, gt=0)
 
     _api_key = field_validator("api_key")(not_empty)
+    _base_url = field_validator("base_url")(http_url)

@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, model_validator
@@ -73,6 +74,24 @@ def not_empty(value: SecretStr | None) -> SecretStr | None:
     """A config validator: a secret that is set must not be blank."""
     if value is not None and not value.get_secret_value().strip():
         raise ValueError("must not be empty; leave the key out instead")
+    return value
+
+
+def http_url(value: str | None) -> str | None:
+    """A config validator: an endpoint URL must be absolute `http(s)://host…`, so that a
+    missing scheme is found by `herald config check`, not by the first request."""
+    if value is None:
+        return value
+    parts = urlsplit(value)
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or any(c.isspace() for c in value)
+    ):
+        raise ValueError(
+            f"{value!r} is not an http(s) URL: write it with its scheme, e.g. "
+            f"'http://{value.split('://')[-1]}'"
+        )
     return value
 
 

@@ -123,6 +123,19 @@ async def test_config_check_prints_the_config_with_secrets_masked(herald: Herald
         pytest.param({"llm": {"modle": "gpt-4o"}}, "llm.modle", id="unknown-key"),
         pytest.param({"llm": {"compression_threshold": 2}}, "llm.compression_threshold", id="gt"),
         pytest.param({"api": {"host": "0.0.0.0"}}, "api.key", id="no-key-off-loopback"),  # noqa: S104
+        pytest.param(
+            {"llm": {"base_url": "127.0.0.1:18101/v1"}}, "llm.base_url", id="url-without-scheme"
+        ),
+        pytest.param(
+            {"llm": {"transcription": {"base_url": "localhost:9000/v1"}}},
+            "llm.transcription.base_url",
+            id="transcription-url",
+        ),
+        pytest.param(
+            {"memory": {"provider": "mem0", "mem0": {"base_url": "mem0.internal", "api_key": "k"}}},
+            "memory.mem0.base_url",
+            id="memory-url",
+        ),
     ],
 )
 async def test_a_bad_config_exits_2_naming_the_key_on_stderr(
