@@ -6,8 +6,8 @@ import json
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from urllib.parse import urlsplit
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import NoDecode
