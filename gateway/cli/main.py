@@ -33,6 +33,7 @@ from gateway.config import HeraldConfig, masked
 from gateway.contracts.errors import HeraldError
 from gateway.contracts.ids import API_ACCOUNT, Origin, SessionKey, UserId
 from gateway.contracts.messages import utcnow
+from gateway.cron.targets import home_problems
 from gateway.redact import Redactor
 from gateway.store import Store, engine
 from gateway.store.inbox import Inbox
@@ -914,6 +915,13 @@ def doctor(config: ConfigOption = None) -> None:
     verdicts.extend(asyncio.run(_async_checks(cfg)))
     if not cfg.platforms.sections():
         verdicts.append(("platforms", "ok", "none configured (HTTP API and CLI only)"))
+    if cfg.home.targets:
+        problems = home_problems(cfg.home.targets, cfg.platforms.sections())
+        verdicts.append(
+            ("home", "fail", "; ".join(problems))
+            if problems
+            else ("home", "ok", ", ".join(cfg.home.targets))
+        )
     verdicts.append(skills_check(cfg))
     colors = {"ok": "green", "warn": "yellow", "fail": "red"}
     redact = current_redactor()

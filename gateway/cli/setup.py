@@ -31,6 +31,7 @@ from gateway.cli.setup_file import ConfigFile
 from gateway.config import config_path_from_env
 from gateway.contracts.errors import ConfigError
 from gateway.contracts.platform import AnySpec, SetupQuestion
+from gateway.cron.targets import home_problems
 
 DEFAULT_FILE = Path("herald.yaml")
 SKIP = "skip"
@@ -297,6 +298,14 @@ class Setup:
                 "" if shown is None else str(shown),
             )
         targets = [t.strip() for t in home.split(",") if t.strip()]
+        configured = [n for n in platforms.names() if self.file.section("platforms", n)]
+        while problems := home_problems(targets, configured):
+            if not self.live:
+                raise Stop("; ".join(problems), EXIT_BAD_INPUT)
+            for problem in problems:
+                self.console.print(f"[red]{escape(problem)}[/]")
+            home = self.asker.text("Home channel for scheduled reports (empty for none)", "")
+            targets = [t.strip() for t in home.split(",") if t.strip()]
         existing = self.file.get("home")
         if isinstance(existing, Mapping):
             self.file.set("home", "targets", value=targets or None)

@@ -107,6 +107,25 @@ def home_address(value: str) -> Address:
     return parsed
 
 
+def home_problems(targets: Sequence[str], configured: Collection[str]) -> list[str]:
+    """What is wrong with `home` targets: each one that names no chat or a platform not
+    among `configured` (reports to it would never arrive). Empty when all are usable."""
+    problems: list[str] = []
+    for target in targets:
+        try:
+            address = home_address(target)
+        except TargetError as err:
+            problems.append(str(err))
+            continue
+        if address.platform not in configured:
+            problems.append(
+                f"home {target!r}: platform {address.platform} is not configured "
+                f"(configured: {', '.join(sorted(configured)) or 'none'}); "
+                "set that platform up or choose another home"
+            )
+    return problems
+
+
 def chat_target(platform: str, chat: str, thread: str | None) -> str:
     """The target string of a chat (what `/sethome` writes and `/cron` looks for)."""
     return ":".join(p for p in (platform, chat, thread) if p)

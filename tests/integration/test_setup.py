@@ -261,6 +261,15 @@ async def test_non_interactive_flags_answer_everything(
     assert section.pairing is False
 
 
+async def test_a_home_on_a_platform_not_configured_is_refused(tmp_path: Path) -> None:
+    """Reports to it would never arrive: refused, as `jobs add --target` refuses it."""
+    refused = await script(tmp_path, "--home", "telegram:42")
+
+    assert refused.exit_code == 2
+    assert "home 'telegram:42': platform telegram is not configured" in refused.stderr
+    assert listing(tmp_path) == []
+
+
 async def test_discord_is_checked_through_users_me(tmp_path: Path) -> None:
     async with FakeDiscordServer(token="discord-token") as discord:
         args = ("--platform", "discord", "--base-url", discord.api_base, "--allowed-users", "7")

@@ -292,6 +292,17 @@ async def test_doctor_creates_nothing(herald: Herald) -> None:
     assert not herald.state_dir.exists()
 
 
+async def test_doctor_fails_a_home_on_a_platform_not_configured(herald: Herald) -> None:
+    herald.configure(home="telegram:42")
+
+    result = await herald.invoke("doctor")
+
+    assert result.exit_code == 1, result.output
+    verdict, detail = verdicts(result)["home"]
+    assert verdict == "FAIL"
+    assert "platform telegram is not configured" in detail
+
+
 async def test_doctor_after_db_upgrade_finds_the_database_ok(herald: Herald) -> None:
     assert (await herald.invoke("db", "upgrade")).exit_code == 0
 
