@@ -107,6 +107,12 @@ class Metrics:
             ["result"],
             registry=self.registry,
         )
+        self.signals_ignored = Counter(
+            "herald_signals_ignored",
+            "Cluster signals not acted upon: malformed, or unconfirmed by the database (forged)",
+            ["reason"],
+            registry=self.registry,
+        )
 
     def watch_store(self, stats: StoreStats) -> None:
         """Export the store's counters (`herald_store_*_total`), read at each scrape."""

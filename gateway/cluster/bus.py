@@ -5,6 +5,12 @@ or the outbox (`outbox`: new chunks were committed). It is published inside the 
 made it necessary, so it is delivered exactly when that commits. Signals are hints: the
 state is in SQL, and every instance also looks for orphaned work on a timer, so a signal
 lost with a dropped connection delays work by at most `cluster.scan_interval`.
+
+Signals are not trusted: any role that may connect to the database can NOTIFY on the
+channel. A receiver acts only on what it re-reads from tables only Herald's role writes (a
+cancel is the lane's `cancel` column, a steer the inbox row), so a forged signal at worst
+wakes it for a read that finds nothing. A payload that is not a signal is ignored, counted
+(`on_ignored`) and logged at most once a minute.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -30,6 +37,8 @@ logger = logging.getLogger(__name__)
 CHANNEL = "herald"
 HEALTH_INTERVAL = 5.0
 """Seconds between checks that the listening connection still answers."""
+IGNORED_LOG_INTERVAL = 60.0
+"""At most one log line per this many seconds about ignored signals."""
 
 
 class SignalAction(StrEnum):
@@ -86,12 +95,50 @@ class Signal:
 Handler = Callable[[Signal], None]
 
 
+class IgnoredLog:
+    """Logs ignored signals: the first one, then at most one summary line per interval."""
+
+    def __init__(
+        self, interval: float = IGNORED_LOG_INTERVAL, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.interval = interval
+        self.clock = clock
+        self._logged_at: float | None = None
+        self._unlogged = 0
+
+    def note(self, reason: str, what: str) -> None:
+        """One more ignored signal."""
+        now = self.clock()
+        if self._logged_at is not None and now - self._logged_at < self.interval:
+            self._unlogged += 1
+            return
+        more = f" ({self._unlogged} more ignored since the last line)" if self._unlogged else ""
+        logger.warning(
+            "ignored a signal (%s): %s%s; signals are checked against the database, so a "
+            "forged one changes nothing, but some role that can connect sent it: revoke "
+            "PUBLIC's CONNECT on the database",
+            reason,
+            what,
+            more,
+        )
+        self._logged_at, self._unlogged = now, 0
+
+
 class LocalBus:
     """One instance: nothing to carry (the instance that would publish acts itself)."""
 
     def __init__(self, origin: str = "") -> None:
         self.origin = origin
         self.handlers: list[Handler] = []
+        self.on_ignored: Callable[[str], None] = lambda _reason: None
+        """Called with a reason (`malformed`, `unconfirmed`) for each signal not acted upon."""
+        self._ignored_log = IgnoredLog()
+
+    def ignore(self, reason: str, what: str) -> None:
+        """Count a signal that is not acted upon (`on_ignored`) and log it, at most one line
+        a minute (a flood of forged NOTIFYs cannot flood the log)."""
+        self.on_ignored(reason)
+        self._ignored_log.note(reason, what)
 
     @property
     def clustered(self) -> bool:
@@ -186,7 +233,10 @@ class PgBus(LocalBus):
 
     def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
         signal = Signal.decode(str(payload))
-        if signal is None or signal.origin == self.origin:
+        if signal is None:
+            self.ignore("malformed", f"a payload that is not a signal: {str(payload)[:80]!r}")
+            return
+        if signal.origin == self.origin:
             return
         self._deliver(signal)
 

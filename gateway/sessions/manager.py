@@ -131,6 +131,9 @@ class SessionManager:
         for key in self._recovered:
             ctx.wake(key)
         if ctx.clustered:
+            ctx.bus.on_ignored = lambda reason: ctx.metrics.signals_ignored.labels(
+                reason=reason
+            ).inc()
             ctx.bus.subscribe(self.signals.on_signal)
             ctx.tg.create_task(self.signals.scanner(), name="orphan scan")
         return self

@@ -10,7 +10,7 @@ from gateway.cluster.bus import Signal, SignalAction
 from gateway.cluster.lanes import LaneState
 from gateway.contracts.ids import SessionKey
 from gateway.sessions.context import SessionContext
-from gateway.sessions.state import INTERRUPTED_BY_NEWER, Running
+from gateway.sessions.state import INTERRUPTED_BY_NEWER, Lane, Running
 from gateway.store import inbox as inbox_sql
 
 logger = logging.getLogger(__name__)
@@ -38,12 +38,14 @@ class ClusterSignals:
         key = SessionKey(signal.key)
         lane = ctx.lanes.get(key)
         running = lane.running if lane is not None else None
-        if signal.action is SignalAction.CANCEL and lane is not None:
-            lane.stops += 1
-        if signal.action is SignalAction.CANCEL and running is not None:
-            running.cancel(signal.reason or "cancelled")
-        elif signal.action is SignalAction.INTERRUPT and running is not None:
-            running.cancel(INTERRUPTED_BY_NEWER)
+        if signal.action in (SignalAction.CANCEL, SignalAction.INTERRUPT):
+            # Any role that can connect may NOTIFY: only the lane's stored request counts.
+            if lane is not None and running is not None and lane.claim is not None:
+                assert ctx.tg is not None
+                ctx.tg.create_task(
+                    self._confirm_cancel(key, lane, running, signal), name=f"cancel {key}"
+                )
+                return
         elif signal.action is SignalAction.STEER and running is not None:
             assert ctx.tg is not None
             ctx.tg.create_task(self._pick_up_steer(key, running), name=f"steer {key}")
@@ -69,6 +71,32 @@ class ClusterSignals:
             else:
                 await self._pick_up_steer(key, running)
 
+    async def _confirm_cancel(
+        self, key: SessionKey, lane: Lane, running: Running, signal: Signal
+    ) -> None:
+        """Cancel the running turn only when the lane's row in SQL asks for it (a signal is
+        only a hint to look): what another instance asks is stored with its signal."""
+        claim = lane.claim
+        if claim is None:
+            return
+        try:
+            reason = await self.ctx.lane_store.cancel_requested(claim)
+        except Exception as err:  # the next resync reads it again
+            logger.warning("could not read the cancel request for %s: %s", key, err)
+            return
+        if reason is None:
+            self.ctx.bus.ignore(
+                "unconfirmed",
+                f"{signal.action} for {key} from {signal.origin!r}, which no stored request "
+                "confirms",
+            )
+            return
+        if lane.running is not running:
+            return  # that turn ended meanwhile; a request for a later one is read anew
+        if reason != INTERRUPTED_BY_NEWER:
+            lane.stops += 1  # a /stop: what this turn would try again is dropped instead
+        running.cancel(reason)
+
     async def _pick_up_steer(self, key: SessionKey, running: Running) -> None:
         """Steer rows another instance stored for the turn running here."""
         try:
@@ -80,7 +108,10 @@ class ClusterSignals:
         known = {*running.ids, *running.steer.taken, *(i for i, _ in running.steer.waiting)}
         for row in rows:
             if row.steer and row.id not in known:
-                running.steer.add(row.id, row.text, files=bool(row.attachments))
+                speaker = self.ctx.speaker(
+                    row.platform, row.sender_id, row.sender_name, direct=row.is_direct
+                )
+                running.steer.add(row.id, row.text, speaker=speaker, files=bool(row.attachments))
         self.ctx.wake(key)
 
     async def scanner(self) -> None:

@@ -19,7 +19,7 @@ the other exceptions are listed below. Only modules of `gateway/store/` import t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -812,6 +812,14 @@ class SignalBus(Protocol):
     def subscribe(self, handler: Handler) -> None:
         """Call `handler` for each signal from another instance, never for this one's.
         A handler that raises is logged; the others still get the signal."""
+        ...
+
+    on_ignored: Callable[[str], None]
+    """Called with a reason for each signal not acted upon (a metric)."""
+
+    def ignore(self, reason: str, what: str) -> None:
+        """Count (`on_ignored`) and log, at most one line a minute, a signal that is not acted
+        upon: `malformed`, or `unconfirmed` (what it asks is not stored: forged)."""
         ...
 
     async def publish(self, conn: AsyncConnection, signal: Signal) -> None:

@@ -4,12 +4,16 @@ holding its lane, and busy-mode signals accepted by the other one reach that tur
 from __future__ import annotations
 
 import asyncio
+import json
+import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import asyncpg
 import pytest
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
 from gateway.cluster.node import Node
 from gateway.config import ClusterConfig
@@ -172,3 +176,54 @@ async def test_an_idle_session_runs_where_its_message_arrived_and_then_is_free(
         assert await wait_replies(a, 2) == ["answer to hello", "answer to again"]
         rows = by_text(await a.settled(KEY, 2))
         assert rows["again"].outcome is Outcome.ANSWERED
+
+
+async def test_a_forged_cancel_from_a_role_without_grants_changes_nothing(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Any role that may connect can NOTIFY on Herald's channel: a running turn is cancelled
+    only when its lane row asks for it, and the forged signals are counted."""
+    role = f"forger_{secrets.token_hex(4)}"
+    url = make_url(pg_url)
+    async with (
+        Store.open(pg_url) as store,
+        Node(store, "a", CLUSTER, pg_url) as node,
+        running_rig(store, tmp_path, node=node, sessions=busy_config(BusyMode.QUEUE)) as a,
+    ):
+        async with asyncio.timeout(10):
+            while not node.bus.connected:
+                await asyncio.sleep(0.01)
+        await a.manager.accept(inbound("long question"))
+        await a.llm.wait_started("long question")
+        async with store.write() as conn:
+            await conn.execute(text(f'CREATE ROLE "{role}" LOGIN'))
+        try:
+            forger = await asyncpg.connect(
+                host=url.host, port=url.port, user=role, database=url.database, timeout=10
+            )
+            try:
+                for action in ("cancel", "interrupt"):
+                    payload = json.dumps({"a": action, "k": KEY, "r": "forged", "o": "evil"})
+                    await forger.execute("SELECT pg_notify('herald', $1)", payload)
+                await forger.execute("SELECT pg_notify('herald', 'not a signal')")
+            finally:
+                await forger.close()
+
+            def ignored(reason: str) -> float:
+                sample = a.manager.ctx.metrics.registry.get_sample_value(
+                    "herald_signals_ignored_total", {"reason": reason}
+                )
+                return sample or 0.0
+
+            async with asyncio.timeout(10):
+                while ignored("unconfirmed") < 2 or ignored("malformed") < 1:
+                    assert a.manager.running(SessionKey(KEY)), "a forged signal ended the turn"
+                    await asyncio.sleep(0.01)
+            assert a.manager.running(SessionKey(KEY)), "the turn still runs"
+            a.llm.release("long question")
+            rows = by_text(await a.settled(KEY, 1))
+            assert rows["long question"].outcome is Outcome.ANSWERED
+            assert await wait_replies(a, 1) == ["answer to long question"]
+        finally:
+            async with store.write() as conn:
+                await conn.execute(text(f'DROP ROLE IF EXISTS "{role}"'))
