@@ -8,6 +8,7 @@ import re
 from collections.abc import Sequence
 
 from agent_core.skills.model import Skill
+from agent_core.skills.scanner import hidden_characters, strip_hidden
 
 INDEX_HEADER = (
     "# Skills\n"
@@ -20,7 +21,10 @@ GENERAL = "general"
 
 
 def build_index(skills: Sequence[Skill], max_chars: int) -> str:
-    """The index text, at most `max_chars` characters ("" when there are no skills)."""
+    """The index text, at most `max_chars` characters ("" when there are no skills). Skills
+    that are not usable, or whose name, category or description hide characters, are left
+    out whatever the caller passed."""
+    skills = [s for s in skills if s.usable and not _hides(s)]
     if not skills:
         return ""
     groups: dict[str, list[Skill]] = {}
@@ -55,8 +59,12 @@ def _length(lines: list[str]) -> int:
     return sum(len(line) for line in lines) + len(lines) - 1
 
 
+def _hides(skill: Skill) -> bool:
+    return bool(hidden_characters(f"{skill.name}{skill.category or ''}{skill.description}"))
+
+
 def _short(description: str) -> str:
-    text = " ".join(description.split())
+    text = " ".join(strip_hidden(description).split())
     if len(text) <= MAX_LINE_DESCRIPTION:
         return text
     return text[: MAX_LINE_DESCRIPTION - 1].rstrip() + "…"

@@ -1,7 +1,8 @@
 """`herald skills install PATH`: copy a skill folder into the shared skills, scanned first.
 
 A folder the scanner flags goes to `<state_dir>/skills/.quarantine/<name>/` instead, never
-shown to the model; `herald skills list` shows it with the reason.
+shown to the model; `herald skills list` shows it with the reason. A folder it refuses
+(hidden characters, a file it cannot read) is not copied at all.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from agent_core.skills.format import (
     parse_skill,
 )
 from agent_core.skills.model import Skill, SkillAction, SkillChange, SkillError, SkillSource
-from agent_core.skills.scanner import Finding, scan_text
+from agent_core.skills.scanner import Finding, Verdict, scan_text, verdict
 from agent_core.skills.store import QUARANTINE, SkillStore, scan_folder_files
 
 
@@ -56,6 +57,12 @@ def install_folder(store: SkillStore, source: Path, category: str | None = None)
     except SkillFormatError as err:
         raise SkillError(str(err)) from err
     findings: list[Finding] = [*scan_text(text), *scan_folder_files(source)]
+    if verdict(findings) is Verdict.REFUSED:
+        raise SkillError(
+            "refused, nothing installed: "
+            + "; ".join(str(f) for f in findings if f.refused)
+            + ". Remove the hidden characters or unreadable files and install it again"
+        )
     if findings:
         target = store.shared_root / QUARANTINE / doc.name
         _copy_tree(source, target, replace=True)
@@ -86,7 +93,10 @@ def quarantined(store: SkillStore) -> list[Skill]:
             text = ""
         findings = [*scan_text(text), *scan_folder_files(folder)]
         reason = "; ".join(str(f) for f in findings) or "held in quarantine"
-        out.append(Skill(folder.name, "", SkillSource.OPERATOR, folder, quarantine=reason))
+        refused = verdict(findings) is Verdict.REFUSED
+        out.append(
+            Skill(folder.name, "", SkillSource.OPERATOR, folder, quarantine=reason, refused=refused)
+        )
     return out
 
 

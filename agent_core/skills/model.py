@@ -71,7 +71,18 @@ class Skill:
     problem: str | None = None
     """Why it fails validation (it is then never shown to the model)."""
     quarantine: str | None = None
-    """Why the scanner flagged it (it is then never shown to the model)."""
+    """Why the scanner flagged or refused it (it is then never shown to the model)."""
+    refused: bool = False
+    """The scanner refused it outright: hidden characters, or a file it cannot read."""
+
+    @property
+    def verdict(self) -> str:
+        """`invalid` (fails validation), else the scanner's: `refused`, `flagged` or `ok`."""
+        if self.problem is not None:
+            return "invalid"
+        if self.quarantine is not None:
+            return "refused" if self.refused else "flagged"
+        return "ok"
 
     @property
     def usable(self) -> bool:

@@ -2,30 +2,54 @@
 
 A skill is text the model will follow, so text that tries to override its instructions,
 hide from the person, or send secrets or files elsewhere is flagged before it can reach a
-prompt. The patterns are deliberately plain: a false positive quarantines a skill the
-operator can read and re-install; a miss lets a stranger steer the agent.
+prompt. Text the operator cannot read as the model would is refused outright: invisible,
+tag, direction-changing and control characters, and binary files past a size cap.
+
+Before matching, text is normalised the way a reader (human or model) sees it: invisible
+characters dropped, NFKC (full-width and styled letters), accents stripped, Cyrillic and
+Greek look-alikes mapped to Latin. It is matched again with everything but letters and
+digits removed (split words), and base64 runs are decoded and matched too.
+
+The patterns are deliberately plain: a false positive quarantines a skill the operator can
+read and re-install; a miss lets a stranger steer the agent.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
+import unicodedata
+from collections.abc import Iterator
 from dataclasses import dataclass
+from enum import StrEnum
+
+MAX_BINARY_BYTES = 256 * 1024
+"""A supporting file that is not text is allowed up to this size (past it: refused)."""
 
 _I = re.IGNORECASE
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "asks to ignore earlier instructions",
         re.compile(
-            r"\b(ignore|disregard|forget|override)\b[^.\n]{0,40}\b(previous|prior|above|earlier|"
-            r"all|system|your|the)\b[^.\n]{0,30}\b(instructions?|prompts?|rules|guidelines)\b",
+            r"\b(ignore|disregard|forget|override|bypass|discard|abandon|set aside|"
+            r"pay no attention to)\b[^.\n]{0,40}\b(previous|prior|above|earlier|preceding|"
+            r"former|original|all|any|every|system|developer|your|the)\b[^.\n]{0,30}"
+            r"\b(instructions?|prompts?|rules|guidelines|directives|guidance|commands|"
+            r"constraints|polic(y|ies))\b"
+            r"|\b(ignore|disregard|forget)\s+(everything|anything|all)\s+(above|before|"
+            r"previously|earlier|you (were|have been) told)\b",
             _I,
         ),
     ),
     (
         "claims a new identity or system role",
         re.compile(
-            r"\b(you are now|from now on,? you are|new system prompt|act as the system)\b"
-            r"|<\s*/?\s*system\s*>|\[\s*system\s*\]",
+            r"\b(you are now|from now on,? you (are|will|must)|new system prompt|"
+            r"act as the (system|developer)|developer mode|jailbr(eak|oken))\b"
+            r"|\bnew (system )?(instructions|rules|prompt)\s*[:\-\u2014]"
+            r"|\byour (new|real|true) (instructions|rules|prompt|role|task)\b"
+            r"|<\s*/?\s*system\s*>|\[\s*/?\s*system\s*\]|<\|\s*(im_start|system|endoftext)",
             _I,
         ),
     ),
@@ -33,14 +57,20 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         "tells the agent to hide from the person",
         re.compile(
             r"\b(do not|don't|never)\s+(tell|inform|mention|reveal|show)[^.\n]{0,30}"
-            r"\b(the )?(user|person|owner|operator|human)\b",
+            r"\b(the )?(user|person|owner|operator|human)\b"
+            r"|\b(without|never)\s+(telling|informing|asking|notifying|letting)\s+(the )?"
+            r"(user|person|owner|operator|human)\b"
+            r"|\b(keep|hide)\b[^.\n]{0,30}\bfrom (the )?(user|person|owner|operator|human)\b"
+            r"|\b(silently|secretly|covertly)\b[^.\n]{0,40}\b(send|forward|upload|post|"
+            r"email|copy|transmit)\b",
             _I,
         ),
     ),
     (
         "reveals the system prompt",
         re.compile(
-            r"\b(reveal|print|output|repeat|send)\b[^.\n]{0,30}\b(system prompt|your instructions)",
+            r"\b(reveal|print|output|repeat|send|leak|dump)\b[^.\n]{0,30}\b(system prompt|"
+            r"system message|your instructions|(initial|original|hidden) (prompt|instructions))",
             _I,
         ),
     ),
@@ -54,10 +84,27 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
     (
+        "uploads a file with curl or wget",
+        re.compile(
+            r"\b(curl|wget|xh|httpie)\b[^\n]{0,200}?(\s-[a-z]*[dFT]\s*['\"]?[\w.-]*=?@|"
+            r"--(data[\w-]*|form[\w-]*)[\s=]+['\"]?[\w.-]*=?@|['\"=\s]@[~/.$\w]|"
+            r"--upload-file\b|--post-file\b|--body-file\b)",
+            _I,
+        ),
+    ),
+    (
+        "reads Herald's configuration or secrets",
+        re.compile(
+            r"\bherald\.ya?ml\b|(?<![\w-])secrets/|(?<![\w.-])\.env\b"
+            r"|\bHERALD_\w*(KEY|TOKEN|SECRET|PASSWORD)\w*|\bherald\.db\b|/etc/herald\b",
+            _I,
+        ),
+    ),
+    (
         "reads credential files",
         re.compile(
-            r"(~|\$HOME)/\.(ssh|aws|gnupg|netrc|config/gh)\b|/etc/(passwd|shadow)\b"
-            r"|\bid_(rsa|ed25519)\b",
+            r"(~|\$HOME)/\.(ssh|aws|gnupg|netrc|kube|docker|config/gh)\b|/etc/(passwd|shadow)\b"
+            r"|\bid_(rsa|ed25519|ecdsa)\b|\.git-credentials\b|\.pgpass\b|/proc/\w+/environ\b",
             _I,
         ),
     ),
@@ -66,31 +113,226 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.compile(r"\b(env|printenv|cat [^|\n]+)\s*\|\s*(curl|wget|nc|netcat)\b", _I),
     ),
     (
-        "hides text with invisible or direction-changing characters",
-        re.compile("[\u200b\u200c\u200d\u2060\u2062\u2063\u2064\u202a-\u202e\u2066-\u2069\ufeff]"),
+        "names a data-catching service",
+        re.compile(
+            r"\b(webhook\.site|requestbin|pipedream\.net|ngrok(-free)?\.(io|app)|"
+            r"burpcollaborator|interact\.sh|oast\.(fun|pro|live|site|online|me))\b",
+            _I,
+        ),
     ),
 )
+
+# Matched against the text with everything but letters and digits removed (lowercase).
+_JOINED: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "asks to ignore earlier instructions",
+        re.compile(
+            r"(ignore|disregard|forget|override|bypass|discard)(all|any|every|the|your|of)*"
+            r"(previous|prior|above|earlier|preceding|former|original|system|developer)+"
+            r"(instructions?|prompts?|rules|guidelines|directives|guidance)"
+        ),
+    ),
+    (
+        "claims a new identity or system role",
+        re.compile(
+            r"youarenow|fromnowonyouare|newsystemprompt|newsysteminstructions"
+            r"|yournewinstructions|developermode|jailbroken"
+        ),
+    ),
+    (
+        "tells the agent to hide from the person",
+        re.compile(r"(donot|dont|never)(tell|inform|mention|reveal)(the)?(user|person|operator)"),
+    ),
+    (
+        "reveals the system prompt",
+        re.compile(
+            r"(reveal|print|output|repeat|leak|dump)(your|the)(system|initial|hidden)prompt"
+        ),
+    ),
+    ("reads Herald's configuration or secrets", re.compile(r"heraldya?ml")),
+)
+
+# Look-alikes of Latin letters (from Unicode's confusables.txt, the ones that matter for
+# English words), per script: (look-alikes, the Latin letters they pass for).
+_LOOKALIKES = (
+    ("аеорсхуіјѕԁһӏԛԝвкмнтгпьүѵѡ", "aeopcxyijsdhlqwbkmhtrnbyvw"),  # Cyrillic
+    ("АВЕКМНОРСТХУІЈЅӀԌԚԜҮ", "ABEKMHOPCTXYIJSIGQWY"),
+    ("αβεικνορτυχγϲϳω", "abeikvoptuxycjw"),  # Greek
+    ("ΑΒΕΖΗΙΚΜΝΟΡΤΥΧϹ", "ABEZHIKMNOPTYXC"),
+    ("օսհոցզ", "ouhngq"),  # Armenian
+    ("ıȷɩɑɡǀ", "ijiagl"),  # Latin letters passing for others
+)
+_FOLD = str.maketrans({k: v for a, b in _LOOKALIKES for k, v in zip(a, b, strict=True)})
+_NON_ALNUM = re.compile(r"[\W_]+")
+_BASE64 = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,2}(?:[ \t]*\r?\n[ \t]*[A-Za-z0-9+/_-]{4,}={0,2})*")
+_MAX_DEPTH = 2
+_INVISIBLE_EXTRA = frozenset("\u034f\u115f\u1160\u180b\u180c\u180d\u2800\u3164\uffa0")
+_ALLOWED_CONTROLS = frozenset("\t\n\r")
+
+
+class Verdict(StrEnum):
+    """What the scanner makes of a skill."""
+
+    OK = "ok"
+    FLAGGED = "flagged"
+    """Looks like injection or exfiltration: quarantined, shown to the operator only."""
+    REFUSED = "refused"
+    """Cannot be read as the model would read it (hidden characters, binary past the cap)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """One flagged passage."""
+    """One flagged (or, with `refused`, refused) passage."""
 
     reason: str
     excerpt: str
     where: str = "SKILL.md"
+    refused: bool = False
 
     def __str__(self) -> str:
         return f"{self.where}: {self.reason} ({self.excerpt!r})"
 
 
+def verdict(findings: list[Finding]) -> Verdict:
+    """The verdict these findings make: refused beats flagged beats ok."""
+    if any(f.refused for f in findings):
+        return Verdict.REFUSED
+    return Verdict.FLAGGED if findings else Verdict.OK
+
+
+def is_hidden(ch: str, previous: str = "") -> bool:
+    """True for a character a reader cannot see but a model reads: format (Cf), control
+    (bar tab and newlines), surrogate, tag (U+E0000-E007F) and invisible filler characters,
+    variation selectors past the first after a character."""
+    if ch in _ALLOWED_CONTROLS:
+        return False
+    code = ord(ch)
+    if 0xE0000 <= code <= 0xE007F or 0xE0100 <= code <= 0xE01EF or ch in _INVISIBLE_EXTRA:
+        return True
+    if 0xFE00 <= code <= 0xFE0F:  # one variation selector styles an emoji; a run hides bytes
+        return previous == "" or 0xFE00 <= ord(previous) <= 0xFE0F
+    return unicodedata.category(ch) in ("Cf", "Cc", "Cs")
+
+
+def hidden_characters(text: str) -> list[str]:
+    """The hidden characters of `text` (see `is_hidden`), in order; a byte-order mark at the
+    very start is not one."""
+    out: list[str] = []
+    previous = ""
+    for i, ch in enumerate(text):
+        if is_hidden(ch, previous) and not (i == 0 and ch == "\ufeff"):
+            out.append(ch)
+        previous = ch
+    return out
+
+
+def strip_hidden(text: str) -> str:
+    """`text` without its hidden characters."""
+    previous = ""
+    out: list[str] = []
+    for ch in text:
+        if not is_hidden(ch, previous):
+            out.append(ch)
+        previous = ch
+    return "".join(out)
+
+
+def normalise(text: str) -> str:
+    """`text` as a reader sees it: hidden characters dropped, compatibility forms folded
+    (NFKC), accents removed and look-alike letters mapped to Latin."""
+    decomposed = unicodedata.normalize("NFKD", strip_hidden(text))
+    bare = "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+    return unicodedata.normalize("NFKC", bare.translate(_FOLD))
+
+
 def scan_text(text: str, where: str = "SKILL.md") -> list[Finding]:
-    """The flagged passages of `text` (empty when it looks safe)."""
+    """The flagged and refused passages of `text` (empty when it looks safe)."""
     found: list[Finding] = []
-    body = text.lstrip("\ufeff")  # a byte-order mark at the start is harmless
-    for reason, pattern in _PATTERNS:
-        match = pattern.search(body)
-        if match is not None:
-            excerpt = " ".join(match.group(0).split())[:80] or repr(match.group(0))
+    hidden = hidden_characters(text)
+    if hidden:
+        shown = " ".join(f"U+{ord(c):04X}" for c in dict.fromkeys(hidden))
+        found.append(
+            Finding(
+                "holds invisible, tag, direction or control characters", shown[:80], where, True
+            )
+        )
+    tags = "".join(chr(ord(c) - 0xE0000) for c in hidden if 0xE0020 <= ord(c) <= 0xE007E)
+    seen: set[str] = set()
+    for reason, excerpt in _matches(text + ("\n" + tags if tags else ""), 0):
+        stem = reason.split(",", 1)[0]  # one finding per kind: the plainest form found
+        if stem not in seen:
+            seen.add(stem)
             found.append(Finding(reason, excerpt, where))
     return found
+
+
+def _matches(text: str, depth: int) -> Iterator[tuple[str, str]]:
+    plain = normalise(text)
+    for reason, pattern in _PATTERNS:
+        match = pattern.search(plain)
+        if match is not None:
+            yield reason, " ".join(match.group(0).split())[:80] or repr(match.group(0))
+    joined = _NON_ALNUM.sub("", plain).lower()
+    for reason, pattern in _JOINED:
+        match = pattern.search(joined)
+        if match is not None:
+            yield f"{reason}, letters split apart", match.group(0)[:80]
+    if depth >= _MAX_DEPTH:
+        return
+    for decoded in _base64_texts(text):
+        for reason, excerpt in _matches(decoded, depth + 1):
+            yield f"{reason}, hidden in base64", excerpt
+
+
+def _base64_texts(text: str) -> Iterator[str]:
+    for match in _BASE64.finditer(text):
+        run = re.sub(r"\s+", "", match.group(0)).rstrip("=").replace("-", "+").replace("_", "/")
+        run = run[: len(run) - len(run) % 4 if len(run) % 4 == 1 else len(run)]
+        try:
+            data = base64.b64decode(run + "=" * (-len(run) % 4), validate=True)
+        except (binascii.Error, ValueError):
+            continue
+        decoded = sniff_text(data)
+        if decoded is not None and decoded.strip():
+            yield decoded
+
+
+def sniff_text(data: bytes) -> str | None:
+    """`data` as text when it is text (UTF-8, or UTF-16/32 with a byte-order mark, and no
+    NUL character), else None."""
+    for bom, codec in (
+        (b"\xff\xfe\x00\x00", "utf-32-le"),
+        (b"\x00\x00\xfe\xff", "utf-32-be"),
+        (b"\xff\xfe", "utf-16-le"),
+        (b"\xfe\xff", "utf-16-be"),
+    ):
+        if data.startswith(bom):
+            try:
+                text = data[len(bom) :].decode(codec)
+            except UnicodeDecodeError:
+                return None
+            return None if "\x00" in text else text
+    if b"\x00" in data:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def scan_bytes(data: bytes, where: str) -> list[Finding]:
+    """Findings in one supporting file: text (whatever its name) is scanned as text; other
+    files are refused past `MAX_BINARY_BYTES`."""
+    text = sniff_text(data)
+    if text is not None:
+        return scan_text(text, where)
+    if len(data) > MAX_BINARY_BYTES:
+        return [
+            Finding(
+                f"is not text and larger than {MAX_BINARY_BYTES} bytes (cannot be checked)",
+                f"{len(data)} bytes",
+                where,
+                True,
+            )
+        ]
+    return []

@@ -292,6 +292,8 @@ class Skills:
             if not matches:
                 raise SkillNotFound(f"skill {change.skill!r} is gone; reject write #{write_id}")
             skill = matches[0]
+        if change.after is not None:  # held before the scanner learnt more: scanned again
+            _scan(change.after, change.file_path)
         self.store.apply(change, skill)
         await journal.decide(write_id, WriteStatus.APPROVED)
         return _done(change)
@@ -315,6 +317,12 @@ def _required(value: str | None, name: str, hint: str) -> str:
 
 def _scan(text: str, where: str) -> None:
     findings = scan_text(text, where)
+    if any(f.refused for f in findings):
+        raise SkillError(
+            "refused: the text holds characters a reader cannot see ("
+            + "; ".join(str(f) for f in findings)
+            + "); write it again in plain visible text"
+        )
     if findings:
         raise SkillError(
             "refused: the text looks like prompt injection or exfiltration ("

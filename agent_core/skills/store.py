@@ -39,11 +39,10 @@ from agent_core.skills.model import (
     SkillNotFound,
     SkillSource,
 )
-from agent_core.skills.scanner import Finding, scan_text
+from agent_core.skills.scanner import Finding, hidden_characters, scan_bytes, scan_text
 
 MANIFEST = ".bundled.json"
 QUARANTINE = ".quarantine"
-_TEXT_SUFFIXES = frozenset({".md", ".txt", ".py", ".sh", ".js", ".ts", ".json", ".yaml", ".yml"})
 
 _Stamp = tuple[int, ...]
 
@@ -141,9 +140,8 @@ class SkillStore:
             st = path.lstat()
         except OSError as err:
             return Skill(folder.name, "", source, folder, cat, owner, problem=str(err))
-        stamp: _Stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
-        if source is SkillSource.EXTERNAL:  # its supporting files are scanned too
-            stamp += _files_stamp(folder)
+        # Supporting files are scanned too: a changed one is read and scanned again.
+        stamp: _Stamp = (st.st_ino, st.st_size, st.st_mtime_ns, *_files_stamp(folder))
         cached = self._cache.get(path)
         if cached is not None and cached[0] == stamp:
             return cached[1]
@@ -242,11 +240,12 @@ def _read_folder(
         return broken(f"SKILL.md cannot be read: {err}")
     except SkillFormatError as err:
         return broken(str(err))
-    findings = scan_text(text)
-    if source is SkillSource.EXTERNAL:
-        findings.extend(scan_folder_files(folder))
+    findings = [*scan_text(text), *scan_folder_files(folder)]
     quarantine = "; ".join(str(f) for f in findings) or None
-    return Skill(doc.name, doc.description, source, folder, cat, owner, doc.front, None, quarantine)
+    refused = any(f.refused for f in findings)
+    return Skill(
+        doc.name, doc.description, source, folder, cat, owner, doc.front, None, quarantine, refused
+    )
 
 
 def _with_source(skill: Skill, source: SkillSource) -> Skill:
@@ -260,34 +259,57 @@ def _with_source(skill: Skill, source: SkillSource) -> Skill:
         skill.front,
         skill.problem,
         skill.quarantine,
+        skill.refused,
     )
 
 
 def scan_folder_files(folder: Path) -> list[Finding]:
-    """Scanner findings in the supporting text files of a skill folder."""
+    """Scanner findings in every file of a skill folder besides `SKILL.md`, wherever it lies
+    and whatever its name: text is scanned; a file that cannot be read, is too large, or
+    whose name hides characters is refused."""
     found: list[Finding] = []
-    for rel in supporting_files(folder):
+    for rel in _every_file(folder):
         path = folder / rel
-        if path.suffix.lower() not in _TEXT_SUFFIXES or path.stat().st_size > MAX_FILE_BYTES:
+        if hidden_characters(rel):
+            found.append(Finding("the file name holds hidden characters", "name", ascii(rel), True))
             continue
         try:
-            found.extend(scan_text(path.read_text(encoding="utf-8"), rel))
-        except (OSError, UnicodeDecodeError):
+            if path.stat().st_size > MAX_FILE_BYTES:
+                found.append(Finding(f"is larger than {MAX_FILE_BYTES} bytes", "size", rel, True))
+                continue
+            data = path.read_bytes()
+        except OSError as err:
+            found.append(Finding("cannot be read", str(err)[:80], rel, True))
             continue
+        found.extend(scan_bytes(data, rel))
     return found
 
 
 def _files_stamp(folder: Path) -> _Stamp:
-    """Sizes and modification times of a folder's supporting files (a changed file is read
-    and scanned again)."""
+    """Names, inodes, sizes and modification times of a folder's other files (a changed
+    file is read and scanned again)."""
     out: list[int] = []
-    for rel in supporting_files(folder):
+    for rel in _every_file(folder):
         try:
             st = (folder / rel).stat()
         except OSError:
             continue
-        out += [st.st_size, st.st_mtime_ns]
+        out += [hash(rel), st.st_ino, st.st_size, st.st_mtime_ns]
     return tuple(out)
+
+
+def _every_file(folder: Path) -> list[str]:
+    """Every file of a skill folder besides `SKILL.md`, relative, sorted (symlinks, which
+    are never read, left out)."""
+    out: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = [d for d in dirnames if not Path(dirpath, d).is_symlink()]
+        for name in filenames:
+            path = Path(dirpath, name)
+            rel = path.relative_to(folder).as_posix()
+            if rel != SKILL_FILE and not path.is_symlink():
+                out.append(rel)
+    return sorted(out)
 
 
 def supporting_files(folder: Path) -> list[str]:
@@ -311,6 +333,8 @@ def inside(folder: Path, rel: str) -> Path:
     SkillError."""
     if not rel or "\x00" in rel or "\\" in rel:
         raise SkillError(f"not a usable file path: {rel!r}")
+    if hidden_characters(rel):
+        raise SkillError(f"{ascii(rel)} holds hidden characters; name the file in plain text")
     pure = PurePosixPath(rel)
     if pure.is_absolute() or rel.startswith("~"):
         raise SkillError(f"{rel!r} is absolute; give a path inside the skill, like references/x.md")

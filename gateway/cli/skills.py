@@ -110,16 +110,15 @@ async def resolve_owner(user: str, skills: Skills) -> str:
 
 
 def _status(skill: Skill) -> str:
-    if skill.problem:
-        return f"invalid: {skill.problem}"
-    if skill.quarantine:
-        return f"quarantined: {skill.quarantine}"
-    return "ok"
+    """`ok`, or the verdict with its reasons: `invalid: …`, `flagged: …`, `refused: …`."""
+    reason = skill.problem or skill.quarantine
+    return f"{skill.verdict}: {reason}" if reason else skill.verdict
 
 
 @skills_app.command("list")
 def skills_list(config: ConfigOption = None, json_: JsonOption = False) -> None:
-    """Every skill: shared, each person's own, invalid and quarantined (with the reason)."""
+    """Every skill with the scanner's verdict: ok, flagged or refused (with the reasons), or
+    invalid; flagged and refused ones are never shown to the model."""
     console = _console()
 
     async def work(skills: Skills) -> None:
@@ -137,6 +136,7 @@ def skills_list(config: ConfigOption = None, json_: JsonOption = False) -> None:
                         else "quarantined"
                         if s.quarantine
                         else "ok",
+                        "verdict": s.verdict,
                         "reason": s.problem or s.quarantine,
                         "description": s.description,
                         "path": str(s.path),
