@@ -225,6 +225,8 @@ def _turn_failure(err: openai.APIError, base: str) -> str:
         )
     if isinstance(err, openai.APIStatusError):
         return f"error {err.status_code}: {err.message}"
+    if err.message.startswith("the turn "):
+        return err.message  # the daemon's own words already say how the turn ended
     return f"the turn failed: {err.message}"
 
 
@@ -430,6 +432,7 @@ def sessions_list(
                     {
                         "key": s.key,
                         "epoch": s.epoch,
+                        "conversation": s.epoch + 1,
                         "messages": s.message_count,
                         "updated_at": s.updated_at,
                         "user_id": s.user_id,
@@ -442,7 +445,7 @@ def sessions_list(
             console,
             [
                 Column("key", Kind.ID),
-                Column("epoch", Kind.NUMBER),
+                Column("conversation", Kind.NUMBER),
                 Column("messages", Kind.NUMBER),
                 Column("last active (UTC)"),
                 Column("user", Kind.ID),
@@ -450,7 +453,7 @@ def sessions_list(
             [
                 [
                     s.key,
-                    str(s.epoch),
+                    f"#{s.epoch + 1}",
                     str(s.message_count),
                     f"{s.updated_at:%Y-%m-%d %H:%M:%S}",
                     s.user_id or "",
@@ -470,7 +473,7 @@ def sessions_show(
     config: ConfigOption = None,
     limit: Annotated[int, typer.Option(min=1)] = 200,
 ) -> None:
-    """The transcript of a session's current epoch (a bare name is an API session's)."""
+    """The transcript of a session's current conversation (a bare name is an API session's)."""
     console = _console()
     if ":" not in key:  # `herald chat`'s and the API's names: api:default:<name>
         key = f"{Origin.API}:{API_ACCOUNT}:{key}"
@@ -510,7 +513,7 @@ def sessions_show(
         if session is None:
             return
         console.print(
-            f"[bold]{escape(session.key)}[/] epoch {session.epoch}, "
+            f"[bold]{escape(session.key)}[/] conversation #{session.epoch + 1}, "
             f"{session.message_count} messages"
         )
         for m in await store.transcript(session.id, limit=limit):
@@ -846,7 +849,8 @@ def users_unlink(
         rest = ", ".join(f"{p}:{e}" for p, e in await store.identities_of(user_id))
         console.print(
             f"unlinked {escape(who[0])}:{escape(who[1])} from user {escape(user_id)} "
-            f"(still {escape(rest)}); its sessions so far stay with that user"
+            f"(still {escape(rest)}); its chats start over as its own from its next message, "
+            "and the jobs it made are its own"
         )
 
     _with_store(config, work)

@@ -62,7 +62,7 @@ async def test_chat_commands_and_the_short_session_name(tmp_path: Path) -> None:
 
         code, out = await cli(config, "sessions", "show", "ada")
         assert code == 0, out
-        assert "api:default:ada epoch 1, 2 messages" in out
+        assert "api:default:ada conversation #2, 2 messages" in out
         assert "after the reset" in out
         assert "hello there" not in out  # the model was never sent the commands either
 

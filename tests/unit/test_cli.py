@@ -204,8 +204,8 @@ async def test_sessions_list_shows_every_session(populated: Herald) -> None:
         for line in result.stdout.splitlines()
         if len(cells := re.split(r"\s{2,}", line.strip())) >= 4
     }
-    assert rows[ALICE][1:3] == ["0", "4"]
-    assert rows[BOB][1:3] == ["0", "2"]
+    assert rows[ALICE][1:3] == ["#1", "4"]
+    assert rows[BOB][1:3] == ["#1", "2"]
     assert list(rows) == ["key", BOB, ALICE]  # most recently active first
 
 
@@ -216,7 +216,7 @@ async def test_sessions_show_prints_the_transcript_with_the_interrupted_mark(
 
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0] == f"{ALICE} epoch 0, 4 messages"
+    assert lines[0] == f"{ALICE} conversation #1, 4 messages"
     assert [line.split(" ", 2)[2] for line in lines[1:]] == [
         "user: hello there from alice",
         "assistant: hi alice, how can I help?",
@@ -261,7 +261,7 @@ async def test_a_session_key_that_looks_like_markup_is_printed_verbatim(herald: 
     assert listed.exit_code == 0
     assert key in listed.stdout
     assert shown.exit_code == 0
-    assert shown.stdout.startswith(f"{key} epoch 0")
+    assert shown.stdout.startswith(f"{key} conversation #1")
 
 
 # doctor ------------------------------------------------------------------------------------------

@@ -316,7 +316,8 @@ async def test_chat_shows_a_failed_turn_as_one_line(tmp_path: Path, failing_api:
     assert ran.returncode == 1, ran.stdout + ran.stderr
     assert "Traceback" not in ran.stdout + ran.stderr
     assert "Once upon" in ran.stdout
-    assert "the turn failed: the turn was interrupted" in ran.stdout
+    assert "the turn was interrupted" in ran.stdout
+    assert "the turn failed: the turn" not in ran.stdout  # said once, not twice
 
 
 async def test_chat_goes_on_after_a_failed_turn(tmp_path: Path, failing_api: str) -> None:
@@ -331,4 +332,4 @@ async def test_chat_goes_on_after_a_failed_turn(tmp_path: Path, failing_api: str
 
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "Traceback" not in ran.stdout + ran.stderr
-    assert ran.stdout.count("the turn failed: the turn was interrupted") == 2
+    assert ran.stdout.count("the turn was interrupted") == 2

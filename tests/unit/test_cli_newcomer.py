@@ -131,7 +131,7 @@ async def test_a_list_that_fits_80_columns_is_a_table(herald: Herald) -> None:
 
     text = await narrow(herald, "sessions", "list")
 
-    assert text.splitlines()[0].split()[:3] == ["key", "epoch", "messages"]
+    assert text.splitlines()[0].split()[:3] == ["key", "conversation", "messages"]
     assert widest(text) <= 80
     assert SHORT_KEY in text.splitlines()[-2] + text.splitlines()[-1]
 
