@@ -10,9 +10,11 @@ import contextlib
 import logging
 import math
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from gateway.contracts.adapter import Adapter, MessageEditor, TypingIndicator, WorkingIndicator
+from gateway.contracts.errors import RateLimited
 from gateway.contracts.ids import Platform, PlatformMessageId, TurnId
 from gateway.contracts.messages import OutboundMessage, TextFormat, utcnow
 from gateway.sessions.context import SessionContext
@@ -30,6 +32,29 @@ class Feedback:
 
     def __init__(self, ctx: SessionContext) -> None:
         self.ctx = ctx
+        self._held: dict[tuple[str, str, str], float] = {}
+        """Chats a platform rate-limited during feedback: until when (monotonic)."""
+
+    def hold(self, chat: tuple[str, str, str], retry_after: float) -> None:
+        """A 429 from `chat`, whatever the request: its next reply waits `retry_after`."""
+        now = time.monotonic()
+        for stale in [c for c, until in self._held.items() if until <= now]:
+            del self._held[stale]  # bounded by the chats rate-limited right now
+        self._held[chat] = max(self._held.get(chat, now), now + retry_after)
+
+    def held(self, chat: tuple[str, str, str]) -> bool:
+        """Whether `chat` answered a 429 whose `retry_after` has not passed yet."""
+        return self._held.get(chat, -math.inf) > time.monotonic()
+
+    def not_before(self, chat: tuple[str, str, str], preview: Preview | None) -> datetime | None:
+        """The earliest moment the chat's next reply may be sent: after its preview's edit
+        interval and any 429 the chat answered a typing indicator or a preview with."""
+        wait = self._held.get(chat, -math.inf) - time.monotonic()
+        at = utcnow() + timedelta(seconds=wait) if wait > 0 else None
+        edit = None if preview is None else preview.next_edit_at()
+        if at is None or edit is None:
+            return at or edit
+        return max(at, edit)
 
     async def typing(
         self, target: Target, answering: PlatformMessageId | None, ended: asyncio.Event
@@ -54,6 +79,10 @@ class Feedback:
                 try:
                     async with asyncio.timeout(TYPING_TIMEOUT):  # a platform that hangs
                         await adapter.typing(target.chat_id, target.thread_id)
+                except RateLimited as err:  # the chat's limit holds its replies too
+                    self.hold(target.chat, err.retry_after)
+                    logger.debug("typing indicator rate-limited: %s", err)
+                    break
                 except Exception as err:  # a failed indicator changes nothing
                     logger.debug("typing indicator failed: %s", err)
                     break
@@ -94,6 +123,8 @@ class Feedback:
             max_chars=limits.max_chunk,
             interval=limits.min_edit_interval,
             tg=self.ctx.tg,
+            on_rate_limited=lambda retry_after: self.hold(target.chat, retry_after),
+            held=lambda: self.held(target.chat),
         )
 
 
@@ -114,8 +145,15 @@ class Preview:
         max_chars: int,
         interval: float,
         tg: asyncio.TaskGroup,
+        on_rate_limited: Callable[[float], None] = lambda _: None,
+        held: Callable[[], bool] = lambda: False,
     ) -> None:
+        """`on_rate_limited(retry_after)`: the platform answered a send or edit with 429;
+        the preview stops, and the chat's reply must wait that long. `held()`: the chat is
+        waiting out a 429 (of any request): the preview stops instead of sending."""
         self.sender = sender
+        self.on_rate_limited = on_rate_limited
+        self.held = held
         self.editor = editor
         self.target = target
         self.turn_id = turn_id
@@ -160,6 +198,8 @@ class Preview:
                 text = "".join(self._parts).strip()
                 if not text:
                     continue
+                if self.held():
+                    return  # the chat is rate-limited: the reply alone goes, when it may
                 if len(text) > self.max_chars - 2:
                     text = text[: self.max_chars - 2]
                 message = OutboundMessage(
@@ -185,5 +225,8 @@ class Preview:
                     return
                 except TimeoutError:
                     pass
+        except RateLimited as err:
+            self.on_rate_limited(err.retry_after)
+            logger.debug("preview stopped: %s", err)
         except Exception as err:  # best effort
             logger.debug("preview stopped: %s", err)

@@ -364,7 +364,7 @@ class InboxTurns:
                     inbox_id=ids[0],
                     reply_to=None if head.is_direct else head.platform_message_id,
                     edit_of=None if preview is None else preview.message_id,
-                    not_before=None if preview is None else preview.next_edit_at(),
+                    not_before=self.feedback.not_before(target.chat, preview),
                 )
             )
             if media is not None and media.files:

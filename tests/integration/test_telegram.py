@@ -371,6 +371,28 @@ async def test_answers_stream_by_editing_a_preview(
         assert len([s for s in tg.sent if s.chat_id == ANN]) == 1
 
 
+async def test_a_429_on_the_preview_or_typing_holds_the_chats_reply(
+    tmp_path: Path, tg: FakeTelegramServer, llm: FakeLLM
+) -> None:
+    """Any 429 from a chat, whatever the request, holds that chat's next send."""
+    words = " ".join(f"word{i}" for i in range(30))
+    llm.responder = lambda body: Reply(text=words, chunk_delay=0.02)
+    async with running_herald(tmp_path, tg, llm, stream_edits=True, min_edit_interval=0.2):
+        tg.rate_limit(ANN, count=1, retry_after=2)
+        tg.inject_message(ANN, "stream please", sender_id=ANN)
+        await tg.wait_for(lambda: tg.texts_in(ANN) == [words])
+        [refused] = [r for r in tg.rejected if r.status == 429]
+        later = [
+            c
+            for c in tg.calls
+            if c.method in ("sendMessage", "editMessageText")
+            and str(c.params.get("chat_id")) == str(ANN)
+            and c.received_at > refused.received_at
+        ]
+        assert later, tg.calls
+        assert min(c.received_at for c in later) - refused.received_at >= 1.9  # retry_after
+
+
 async def test_webhook_routes_of_polling_or_absent_platforms_are_not_found(
     tmp_path: Path, tg: FakeTelegramServer, llm: FakeLLM
 ) -> None:
