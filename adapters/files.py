@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
@@ -12,8 +14,10 @@ from typing import Protocol, TypeVar
 import aiohttp
 
 from gateway.contracts.adapter import InboundSink, ScreeningSink
-from gateway.contracts.errors import NotReady, PermanentSendError
+from gateway.contracts.errors import AuthError, NotReady, PermanentSendError, RateLimited
 from gateway.contracts.messages import Attachment, InboundMessage
+
+logger = logging.getLogger(__name__)
 
 
 class Named(Protocol):
@@ -27,6 +31,10 @@ RefT = TypeVar("RefT", bound=Named)
 
 
 NOT_ALLOWED = "not downloaded: the sender is not allowed"
+UNAVAILABLE = "unavailable"
+"""What the note of a file whose download failed says (`[file NAME unavailable: why]`)."""
+MAX_RETRY_PAUSE = 5.0
+"""The longest a download waits before its one retry."""
 
 
 async def may_fetch(sink: InboundSink, message: InboundMessage) -> bool:
@@ -41,13 +49,16 @@ async def with_files(
     download: Callable[[int, RefT], Awaitable[Attachment]],
     *,
     sink: InboundSink,
+    retry_pause: float = 1.0,
 ) -> InboundMessage:
     """`message` with its files downloaded as attachments, in order.
 
     Nothing is downloaded for a sender `sink` does not allow (each file becomes a note: the
-    message is rejected anyway, and a stranger's files would only cost disk). A file
-    `download` refuses for good (PermanentSendError) becomes a note in the text; NotReady
-    propagates, so the message is delivered again later.
+    message is rejected anyway, and a stranger's files would only cost disk). A file is the
+    message's problem, never the adapter's: a `download` that fails (refused, not found, a
+    5xx, a timeout, even a platform's "token refused" for that one file) is tried once more
+    after `retry_pause` seconds when the failure may pass, then becomes a note in the text
+    ("[file NAME unavailable: why; ...]") and the message goes on without it.
     """
     if not files:
         return message
@@ -58,11 +69,25 @@ async def with_files(
         files = ()
     for index, ref in enumerate(files):
         try:
-            attachments.append(await download(index, ref))
-        except PermanentSendError as err:
-            notes.append(f"[file {ref.filename} could not be downloaded: {err}]")
+            attachments.append(await _twice(functools.partial(download, index, ref), retry_pause))
+        except (NotReady, RateLimited, PermanentSendError, AuthError) as err:
+            logger.info("%s: file %s unavailable: %s", message.platform, index, err)
+            notes.append(
+                f"[file {ref.filename} {UNAVAILABLE}: {err}; ask the person to send it again]"
+            )
     text = "\n".join([message.text, *notes]) if notes else message.text
     return replace(message, attachments=tuple(attachments), text=text)
+
+
+async def _twice(fetch: Callable[[], Awaitable[Attachment]], pause: float) -> Attachment:
+    """`fetch()`, once more after `pause` seconds (or the platform's `retry_after`, at most
+    `MAX_RETRY_PAUSE`) when it failed with an error that may pass."""
+    try:
+        return await fetch()
+    except (NotReady, RateLimited) as err:
+        wait = err.retry_after if isinstance(err, RateLimited) else pause
+        await asyncio.sleep(min(max(wait, 0.0), MAX_RETRY_PAUSE))
+    return await fetch()
 
 
 def safe_name(name: str) -> str:

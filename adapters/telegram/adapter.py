@@ -20,7 +20,7 @@ from telegram import (
 )
 from telegram.constants import ChatAction
 from telegram.constants import ParseMode as TelegramParseMode
-from telegram.error import BadRequest, ChatMigrated, TelegramError
+from telegram.error import BadRequest, ChatMigrated, InvalidToken, TelegramError
 from telegram.request import HTTPXRequest
 
 from adapters.files import attachment_path, save_file, with_files
@@ -279,7 +279,8 @@ class TelegramAdapter(TrackedSends):
             logger.debug("%s: answering a button press failed: %s", PLATFORM, err)
 
     async def _download(self, key: PlatformMessageId, index: int, ref: FileRef) -> Attachment:
-        """Fetch one file into `files_dir/<chat>/`. Raises NotReady or PermanentSendError."""
+        """Fetch one file into `files_dir/<chat>/`. Raises NotReady, RateLimited or
+        PermanentSendError (never AuthError: a refused token shows in the poll, not here)."""
         bot = self._connected()
         limit = self.config.attachment_max_bytes
         try:
@@ -287,6 +288,9 @@ class TelegramAdapter(TrackedSends):
             if remote.file_size is not None and remote.file_size > limit:
                 raise PermanentSendError(f"larger than {limit} bytes")
             data = await remote.download_as_bytearray()
+        except InvalidToken as err:
+            # python-telegram-bot reports a file's 404 (gone, expired) as a refused token.
+            raise PermanentSendError("Telegram did not serve the file (HTTP 401/404)") from err
         except TelegramError as err:
             raise error_from(err, "downloading a file") from err
         if len(data) > limit:

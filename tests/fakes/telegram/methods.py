@@ -265,6 +265,9 @@ async def download(server: FakeTelegramServer, request: Request) -> Response:
     stored = next((f for f in server._files.values() if f.file_path == path), None)
     if not server._authorized(request) or stored is None:
         return _api_error(404, "Not Found")
+    failure = server._download_failure()
+    if failure is not None:
+        return _api_error(failure, "Not Found" if failure == 404 else "Internal Server Error")
     server.downloads.append(path)
     return Response(stored.content, media_type=stored.mime_type or "application/octet-stream")
 

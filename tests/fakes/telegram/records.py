@@ -301,6 +301,8 @@ class _Faults:
     stall_polls: int = 0
     held: set[str] = field(default_factory=set)
     """Lower-case method names whose calls wait unanswered until released."""
+    failed_downloads: tuple[int, int] = (0, 404)
+    """How many file downloads (`/file/bot<token>/...`) still fail, and with which status."""
 
 
 class _ApiError(Exception):

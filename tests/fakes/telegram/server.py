@@ -417,6 +417,18 @@ class FakeTelegramServer(Served, Waitable):
         """The next `count` calls of `method` ("*": any) answer `status` (a 5xx) unprocessed."""
         self._faults.failures[method.lower()] = (count, status)
 
+    def fail_downloads(self, count: int = 1, status: int = 404) -> None:
+        """The next `count` file downloads (`GET /file/bot<token>/...`, after getFile
+        succeeded) answer `status`: 404 is a file Telegram no longer serves."""
+        self._faults.failed_downloads = (count, status)
+
+    def _download_failure(self) -> int | None:
+        count, status = self._faults.failed_downloads
+        if count <= 0:
+            return None
+        self._faults.failed_downloads = (count - 1, status)
+        return status
+
     def drop(self, method: str, count: int = 1) -> None:
         """The next `count` calls of `method` ("*": any) get their connection closed unanswered.
 
