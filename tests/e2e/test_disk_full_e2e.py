@@ -27,6 +27,7 @@ from gateway.store.tables import inbox
 from tests.e2e.crash import crash_daemon, kill_leftover, you_said
 from tests.e2e.crash_platforms import TelegramCrash
 from tests.fakes.llm import FakeLLM
+from tests.services import require_service
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -37,7 +38,8 @@ TEXT = "x" * 3500
 
 @contextlib.contextmanager
 def small_disk(path: Path) -> Iterator[Path]:
-    """A tmpfs of `SIZE` mounted at `path`; skips the test when it cannot be mounted."""
+    """A tmpfs of `SIZE` mounted at `path`; skips the test when it cannot be mounted (fails
+    it under HERALD_REQUIRE_SERVICES=1: CI runs as root)."""
     path.mkdir()
     mounted = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", f"size={SIZE}", "tmpfs", str(path)],
@@ -46,7 +48,7 @@ def small_disk(path: Path) -> Iterator[Path]:
         check=False,
     )
     if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a small filesystem (needs root): {mounted.stderr.strip()}")
+        require_service("a small tmpfs (mount -t tmpfs, as root)", mounted.stderr.strip())
     try:
         yield path
     finally:

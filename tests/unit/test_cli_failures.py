@@ -6,11 +6,13 @@ is named as such. The CLI runs as a real subprocess (real exit codes, real stder
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
 import stat
-from collections.abc import AsyncIterator
+import subprocess
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from sqlalchemy import text
 
 from gateway.store import Store
 from tests.e2e.daemon import HERALD, free_port
+from tests.services import require_service
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -123,14 +126,34 @@ async def test_a_database_that_cannot_be_opened_is_one_line_and_exit_2(
     )
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes to a read-only directory anyway")
-async def test_a_read_only_state_dir_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    state_dir = tmp_path / "state"
-    state_dir.mkdir(mode=0o500)
+@contextlib.contextmanager
+def read_only_directory(path: Path) -> Iterator[Path]:
+    """A directory nobody may write to: mode 0500, or (as root, who writes there anyway) a
+    read-only tmpfs mounted on it."""
+    path.mkdir(mode=0o500)
+    if os.geteuid() != 0:
+        try:
+            yield path
+        finally:
+            path.chmod(0o700)
+        return
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        require_service("a read-only tmpfs (mount -t tmpfs, as root)", mounted.stderr.strip())
     try:
-        ran = await herald(tmp_path, "sessions", "list", settings=settings(state_dir))
+        yield path
     finally:
-        state_dir.chmod(0o700)
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+async def test_a_read_only_state_dir_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    with read_only_directory(tmp_path / "state") as state_dir:
+        ran = await herald(tmp_path, "sessions", "list", settings=settings(state_dir))
 
     assert_one_line(ran, 2, str(state_dir))
 

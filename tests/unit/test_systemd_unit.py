@@ -14,6 +14,7 @@ import pytest
 from pydantic import BaseModel
 
 from gateway.config import HeraldConfig, SessionsConfig, load_config
+from tests.services import require_service
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "systemd"
 UNIT_PATH = DEPLOY / "herald.service"
@@ -246,7 +247,7 @@ def test_systemd_analyze_security_exposure(systemd_analyze: str, tmp_path: Path)
     version = run_analyze(systemd_analyze, "--version").stdout
     match = re.match(r"systemd (\d+)", version)
     if match is None or int(match[1]) < 250:
-        pytest.skip(f"`security --offline` needs systemd >= 250, found {version[:40]!r}")
+        require_service("systemd >= 250 (`security --offline`)", f"found {version[:40]!r}")
     copy = runnable_copy(tmp_path)
 
     # Exposure is 0.0 (locked down) .. 10.0 (unsafe); the threshold is given in tenths.
