@@ -67,3 +67,14 @@ class LLMConfig(Section):
         if self.provider != "auto":
             return self.provider
         return "openai" if (self.base_url or self.api_key) else "echo"
+
+
+class MediaConfig(Section):
+    """Limits on decoding pictures people send (every path: platforms, the HTTP API,
+    `view_attachment`)."""
+
+    max_image_pixels: int = Field(default=32_000_000, ge=1_000_000, le=89_000_000)
+    """Pictures larger than this (width × height; a JPEG at the smallest scale its decoder
+    offers) are not decoded: the turn gets a note saying the picture was too large. A decoded
+    picture takes 4 bytes a pixel: the default keeps one picture under about 140 MB. (Pillow
+    refuses more than about 89 million pixels anyway.)"""

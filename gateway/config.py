@@ -33,7 +33,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from agent_core.config import LLMConfig
+from agent_core.config import LLMConfig, MediaConfig
 from agent_core.mcp.config import MCPConfig
 from agent_core.memory_providers.config import HonchoConfig, Mem0Config
 from agent_core.memory_providers.registry import NONE, available
@@ -418,6 +418,7 @@ class HeraldConfig(BaseSettings):
     mcp: MCPConfig = MCPConfig()
     tools: ToolsConfig = ToolsConfig()
     files: FilesConfig = FilesConfig()
+    media: MediaConfig = MediaConfig()
 
     @classmethod
     def settings_customise_sources(

@@ -357,7 +357,9 @@ def media_parts(
 ) -> MediaParts:
     """The media tools, the vision step and the transcriber (close it: `aclose`)."""
     llm = config.llm
-    settings = VisionSettings(llm.vision, llm.image_max_pixels, llm.max_images_per_turn)
+    settings = VisionSettings(
+        llm.vision, llm.image_max_pixels, llm.max_images_per_turn, config.media.max_image_pixels
+    )
     files = StoredFiles(Inbox(store), config.state_dir / "files")
     send = SendFileTool(
         ChatFileTargets(channels, resolve),

@@ -1,46 +1,89 @@
-"""Pictures for the model: read, turned upright, scaled down and re-encoded when needed."""
+"""Pictures for the model: read within a pixel budget, turned upright, scaled down and
+re-encoded when needed.
+
+Memory is the cost to bound: a decoded picture takes up to 4 bytes a pixel whatever its file
+size (a 343 KB PNG of 9400×9400 pixels decodes to 353 MB). So the size in the header is
+checked before anything is decoded (JPEG at the smallest scale its decoder offers), larger
+pictures are refused, and a picture is shrunk in strips: one full-size copy at most, never
+the two or three a plain resize of a transparent picture makes.
+"""
 
 from __future__ import annotations
 
 import base64
+import ctypes
 import io
 import math
 from pathlib import Path
 
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, UnidentifiedImageError
 
 SHOWN = {"JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif", "WEBP": "image/webp"}
 """Formats the OpenAI image input takes as they are; anything else is converted."""
 ORIENTATION = 0x0112
 """The EXIF tag saying how a camera held the picture."""
+UPRIGHT = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
+"""How to turn a picture upright, by its EXIF orientation."""
+MAX_DECODED_PIXELS = 32_000_000
+"""The default budget: 128 MB decoded at 4 bytes a pixel, the shrinking's copies on top."""
+STRIP_BYTES = 4 * 1024 * 1024
+"""About how much of the full-size picture is copied at a time while shrinking it."""
 
 
 class UnreadableImage(Exception):
     """The file is not a picture this process can read (its message says why)."""
 
 
-def image_data_url(path: Path | bytes, max_pixels: int) -> str:
+class ImageTooLarge(UnreadableImage):
+    """The picture has more pixels than the budget allows decoding; it was not decoded."""
+
+
+def image_data_url(path: Path | bytes, max_pixels: int, *, max_decoded: int) -> str:
     """`path` (a file, or a picture's bytes) as a `data:` URL the model can see: at most about
     `max_pixels` pixels, in a format the model takes (JPEG, or PNG when the picture is
-    transparent). Blocking.
+    transparent). Blocking; the memory it took is handed back to the system on return.
 
-    Pictures over Pillow's `MAX_IMAGE_PIXELS` are refused unread (a decompression bomb).
+    A picture that would decode to more than `max_decoded` pixels (after JPEG's scaled
+    decoding) is refused from its header, unread; so is one over Pillow's
+    `MAX_IMAGE_PIXELS` (a decompression bomb).
 
-    Raises UnreadableImage (not an image Pillow can read, a decompression bomb, gone).
+    Raises ImageTooLarge (over `max_decoded`), UnreadableImage (not an image Pillow can read,
+    a decompression bomb, gone).
     """
+    try:
+        return _data_url_of(path, max_pixels, max_decoded)
+    finally:
+        _give_back_memory()
+
+
+def _data_url_of(path: Path | bytes, max_pixels: int, max_decoded: int) -> str:
     try:
         with Image.open(io.BytesIO(path) if isinstance(path, bytes) else path) as opened:
             fmt = opened.format or ""
-            pixels = opened.width * opened.height
-            if Image.MAX_IMAGE_PIXELS and pixels > Image.MAX_IMAGE_PIXELS:
-                raise Image.DecompressionBombError(f"{pixels} pixels")
-            turned = opened.getexif().get(ORIENTATION, 1) != 1
-            drafted = fmt == "JPEG" and pixels > max_pixels
-            if drafted:  # decode at a smaller scale: faster
-                scale = math.sqrt(max_pixels / pixels)
-                opened.draft("RGB", (int(opened.width * scale), int(opened.height * scale)))
-            image = ImageOps.exif_transpose(opened)
-            image.load()
+            width, height = opened.size
+            if Image.MAX_IMAGE_PIXELS and width * height > Image.MAX_IMAGE_PIXELS:
+                raise Image.DecompressionBombError(f"{width * height} pixels")
+            drafted = fmt == "JPEG" and width * height > max_pixels
+            if drafted:  # decode at a smaller scale: less memory, faster
+                scale = math.sqrt(max_pixels / (width * height))
+                opened.draft("RGB", (int(width * scale), int(height * scale)))
+            _check_budget(opened, (width, height), max_decoded)
+            opened.load()
+            # Only now: a PNG's EXIF may follow its pixels, so reading it decodes them.
+            held = opened.getexif().get(ORIENTATION)
+            turn = UPRIGHT.get(held) if isinstance(held, int) else None
+            if not (turn or drafted or fmt not in SHOWN or _over(opened.size, max_pixels)):
+                data = path if isinstance(path, bytes) else path.read_bytes()
+                return _data_url(SHOWN[fmt], data)
+            image = _shrunk(opened, max_pixels)
     except (
         UnidentifiedImageError,
         Image.DecompressionBombError,
@@ -49,21 +92,65 @@ def image_data_url(path: Path | bytes, max_pixels: int) -> str:
         raise UnreadableImage(f"not a picture that can be shown ({type(err).__name__})") from err
     except OSError as err:
         raise UnreadableImage(f"cannot be read ({err.strerror or err})") from err
-    width, height = image.size
-    changed = turned or drafted or fmt not in SHOWN
-    if width * height > max_pixels:
-        scale = math.sqrt(max_pixels / (width * height))
-        size = (max(1, int(width * scale)), max(1, int(height * scale)))
-        image = image.resize(size, Image.Resampling.LANCZOS)
-        changed = True
-    if not changed:
-        return _data_url(SHOWN[fmt], path if isinstance(path, bytes) else path.read_bytes())
+    except ValueError as err:  # a mode Pillow cannot convert
+        raise UnreadableImage(f"cannot be converted ({err})") from err
+    if turn is not None:
+        image = image.transpose(turn)
     out = io.BytesIO()
-    if image.mode in ("RGBA", "LA") or "transparency" in image.info:
-        image.convert("RGBA").save(out, "PNG", optimize=True)
+    if image.mode == "RGBA":
+        image.save(out, "PNG", optimize=True)
         return _data_url("image/png", out.getvalue())
-    image.convert("RGB").save(out, "JPEG", quality=85)
+    image.save(out, "JPEG", quality=85)
     return _data_url("image/jpeg", out.getvalue())
+
+
+def _check_budget(opened: Image.Image, header: tuple[int, int], max_decoded: int) -> None:
+    """Raise ImageTooLarge when `opened` would decode to more than `max_decoded` pixels."""
+    width, height = opened.size
+    if width * height <= max_decoded:
+        return
+    raise ImageTooLarge(
+        f"too large to look at: {header[0]}×{header[1]} pixels, more than the "
+        f"{max_decoded:,} this Herald decodes (media.max_image_pixels); ask for a smaller "
+        "picture or a crop of the part that matters"
+    )
+
+
+def _over(size: tuple[int, int], max_pixels: int) -> bool:
+    return size[0] * size[1] > max_pixels
+
+
+def _shrunk(full: Image.Image, max_pixels: int) -> Image.Image:
+    """`full` (loaded) as RGB or RGBA of at most about `max_pixels` pixels.
+
+    Whole multiples are taken first by averaging boxes of pixels, strip by strip (exact: a box
+    never spans two strips), so no full-size copy is made; then `full` is let go and the
+    small result resampled to the final size.
+    """
+    mode = "RGBA" if full.mode in ("RGBA", "LA", "PA") or "transparency" in full.info else "RGB"
+    width, height = full.size
+    scale = min(1.0, math.sqrt(max_pixels / (width * height)))
+    size = (max(1, int(width * scale)), max(1, int(height * scale)))
+    factor = max(1, min(width // size[0], height // size[1]))
+    reduced = Image.new(mode, (-(-width // factor), -(-height // factor)))
+    rows = max(1, STRIP_BYTES // (4 * width * factor)) * factor
+    for top in range(0, height, rows):
+        strip = full.crop((0, top, width, min(height, top + rows))).convert(mode)
+        reduced.paste(strip.reduce(factor) if factor > 1 else strip, (0, top // factor))
+    full.close()  # the decoded picture's memory goes back before the resampling
+    if reduced.size == size:
+        return reduced
+    return reduced.resize(size, Image.Resampling.LANCZOS)
+
+
+def _give_back_memory() -> None:
+    """Return freed heap memory to the system (glibc keeps large freed blocks otherwise: a
+    decoded picture's memory stayed with the process long after it was dropped)."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to hand back this way
+        return
+    trim(0)
 
 
 def _data_url(mime: str, data: bytes) -> str:

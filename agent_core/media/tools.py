@@ -70,7 +70,12 @@ class ViewAttachmentTool:
             if not self.vision.enabled:
                 raise ToolError("this model cannot see pictures; tell the person so")
             try:
-                url = await asyncio.to_thread(image_data_url, found.path, self.vision.max_pixels)
+                url = await asyncio.to_thread(
+                    image_data_url,
+                    found.path,
+                    self.vision.max_pixels,
+                    max_decoded=self.vision.max_decoded,
+                )
             except UnreadableImage as err:
                 raise ToolError(f"{name} cannot be shown: {err}") from err
             media.shown.append(

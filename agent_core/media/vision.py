@@ -23,11 +23,14 @@ BLIND_NOTE = (
 
 @dataclass(frozen=True, slots=True)
 class VisionSettings:
-    """`llm.vision`, `llm.image_max_pixels`, `llm.max_images_per_turn`."""
+    """`llm.vision`, `llm.image_max_pixels`, `llm.max_images_per_turn`,
+    `media.max_image_pixels`."""
 
     enabled: bool = False
     max_pixels: int = 1_500_000
     max_per_turn: int = 4
+    max_decoded: int = 32_000_000
+    """Larger pictures are not decoded (`image_data_url`)."""
 
 
 class Vision:
@@ -76,7 +79,12 @@ class Vision:
                 )
                 continue
             try:
-                url = await asyncio.to_thread(image_data_url, ref.path, self.settings.max_pixels)
+                url = await asyncio.to_thread(
+                    image_data_url,
+                    ref.path,
+                    self.settings.max_pixels,
+                    max_decoded=self.settings.max_decoded,
+                )
             except UnreadableImage as err:
                 notes.append(f"[picture {ref.name} ({ref.mime_type}) not shown: {err}]")
                 continue

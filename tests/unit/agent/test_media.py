@@ -16,7 +16,7 @@ from PIL import Image
 
 from agent_core.loop import TurnProgress, run_tool_loop
 from agent_core.media import Destination, TurnMedia, Vision, VisionSettings
-from agent_core.media.images import UnreadableImage, image_data_url
+from agent_core.media.images import ImageTooLarge, UnreadableImage, image_data_url
 from agent_core.media.refs import file_refs, reference
 from agent_core.media.tools import SendFileTool, ViewAttachmentTool
 from agent_core.media.vision import BLIND_NOTE
@@ -27,6 +27,7 @@ from gateway.contracts.messages import Attachment
 from tests.unit.agent.fakes import ScriptedProvider, answer, call, use_tools
 
 NOW = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
+BUDGET = VisionSettings().max_decoded
 
 
 def session(key: str = "test:bot:ann") -> SessionInfo:
@@ -75,31 +76,31 @@ def attached(path: Path, mime: str = "image/png") -> Attachment:
 
 def test_small_png_is_sent_as_it_is(tmp_path: Path) -> None:
     path = save_picture(tmp_path / "a.png", (20, 10))
-    url = image_data_url(path, 10_000)
+    url = image_data_url(path, 10_000, max_decoded=BUDGET)
     assert url == "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
 
 
 def test_large_picture_is_scaled_down_keeping_its_shape(tmp_path: Path) -> None:
     path = save_picture(tmp_path / "a.jpg", (800, 400), "JPEG")
-    image = decoded(image_data_url(path, 20_000))
+    image = decoded(image_data_url(path, 20_000, max_decoded=BUDGET))
     assert image.width * image.height <= 20_000
     assert image.width == 2 * image.height
 
 
 def test_other_formats_are_converted_and_transparency_kept(tmp_path: Path) -> None:
     bmp = save_picture(tmp_path / "a.bmp", (30, 30), "BMP")
-    assert image_data_url(bmp, 10_000).startswith("data:image/jpeg;base64,")
+    assert image_data_url(bmp, 10_000, max_decoded=BUDGET).startswith("data:image/jpeg;base64,")
     tiff = save_picture(tmp_path / "a.tiff", (30, 30), "TIFF", mode="RGBA")
-    assert image_data_url(tiff, 10_000).startswith("data:image/png;base64,")
+    assert image_data_url(tiff, 10_000, max_decoded=BUDGET).startswith("data:image/png;base64,")
 
 
 def test_a_file_that_is_no_picture_is_unreadable(tmp_path: Path) -> None:
     path = tmp_path / "fake.png"
     path.write_bytes(b"not a picture")
     with pytest.raises(UnreadableImage):
-        image_data_url(path, 10_000)
+        image_data_url(path, 10_000, max_decoded=BUDGET)
     with pytest.raises(UnreadableImage):
-        image_data_url(tmp_path / "gone.png", 10_000)
+        image_data_url(tmp_path / "gone.png", 10_000, max_decoded=BUDGET)
 
 
 def test_a_decompression_bomb_is_refused_unread(tmp_path: Path) -> None:
@@ -111,7 +112,62 @@ def test_a_decompression_bomb_is_refused_unread(tmp_path: Path) -> None:
     path = tmp_path / "bomb.png"
     path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IEND", b""))
     with pytest.raises(UnreadableImage, match="DecompressionBomb"):
-        image_data_url(path, 10_000)
+        image_data_url(path, 10_000, max_decoded=BUDGET)
+
+
+def png_header(width: int, height: int, color_type: int = 6) -> bytes:
+    """A PNG of that size with no pixel data at all (decoding it would fail)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, color_type, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IEND", b"")
+
+
+def test_a_picture_over_the_pixel_budget_is_refused_from_its_header(tmp_path: Path) -> None:
+    # 9400x9400 RGBA is under Pillow's bomb limit but decodes to 353 MB. The file holds no
+    # pixel data: had it been decoded, the error would say it cannot be read.
+    path = tmp_path / "huge.png"
+    path.write_bytes(png_header(9400, 9400))
+    for source in (path, path.read_bytes()):
+        with pytest.raises(ImageTooLarge, match=r"too large to look at: 9400×9400 pixels"):
+            image_data_url(source, 10_000, max_decoded=BUDGET)
+    assert isinstance(ImageTooLarge("x"), UnreadableImage)  # every caller's note covers it
+
+
+def test_a_jpeg_is_judged_at_the_scale_it_decodes_at(tmp_path: Path) -> None:
+    # 4.8 million pixels in the header, but decoded at 1/8 scale for a 10,000-pixel view.
+    jpeg = save_picture(tmp_path / "big.jpg", (2400, 2000), "JPEG")
+    image = decoded(image_data_url(jpeg, 10_000, max_decoded=1_000_000))
+    assert image.width * image.height <= 10_000
+    png = save_picture(tmp_path / "big.png", (2400, 2000))
+    with pytest.raises(ImageTooLarge):
+        image_data_url(png, 10_000, max_decoded=1_000_000)
+
+
+def test_shrinking_keeps_colours_transparency_and_turns_upright(tmp_path: Path) -> None:
+    # A transparent left half, a blue right half; shrunk by 7.3 (strips of whole boxes, then
+    # resampled), it stays half transparent, half blue.
+    full = Image.new("RGBA", (2190, 730), (0, 0, 0, 0))
+    full.paste((0, 0, 255, 255), (1095, 0, 2190, 730))
+    path = tmp_path / "half.png"
+    full.save(path)
+    image = decoded(image_data_url(path, 30_000, max_decoded=BUDGET))
+    assert image.format == "PNG"
+    assert image.mode == "RGBA"
+    assert image.width * image.height <= 30_000
+    assert image.width == pytest.approx(3 * image.height, abs=2)
+    assert image.getpixel((2, image.height // 2)) == (0, 0, 0, 0)
+    assert image.getpixel((image.width - 3, 2)) == (0, 0, 255, 255)
+    # A camera held sideways (EXIF orientation 6): 300x100 as stored, 100x300 upright.
+    sideways = Image.new("RGB", (300, 100), (250, 0, 0))
+    exif = sideways.getexif()
+    exif[0x0112] = 6
+    turned = tmp_path / "turned.jpg"
+    sideways.save(turned, "JPEG", exif=exif)
+    assert decoded(image_data_url(turned, 10_000, max_decoded=BUDGET)).size == (57, 173)
 
 
 def test_references_round_trip(tmp_path: Path) -> None:
