@@ -334,7 +334,7 @@ def inside(folder: Path, rel: str) -> Path:
     if not rel or "\x00" in rel or "\\" in rel:
         raise SkillError(f"not a usable file path: {rel!r}")
     if hidden_characters(rel):
-        raise SkillError(f"{ascii(rel)} holds hidden characters; name the file in plain text")
+        raise SkillError(f"{rel!a} holds hidden characters; name the file in plain text")
     pure = PurePosixPath(rel)
     if pure.is_absolute() or rel.startswith("~"):
         raise SkillError(f"{rel!r} is absolute; give a path inside the skill, like references/x.md")
