@@ -435,17 +435,22 @@ class ModelHealth:
 
 class ObservedProvider:
     """A provider whose calls update a `ModelHealth` and report each failure's kind
-    (`unreachable` or `rejected`) to `on_failure` (a metric). Otherwise the same provider."""
+    (`unreachable` or `rejected`) to `on_failure` (a metric), and whose errors pass `redact`
+    (an endpoint that echoes the key in its error body must not put it in the turn's error,
+    `/health` or the log). Otherwise the same provider."""
 
     def __init__(
         self,
         inner: LLMProvider,
         health: ModelHealth,
         on_failure: Callable[[str], None] = lambda _: None,
+        *,
+        redact: Callable[[str], str] = lambda text: text,
     ) -> None:
         self.inner = inner
         self.health = health
         self.on_failure = on_failure
+        self.redact = redact
         self.name = inner.name
         self.model = inner.model
 
@@ -460,17 +465,32 @@ class ObservedProvider:
         try:
             completion = await self.inner.complete(messages, tools=tools, on_token=on_token)
         except LLMError as err:
-            self.health.failed(err)
+            clean = self._redacted(err)
+            self.health.failed(clean)
             self.on_failure(
                 str(ModelState.REJECTED if isinstance(err, LLMRejected) else ModelState.UNREACHABLE)
             )
-            raise
+            if clean is err:
+                raise
+            raise clean from None  # the SDK's error below it carries the echoed secret
         self.health.succeeded()
         return completion
 
+    def _redacted(self, err: LLMError) -> LLMError:
+        """`err`, or one of its class whose message has the secrets taken out."""
+        text = str(err)
+        clean = self.redact(text)
+        return err if clean == text else type(err)(clean)
+
     async def check(self) -> str:
         """See `LLMProvider.check`."""
-        return await self.inner.check()
+        try:
+            return await self.inner.check()
+        except LLMError as err:
+            clean = self._redacted(err)
+            if clean is err:
+                raise
+            raise clean from None
 
     async def aclose(self) -> None:
         """See `LLMProvider.aclose`."""

@@ -48,24 +48,34 @@ from gateway.store.memory_sync import SyncCounts, SyncKind, SyncRow
 logger = logging.getLogger(__name__)
 
 
-def exchange(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
-    """The person's and the agent's words of a turn (tool calls and results left out)."""
+def exchange(
+    messages: Sequence[ChatMessage], redact: Callable[[str], str] = lambda text: text
+) -> list[dict[str, str]]:
+    """The person's and the agent's words of a turn (tool calls and results left out), each
+    passed through `redact`."""
     out: list[dict[str, str]] = []
     for m in messages:
         if not m.content.strip() or m.interrupted:
             continue
         if m.role is Role.USER:
-            out.append({"speaker": str(Speaker.PERSON), "content": m.content})
+            out.append({"speaker": str(Speaker.PERSON), "content": redact(m.content)})
         elif m.role is Role.ASSISTANT:
-            out.append({"speaker": str(Speaker.AGENT), "content": m.content})
+            out.append({"speaker": str(Speaker.AGENT), "content": redact(m.content)})
     return out
 
 
 class SyncQueue:
-    """Writes syncs in the caller's transaction; `wake` tells the sender after the commit."""
+    """Writes syncs in the caller's transaction; `wake` tells the sender after the commit.
+    What is queued for the provider has passed `redact` (no configured secret leaves)."""
 
-    def __init__(self, wake: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        wake: Callable[[], None] = lambda: None,
+        *,
+        redact: Callable[[str], str] = lambda text: text,
+    ) -> None:
         self.wake = wake
+        self.redact = redact
 
     async def turn(
         self,
@@ -78,7 +88,7 @@ class SyncQueue:
         belongs to no person or the turn has no words to sync."""
         if session.user_id is None:
             return False
-        words = exchange(messages)
+        words = exchange(messages, self.redact)
         if not words:
             return False
         await sql.enqueue(
@@ -129,7 +139,7 @@ class MemoryWrites:
                 conn,
                 person,
                 SyncKind.MEMORY_WRITE,
-                {"target": target, "action": action, "content": content},
+                {"target": target, "action": action, "content": self.queue.redact(content)},
                 session_key="",
             )
         self.queue.wake()
@@ -158,8 +168,11 @@ class SyncSender:
         poll: float = 5.0,
         concurrency: int = 8,
         on_result: Callable[[str], None] = lambda _: None,
+        redact: Callable[[str], str] = lambda text: text,
     ) -> None:
-        """`on_result(outcome)`: `sent`, `retried` or `dead`, for each try (a metric)."""
+        """`on_result(outcome)`: `sent`, `retried` or `dead`, for each try (a metric);
+        `redact`: what a failure's error is stored and logged as."""
+        self.redact = redact
         self.store = store
         self.provider = provider
         self.health = health
@@ -258,6 +271,7 @@ class SyncSender:
             logger.warning("memory sync %d to %s failed", row.id, self.provider.name, exc_info=err)
         self.health.failed(err)
         error = "timed out" if isinstance(err, TimeoutError) else str(err) or type(err).__name__
+        error = self.redact(error)
         now = utcnow()
         async with self.store.write() as conn:
             if sql.expired(row, self.max_age, now):
@@ -333,10 +347,17 @@ def build_provider(config: MemoryConfig, state_dir: Path) -> MemoryProvider | No
 
 
 async def open_external(
-    config: MemoryConfig, state_dir: Path, store: Store, metrics: Metrics, stack: AsyncExitStack
+    config: MemoryConfig,
+    state_dir: Path,
+    store: Store,
+    metrics: Metrics,
+    stack: AsyncExitStack,
+    *,
+    redact: Callable[[str], str] = lambda text: text,
 ) -> ExternalMemory | None:
     """Build and enter the configured provider (closed with `stack`), with its recall, its
-    health and its sync queue and sender; None when `memory.provider` is `none`."""
+    health and its sync queue and sender; None when `memory.provider` is `none`. What is
+    synced, and the errors kept, pass `redact`."""
     provider = build_provider(config, state_dir)
     if provider is None:
         return None
@@ -362,6 +383,8 @@ async def open_external(
         timeout=config.sync_timeout,
         backoff=Backoff(initial=config.sync_retry_initial, maximum=config.sync_retry_max),
         on_result=lambda result: metrics.memory_syncs.labels(result=result).inc(),
+        redact=redact,
     )
     logger.info("memory provider: %s", provider.name)
-    return ExternalMemory(provider, health, recall, SyncQueue(sender.wake), sender)
+    queue = SyncQueue(sender.wake, redact=redact)
+    return ExternalMemory(provider, health, recall, queue, sender)

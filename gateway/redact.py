@@ -14,12 +14,15 @@ import re
 import traceback
 import urllib.parse
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, SecretStr
 from sqlalchemy.engine import make_url
 
 from gateway import platforms
+
+if TYPE_CHECKING:
+    from gateway.config import HeraldConfig
 
 logger = logging.getLogger(__name__)
 
@@ -57,8 +60,14 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
+SECRET_NAME = re.compile(r"key|token|secret|password|passwd|auth|credential", re.I)
+"""A free-form option (`memory.options`) whose name matches holds a secret (when it is 8
+characters or longer: `auth: none` is a setting, not a secret)."""
+
+
 def secrets_of(config: BaseModel, database_url: str | None = None) -> list[str]:
-    """Every secret value in `config` (each `SecretStr`, nested models included), and the
+    """Every secret value in `config` (each `SecretStr`, nested models included; in free-form
+    mappings such as `memory.options`, every string under a secret-like name), and the
     password of `database_url`."""
     found = [s.get_secret_value() for s in _walk(config)]
     if database_url:
@@ -74,6 +83,8 @@ def secrets_of(config: BaseModel, database_url: str | None = None) -> list[str]:
 def _walk(value: Any) -> Iterator[SecretStr]:
     if isinstance(value, SecretStr):
         yield value
+    elif isinstance(value, str):
+        return
     elif isinstance(value, BaseModel):
         for name in type(value).model_fields:
             yield from _walk(getattr(value, name))
@@ -81,8 +92,11 @@ def _walk(value: Any) -> Iterator[SecretStr]:
         for item in value:
             yield from _walk(item)
     elif isinstance(value, dict):
-        for item in value.values():
-            yield from _walk(item)
+        for name, item in value.items():
+            if isinstance(item, str) and len(item) >= 8 and SECRET_NAME.search(str(name)):
+                yield SecretStr(item)
+            else:
+                yield from _walk(item)
 
 
 class Redactor:
@@ -99,11 +113,20 @@ class Redactor:
                 tail = form.rpartition(":")[2]
                 if tail != form and len(tail) >= 12:  # a token, not a word
                     variants.add(tail)
+                # `Bearer <token>`, `Basic <credentials>` (header values): the token alone.
+                word = form.rpartition(" ")[2]
+                if word != form and len(word) >= 8:
+                    variants.add(word)
         ordered = sorted((v for v in variants if len(v) >= MIN_SECRET_LENGTH), key=len)
         self._secrets = tuple(reversed(ordered))  # longest first: no partial leftovers
         self._pattern = (
             re.compile("|".join(re.escape(s) for s in self._secrets)) if self._secrets else None
         )
+
+    @classmethod
+    def of(cls, config: HeraldConfig) -> Redactor:
+        """The redactor of every secret in `config` (the database password included)."""
+        return cls(secrets_of(config, config.effective_database_url))
 
     def __call__(self, text: str) -> str:
         """`text` with every secret and credential in it replaced by `***`."""
@@ -112,6 +135,16 @@ class Redactor:
         for pattern, replacement in _PATTERNS:
             text = pattern.sub(replacement, text)
         return text
+
+    def data(self, value: Any) -> Any:
+        """A copy of JSON-like `value` (dicts, lists, strings) with every string redacted."""
+        if isinstance(value, str):
+            return self(value)
+        if isinstance(value, dict):
+            return {k: self.data(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.data(v) for v in value]
+        return value
 
 
 class RedactingFilter(logging.Filter):

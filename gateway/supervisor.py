@@ -89,6 +89,7 @@ from gateway.media import (
 )
 from gateway.memory_sync import ExternalMemory, MemoryWrites, open_external
 from gateway.metrics import Metrics
+from gateway.redact import Redactor
 from gateway.sdnotify import SystemdNotifier
 from gateway.sessions import SessionManager
 from gateway.store import Store
@@ -286,12 +287,13 @@ def build_agent(
     sender: ChannelSender | None = None,
     sources: Sequence[ToolSource] = (),
     places: Places | None = None,
+    redact: Callable[[str], str] = lambda text: text,
 ) -> tuple[Agent, MemoryFiles]:
     """The agent with its tools, from config (`schedule_job` when `jobs` is given; the
     external memory provider's recall, tools and edit mirroring when `external` is; the media
     tools send files through `channels`, to the chats `places` allows; `send_message` sends
-    through `sender`; `sources`: MCP servers' tools). Close `agent.transcriber` when there is
-    one."""
+    through `sender`; `sources`: MCP servers' tools; every tool result passes `redact`).
+    Close `agent.transcriber` when there is one."""
     memory = MemoryFiles(
         config.state_dir,
         MemoryLimits(config.memory.user_max_chars, config.memory.memory_max_chars),
@@ -329,7 +331,7 @@ def build_agent(
         provider,
         store,
         memory,
-        ToolRegistry(tools, sources),
+        ToolRegistry(tools, sources, redact=redact),
         settings,
         recall=recall,
         vision=media.vision,
@@ -370,8 +372,11 @@ class Supervisor:
         *,
         environ: Mapping[str, str] | None = None,
         cron_clock: Clock | None = None,
+        redactor: Redactor | None = None,
     ) -> None:
         self.config = config
+        self.redactor = redactor or Redactor.of(config)
+        """Takes the configured secrets out of every string that leaves Herald."""
         self.cron_clock: Clock = cron_clock or SystemClock()
         self.notifier = SystemdNotifier(os.environ if environ is None else environ)
         self.metrics = Metrics()
@@ -444,10 +449,11 @@ class Supervisor:
                     store,
                     configured=sections,
                     default_timezone=cfg.cron.timezone,
+                    redact=self.redactor,
                     clock=self.cron_clock,
                 )
                 self.memory = await open_external(
-                    cfg.memory, cfg.state_dir, store, self.metrics, stack
+                    cfg.memory, cfg.state_dir, store, self.metrics, stack, redact=self.redactor
                 )
                 if cfg.skills.enabled and cfg.skills.bundled:
                     _install_bundled(cfg.state_dir / "skills")
@@ -489,6 +495,7 @@ class Supervisor:
                     MediaLinks(cfg.state_dir, cfg.files.link_ttl) if cfg.api.enabled else None
                 )
                 for name, section in sections.items():
+                    redact=self.redactor,
                     runner = self._runner(
                         name, section, StoreCheckpoints(store, name, section.account)
                     )
@@ -589,6 +596,7 @@ class Supervisor:
         return self.exit_code
 
     def _on_signal(self, sig: signal.Signals) -> None:
+                    redactor=self.redactor,
         if self._stop.is_set():
             logger.warning("%s again: already draining", sig.name)
             return

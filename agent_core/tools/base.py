@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -62,11 +62,22 @@ class ToolSource(Protocol):
 
 
 class ToolRegistry:
-    """The tools of one agent, by name, plus sources whose tools are chosen per turn."""
+    """The tools of one agent, by name, plus sources whose tools are chosen per turn.
 
-    def __init__(self, tools: Iterable[Tool] = (), sources: Iterable[ToolSource] = ()) -> None:
+    Every result passes `redact` before the loop sees it: what a tool returns (an error
+    quoting a configured token, say) is stored, shown and synced only without the secrets.
+    """
+
+    def __init__(
+        self,
+        tools: Iterable[Tool] = (),
+        sources: Iterable[ToolSource] = (),
+        *,
+        redact: Callable[[str], str] = lambda text: text,
+    ) -> None:
         self._tools = {t.name: t for t in tools}
         self._sources = tuple(sources)
+        self.redact = redact
 
     async def for_turn(self, ctx: ToolContext) -> ToolRegistry:
         """The registry of one turn: the fixed tools and those the sources allow for `ctx`
@@ -83,14 +94,16 @@ class ToolRegistry:
                 continue
             for tool in offered:
                 tools.setdefault(tool.name, tool)
-        return ToolRegistry(tools.values())
+        return ToolRegistry(tools.values(), redact=self.redact)
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
 
     def only(self, *names: str) -> ToolRegistry:
         """A registry with just the named tools."""
-        return ToolRegistry(t for n, t in self._tools.items() if n in names)
+        return ToolRegistry(
+            (t for n, t in self._tools.items() if n in names), redact=self.redact
+        )
 
     def specs(self) -> list[dict[str, Any]]:
         """The tools in the OpenAI `tools` request shape."""
@@ -107,7 +120,11 @@ class ToolRegistry:
         ]
 
     async def call(self, call: ToolCall, ctx: ToolContext) -> str:
-        """Run one call and return its result text. Never raises, except on cancellation."""
+        """Run one call and return its result text, redacted. Never raises, except on
+        cancellation."""
+        return self.redact(await self._call(call, ctx))
+
+    async def _call(self, call: ToolCall, ctx: ToolContext) -> str:
         tool = self._tools.get(call.name)
         if tool is None:
             return f"error: there is no tool named {call.name!r}"

@@ -31,6 +31,7 @@ from gateway.http.errors import error_body, error_response
 from gateway.http.middleware import RECEIVED_AT
 from gateway.media import session_dir
 from gateway.sessions import Finished, Token, TurnRequest, TurnStream
+from gateway.redact import Redactor
 
 SESSION_HEADERS = ("x-herald-session-id", "x-hermes-session-id")
 USER_HEADERS = ("x-herald-user-id", "x-hermes-user-id")
@@ -255,7 +256,7 @@ async def chat_completions(
     done = await _result(request, stream, stateless=stateless)
     headers["Server-Timing"] = _server_timing(request, done, deps)
     if done.status != "completed":
-        return _failure(done, headers)
+        return _failure(done, headers, deps.redactor)
     return JSONResponse(
         {
             "id": completion_id,
@@ -417,13 +418,15 @@ def _usage(done: Finished) -> dict[str, int]:
     }
 
 
-def _failure(done: Finished, headers: dict[str, str]) -> JSONResponse:
+def _failure(done: Finished, headers: dict[str, str], redact: Redactor) -> JSONResponse:
+    """The error answer of a turn that did not complete; its text without secrets."""
     if done.status == "interrupted":
         return error_response(503, "the turn was interrupted; retry", headers=headers)
     if done.retryable:
-        message = f"the model could not answer ({done.error}); retry later"
+        message = redact(f"the model could not answer ({done.error}); retry later")
         return error_response(503, message, headers={**headers, "Retry-After": "10"})
-    return error_response(502, f"the model refused the request: {done.error}", headers=headers)
+    message = redact(f"the model refused the request: {done.error}")
+    return error_response(502, message, headers=headers)
 
 
 async def _result(request: Request, stream: TurnStream, *, stateless: bool) -> Finished:
@@ -518,7 +521,7 @@ async def _events(
                 yield b"data: " + json.dumps(usage).encode() + b"\n\n"
         else:
             status = 502 if event.status == "failed" and not event.retryable else 503
-            message = f"the turn ended {event.status}: {event.error}"
+            message = deps.redactor(f"the turn ended {event.status}: {event.error}")
             yield b"data: " + json.dumps(error_body(status, message)).encode() + b"\n\n"
         yield b"data: [DONE]\n\n"
         return

@@ -13,6 +13,7 @@ from gateway.contracts.adapter import AdapterState, WebhookAdapter
 from gateway.cron.service import JobService
 from gateway.media import MediaLinks
 from gateway.metrics import Metrics
+from gateway.redact import Redactor
 from gateway.sessions import SessionManager
 from gateway.store import Store
 
@@ -57,4 +58,7 @@ class AppDeps:
     """The skills and their write journal (the console's Skills page); None: turned off."""
     mcp_servers: Mapping[str, MCPServer] = field(default_factory=dict)
     """The MCP servers the hub runs, by name (the console's Tools page)."""
+    redactor: Redactor = field(default_factory=Redactor)
+    """Takes the configured secrets out of every error body and `/health` (the supervisor's
+    one redactor; the default knows only credential shapes)."""
     """This instance among the others: mode, leases held, sessions running here."""

@@ -49,9 +49,11 @@ def error_response(
 
 
 async def http_exception(request: Request, exc: Exception) -> JSONResponse:
-    """Render HTTPException in the OpenAI error shape."""
+    """Render HTTPException in the OpenAI error shape, its text without configured secrets."""
     assert isinstance(exc, HTTPException)
-    return error_response(exc.status_code, str(exc.detail), headers=exc.headers)
+    deps = getattr(request.app.state, "deps", None)
+    message = str(exc.detail) if deps is None else deps.redactor(str(exc.detail))
+    return error_response(exc.status_code, message, headers=exc.headers)
 
 
 async def validation_exception(request: Request, exc: Exception) -> JSONResponse:

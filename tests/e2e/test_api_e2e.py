@@ -159,7 +159,9 @@ async def test_models_health_and_openapi(tmp_path: Path) -> None:
             models = await sdk.models.list()
             assert [m.id for m in models.data] == ["herald"]
         async with httpx.AsyncClient(base_url=daemon.url) as http:
-            health = (await http.get("/health")).json()
+            assert (await http.get("/health")).json() == {"status": "ok"}  # no key: no details
+            key = {"Authorization": f"Bearer {KEY}"}
+            health = (await http.get("/health", headers=key)).json()
             assert health["status"] == "ok"
             assert health["llm"]["provider"] == "openai"
             assert health["database"] == "sqlite"

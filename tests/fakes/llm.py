@@ -49,6 +49,9 @@ class Reply:
     """Split the text into this many stream chunks; default: one chunk per word."""
     status: int = 200
     """Anything but 200 answers an OpenAI-style error body with this status."""
+    error: str | None = None
+    """The error body's message (default: `fake LLM error <status>`); `{key}` is replaced
+    by the request's bearer token, as a provider that echoes a refused key does."""
     retry_after: float | None = None
     """Sets the `Retry-After` header (seconds)."""
     hang: bool = False
@@ -272,8 +275,12 @@ class FakeLLM(Served):
             if left or reply.hang:
                 return JSONResponse(_error_body(503, "fake LLM stopped"), status_code=503)
         if reply.status != 200:
+            said = reply.error
+            if said is not None:
+                token = request.headers.get("authorization", "").partition(" ")[2]
+                said = said.replace("{key}", token)
             return JSONResponse(
-                _error_body(reply.status), status_code=reply.status, headers=headers
+                _error_body(reply.status, said), status_code=reply.status, headers=headers
             )
 
         calls = [self._tool_call(name, arguments) for name, arguments in reply.tool_calls]

@@ -2,7 +2,8 @@
 
 Run as `python tests/fakes/mcp_server.py stdio` or `python tests/fakes/mcp_server.py http
 PORT` (127.0.0.1). Its tools: `echo`, `add`, `boom` (raises), `hang` (never answers),
-`crash` (the process exits mid-call), `grow` (adds the tool `extra` and tells the client its
+`crash` (the process exits mid-call), `login` (fails quoting `SERVICE_TOKEN` of its
+environment), `grow` (adds the tool `extra` and tells the client its
 list changed), `big` (a long result), `pid` (the server's process id, to see restarts), and
 `spawn` (starts a grandchild process that ignores stdin, and returns its pid).
 """
@@ -35,6 +36,13 @@ def add(a: int, b: int) -> str:
 def boom() -> str:
     """Always fails."""
     raise RuntimeError("the boom tool exploded")
+
+
+@server.tool()
+def login() -> str:
+    """Always refused, quoting the credential it was given (`SERVICE_TOKEN` of its
+    environment), as a careless service's error does."""
+    raise RuntimeError(f"login refused for token {os.environ.get('SERVICE_TOKEN')!r}")
 
 
 @server.tool()

@@ -144,3 +144,29 @@ def test_install_turns_the_url_loggers_down_to_warning(
     for name in ("httpx", "httpx2", "httpcore", "openai", "telegram.Bot", "aiohttp.access"):
         assert name in URL_LOGGERS
         assert logging.getLogger(name).level == logging.WARNING
+
+
+def test_secrets_of_finds_the_keys_of_every_service_and_free_form_options() -> None:
+    cfg = HeraldConfig(
+        state_dir="/tmp/unused",  # noqa: S108 - never touched
+        llm={"transcription": {"base_url": "http://speech", "api_key": "unit-speech-key"}},
+        memory={
+            "provider": "mem0",
+            "mem0": {"api_key": "unit-mem0-key"},
+            "options": {"auth": "none", "nested": {"api_token": "unit-option-token"}},
+        },
+        mcp={
+            "servers": {
+                "local": {"command": "x", "env": {"SERVICE_TOKEN": "unit-mcp-env"}},
+                "remote": {"url": "https://r/mcp", "headers": {"Authorization": "Bearer unit-hdr"}},
+            }
+        },
+    )
+    redact = Redactor.of(cfg)
+
+    found = set(secrets_of(cfg))
+    assert {"unit-speech-key", "unit-mem0-key", "unit-option-token", "unit-mcp-env"} <= found
+    assert "none" not in found  # a short free-form value is a setting, not a secret
+    # A header's token alone (a service quoting it without its scheme) is found too.
+    assert redact("refused token unit-hdr") == "refused token ***"
+    assert redact.data({"a": ["unit-mem0-key", 1], "b": None}) == {"a": ["***", 1], "b": None}
