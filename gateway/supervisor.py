@@ -440,6 +440,7 @@ class Supervisor:
                     make_provider(cfg.llm),
                     health,
                     lambda kind: failed_calls.labels(kind=kind).inc(),
+                    redact=self.redactor,
                 )
                 stack.push_async_callback(provider.aclose)
                 if provider.name == "echo":
@@ -449,7 +450,6 @@ class Supervisor:
                     store,
                     configured=sections,
                     default_timezone=cfg.cron.timezone,
-                    redact=self.redactor,
                     clock=self.cron_clock,
                 )
                 self.memory = await open_external(
@@ -486,6 +486,7 @@ class Supervisor:
                     sender=(sender := OutboxChannels(store, places, channels)),
                     sources=[mcp_tools],
                     places=places,
+                    redact=self.redactor,
                 )
                 if agent.transcriber is not None:
                     stack.push_async_callback(agent.transcriber.aclose)
@@ -495,7 +496,6 @@ class Supervisor:
                     MediaLinks(cfg.state_dir, cfg.files.link_ttl) if cfg.api.enabled else None
                 )
                 for name, section in sections.items():
-                    redact=self.redactor,
                     runner = self._runner(
                         name, section, StoreCheckpoints(store, name, section.account)
                     )
@@ -587,6 +587,7 @@ class Supervisor:
                         "signals": "connected" if node.bus.connected else "reconnecting",
                     },
                     memory=self._memory_health,
+                    redactor=self.redactor,
                 )
                 await self._serve(deps, manager, delivery, scheduler, node)
         finally:
@@ -596,7 +597,6 @@ class Supervisor:
         return self.exit_code
 
     def _on_signal(self, sig: signal.Signals) -> None:
-                    redactor=self.redactor,
         if self._stop.is_set():
             logger.warning("%s again: already draining", sig.name)
             return

@@ -30,8 +30,8 @@ from gateway.http.deps import AppDeps
 from gateway.http.errors import error_body, error_response
 from gateway.http.middleware import RECEIVED_AT
 from gateway.media import session_dir
-from gateway.sessions import Finished, Token, TurnRequest, TurnStream
 from gateway.redact import Redactor
+from gateway.sessions import Finished, Token, TurnRequest, TurnStream
 
 SESSION_HEADERS = ("x-herald-session-id", "x-hermes-session-id")
 USER_HEADERS = ("x-herald-user-id", "x-hermes-user-id")
