@@ -92,6 +92,16 @@ class Access:
             for platform, external in identities
         )
 
+    async def job_operator(self, user_id: UserId | None, created_by: str) -> bool:
+        """Whether a scheduled job's run has operator rights, from the current config: a job
+        made in a chat (`created_by` is that person's `platform:id`, a known identity) has
+        the rights of that identity alone, never of a user it was linked to then or now;
+        any other job (CLI, API) those of its owner (`is_operator_user`)."""
+        platform, sep, external = created_by.partition(":")
+        if sep and external and await self.store.user_of(platform, external) is not None:
+            return self.is_operator(platform, external)
+        return await self.is_operator_user(user_id)
+
     def governed(self, platform: str) -> bool:
         """Whether the platform's senders are subject to allowlists."""
         return platform in self.sections

@@ -561,7 +561,7 @@ class Supervisor:
                     if cfg.cron.enabled
                     else None,
                     lease_ttl=cfg.cluster.lease_ttl,
-                    operator=access.is_operator_user,
+                    operator=access.job_operator,
                 )
                 jobs.on_change = scheduler.wake
                 deps = AppDeps(

@@ -132,10 +132,10 @@ class CronScheduler:
         on_outbox: Callable[[], None] = lambda: None,
         right: SchedulingRight | None = None,
         lease_ttl: float = 15.0,
-        operator: Callable[[UserId | None], Awaitable[bool]] | None = None,
+        operator: Callable[[UserId | None, str], Awaitable[bool]] | None = None,
     ) -> None:
-        """`operator`: whether a job's owner operates Herald (its runs may then reach other
-        chats through tools); by default nobody does."""
+        """`operator(owner, created_by)`: whether a job's run has operator rights (it may
+        then reach other chats through tools), asked at each run; by default it has not."""
         self.store = store
         self.jobs = JobStore(store)
         self.agent = agent
@@ -380,7 +380,9 @@ class CronScheduler:
 
         async def work() -> None:
             # A run has its owner's rights and scope, never more.
-            operator = self._operator is not None and await self._operator(job.user_id)
+            operator = self._operator is not None and await self._operator(
+                job.user_id, job.created_by
+            )
             await self.agent.run_turn(
                 session, progress, operator=operator, turn_id=turn_id, media=media
             )

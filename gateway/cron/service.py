@@ -310,7 +310,9 @@ class AgentJobs:
         """
         session = ctx.session
         chat = session_chat(session.key) if session is not None else None
-        created_by = ctx.user_id or (session.key if session is not None else "agent")
+        # The identity that asked (`platform:id`): a run's rights are computed from it, never
+        # from a user it is linked to (`Access.job_operator`, `Store.unlink_identity`).
+        created_by = ctx.sender or ctx.user_id or (session.key if session is not None else "agent")
         if not ctx.operator:
             if chat is None:
                 raise ToolError(

@@ -149,7 +149,7 @@ class Commands:
         await ctx.store.open_session(
             key,
             platform=row.platform,
-            user_id=await ctx.owner(row) if old is None else old.user_id,
+            user_id=await ctx.owner(row),  # who they are now (an unlinked identity: its own)
             snapshot=ctx.snapshot,
             new_epoch=True,
         )

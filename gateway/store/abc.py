@@ -60,6 +60,10 @@ class UserRepository(Protocol):
         when concurrent creators kept colliding (three tries)."""
         ...
 
+    async def user_of(self, platform: str, external_id: str) -> UserId | None:
+        """The user of `platform:external_id`, or None when it is unknown (creates nothing)."""
+        ...
+
     async def link_identities(
         self, first: tuple[str, str], second: tuple[str, str]
     ) -> tuple[UserId, UserId | None]:
@@ -75,8 +79,9 @@ class UserRepository(Protocol):
         ...
 
     async def unlink_identity(self, identity: tuple[str, str]) -> UserId:
-        """Detach an identity from its user; returns that user. Raises LookupError when the
-        identity is unknown or its user's only one."""
+        """Detach an identity from its user, making it a user of its own (with the jobs it
+        made); returns the user it left. Raises LookupError when the identity is unknown or
+        its user's only one."""
         ...
 
 

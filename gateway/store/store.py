@@ -38,6 +38,7 @@ from gateway.store.health import StoreHealth
 from gateway.store.stats import StoreStats
 from gateway.store.tables import (
     identities,
+    jobs,
     messages,
     sessions,
     settings,
@@ -205,6 +206,14 @@ class Store:
 
     # users -----------------------------------------------------------------------------------
 
+    async def user_of(self, platform: str, external_id: str) -> UserId | None:
+        """The user that `platform:external_id` belongs to, or None (nothing is created)."""
+        async with self.read() as conn:
+            found = await conn.scalar(
+                _USER_OF_IDENTITY, {"platform": platform, "external_id": external_id}
+            )
+        return None if found is None else UserId(str(found))
+
     async def resolve_user(self, platform: str, external_id: str, display_name: str = "") -> UserId:
         """The user that `platform:external_id` belongs to, created on first sight."""
         for _ in range(3):
@@ -279,11 +288,14 @@ class Store:
     ) -> SessionInfo:
         """The current session of `key`, created (with memory snapshots) when there is none.
 
-        With `new_epoch`, always start a fresh session under the same key (`/new`).
+        With `new_epoch`, always start a fresh session under the same key (`/new`). A session
+        that belongs to another user than `user_id` (its identity was unlinked since, say) is
+        not reused either: a fresh one starts for `user_id`, so nothing of that user (their
+        USER.md snapshot, history, search, tools) is reached from it.
         """
         for _ in range(3):
             current = await self.get_session(key)
-            if current is not None and not new_epoch:
+            if current is not None and not new_epoch and current.user_id == user_id:
                 return current
             epoch = current.epoch + 1 if current is not None else 0
             frozen = await snapshot(key, user_id)
@@ -415,8 +427,10 @@ class Store:
     async def unlink_identity(self, identity: tuple[str, str]) -> UserId:
         """Detach one platform identity from its user; return that user.
 
-        The identity's next message starts a user of its own. Raises LookupError when the
-        identity is unknown, or is its user's only one (nothing to unlink it from).
+        The identity becomes a user of its own at once: its sessions start over as that
+        user's from its next message (`open_session`), and the jobs it made (`created_by`
+        is `platform:id`) move to it, running with its rights and scope. Raises LookupError
+        when the identity is unknown, or is its user's only one (nothing to unlink it from).
         """
         platform, external_id = identity
         async with self.write() as conn:
@@ -433,10 +447,18 @@ class Store:
                     f"{platform}:{external_id} is the only identity of user {user_id}; "
                     "there is nothing to unlink it from"
                 )
+            own = UserId(f"u_{secrets.token_hex(8)}")
+            now = utcnow()
+            await conn.execute(insert(users).values(id=own, display_name="", created_at=now))
             await conn.execute(
-                identities.delete().where(
-                    identities.c.platform == platform, identities.c.external_id == external_id
-                )
+                update(identities)
+                .where(identities.c.platform == platform, identities.c.external_id == external_id)
+                .values(user_id=own, created_at=now)
+            )
+            await conn.execute(
+                update(jobs)
+                .where(jobs.c.user_id == user_id, jobs.c.created_by == f"{platform}:{external_id}")
+                .values(user_id=own, updated_at=now)
             )
         return UserId(str(user_id))
 
