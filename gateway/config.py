@@ -48,6 +48,13 @@ from gateway.tools.config import ToolsConfig
 ENV_PREFIX = "HERALD_"
 
 
+_AUTHORITY = re.compile(
+    r"(\[[0-9a-f:.]+\]|[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?)(:(6553[0-5]|655[0-2]\d|65[0-4]\d{2}"
+    r"|6[0-4]\d{3}|[1-5]\d{4}|[1-9]\d{0,3}))?"
+)
+"""`host[:port]` as in a `Host` header (an IPv6 address in brackets), lower case."""
+
+
 class APIConfig(Section):
     """The HTTP server: OpenAI-compatible API, health, metrics, webhooks."""
 
@@ -74,8 +81,32 @@ class APIConfig(Section):
     allow_approval_tools: bool = False
     """Let HTTP API calls run tools that need a person's approval in a chat (the API cannot
     ask; the API key holder is trusted). False: such a call is refused with a tool error."""
+    body_timeout: float = Field(default=30.0, gt=0)
+    """Seconds a request's body may take to arrive after its head; then 408 and closed."""
+    retry_window: float = Field(default=600.0, ge=0)
+    """Seconds within which a session request repeating the session's last, unanswered
+    question (a client's retry after 503 or 502) continues it instead of asking it again;
+    0: only `Idempotency-Key` marks a retry."""
+    max_connections_per_client: int = Field(default=64, ge=1)
+    """Open connections from one client address (an IPv6 /64) at most, and never more than
+    half of `max_connections`; one more is answered 503 and closed at once."""
+    public_names: tuple[str, ...] = ()
+    """Names (`host` or `host:port`) besides localhost, 127.0.0.1 and [::1] under which the
+    console and a key-less API are reached, e.g. behind a reverse proxy. A request whose
+    `Host` or `Origin` names anything else is refused (a DNS-rebinding page)."""
 
     _key = field_validator("key")(not_empty)
+
+    @field_validator("public_names")
+    @classmethod
+    def _public_names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        for name in names:
+            if not _AUTHORITY.fullmatch(name.lower()):
+                raise ValueError(
+                    f"{name!r} is not a host name with an optional port (like "
+                    "'herald.example.com' or 'herald.example.com:8443'; no scheme, no path)"
+                )
+        return tuple(name.lower() for name in names)
 
     @property
     def is_loopback(self) -> bool:

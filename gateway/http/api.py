@@ -28,6 +28,7 @@ from gateway.contracts.messages import Attachment
 from gateway.http import uploads
 from gateway.http.deps import AppDeps
 from gateway.http.errors import error_body, error_response
+from gateway.http.local import require_local
 from gateway.http.middleware import RECEIVED_AT
 from gateway.media import session_dir
 from gateway.redact import Redactor
@@ -133,6 +134,7 @@ def require_key(request: Request) -> AppDeps:
     deps: AppDeps = request.app.state.deps
     key = deps.config.api.key
     if key is None:
+        require_local(request)  # KeyGate refused it already; this guards any other route
         return deps
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")

@@ -15,7 +15,8 @@ from gateway.http.console import SECTIONS
 from gateway.http.console.routes import install as install_console
 from gateway.http.deps import AppDeps
 from gateway.http.errors import http_exception, validation_exception
-from gateway.http.middleware import Admission, BodyLimit, RequestMetrics
+from gateway.http.local import ServerNames
+from gateway.http.middleware import Admission, BodyLimit, KeyGate, RequestMetrics
 
 OFFLINE_WARNING = health.OFFLINE_WARNING
 
@@ -30,6 +31,9 @@ def create_app(deps: AppDeps) -> FastAPI:
         redoc_url=None,
     )
     app.state.deps = deps
+    api_config = deps.config.api
+    names = ServerNames.of(api_config.host, api_config.port, api_config.public_names)
+    app.state.names = names
     app.add_exception_handler(HTTPException, http_exception)
     app.add_exception_handler(RequestValidationError, validation_exception)
     app.include_router(api.router)
@@ -55,6 +59,7 @@ def create_app(deps: AppDeps) -> FastAPI:
         return Response(deps.metrics.render(), media_type=deps.metrics.content_type)
 
     wrapped: Any = Admission(app, deps.manager.admit)
+    wrapped = KeyGate(wrapped, deps.config.api.key, names)
     wrapped = RequestMetrics(wrapped, deps.metrics)
     wrapped = BodyLimit(wrapped, deps.config.api.max_body_bytes)
     # FastAPI stays reachable (for openapi()) while the server runs the wrapped app.

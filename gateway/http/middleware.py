@@ -1,16 +1,20 @@
-"""ASGI middleware: request body size limit and request metrics."""
+"""ASGI middleware: request body size limit, the API key check, admission, request metrics."""
 
 from __future__ import annotations
 
+import hmac
 import json
 import math
 import time
 from collections.abc import Callable
 
+from pydantic import SecretStr
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.contracts.errors import Overloaded
 from gateway.http.errors import error_body
+from gateway.http.local import ServerNames
 from gateway.metrics import Metrics
 
 
@@ -63,6 +67,45 @@ class BodyLimit:
             await send(message)
 
         await self.app(scope, limited_receive, guarded_send)
+
+
+class KeyGate:
+    """Check who may call the API (`/v1`, `/api`, `/metrics`) before the request is routed or
+    its body read. With `api.key`: `Authorization: Bearer <key>`, else 401. Without one: only
+    local requests (see `gateway.http.local`), else 403 saying why."""
+
+    PREFIXES = ("/v1", "/api", "/metrics")
+
+    def __init__(self, app: ASGIApp, key: SecretStr | None, names: ServerNames) -> None:
+        self.app = app
+        self.key = None if key is None else key.get_secret_value().encode()
+        self.names = names
+
+    def _guarded(self, path: str) -> bool:
+        return any(path == p or path.startswith(p + "/") for p in self.PREFIXES)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self._guarded(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        if self.key is not None:
+            scheme, _, token = Headers(scope=scope).get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(
+                token.strip().encode(), self.key
+            ):
+                challenge = [(b"www-authenticate", b"Bearer")]
+                await _reply(send, 401, "missing or wrong API key", challenge)
+                return
+        elif (why := self.names.not_local(scope)) is not None:
+            await _reply(
+                send,
+                403,
+                f"this API has no key (api.key), so it serves only requests made on this "
+                f"machine to {self.names.describe(scope)}, not forwarded by a proxy: {why}. "
+                "Set api.key to serve anyone else.",
+            )
+            return
+        await self.app(scope, receive, send)
 
 
 class Admission:

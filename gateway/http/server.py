@@ -1,20 +1,23 @@
-"""The HTTP server's socket limits: uvicorn's own settings, and the four it lacks.
+"""The HTTP server's socket limits: uvicorn's own settings, and the six it lacks.
 
 uvicorn gives the idle keep-alive timeout and the listen backlog. With httptools (the
-parser it runs here) it has no limit on the size or the number of request headers and no
-time limit on reading them, and its `limit_concurrency` counts connections only once a
-request's headers are in: connections that never finish a head hold their descriptors
-forever, and a never-ending header grows without bound. `GuardedProtocol` adds those limits
-where they can act, in the protocol: bytes are counted as they arrive, before the parser
-buffers them. (`h11_max_incomplete_event_size` would bound the head with the h11 parser, at
-several times the CPU per request.)
+parser it runs here) it has no limit on the size or the number of request headers, no
+time limit on reading them or the body, and its `limit_concurrency` counts connections
+only once a request's headers are in: connections that never finish a head or a body hold
+their descriptors forever, and a never-ending header grows without bound. `GuardedProtocol`
+adds those limits where they can act, in the protocol: bytes are counted as they arrive,
+before the parser buffers them; connections are counted per client address too, so one
+client cannot take every connection. (`h11_max_incomplete_event_size` would bound the head
+with the h11 parser, at several times the CPU per request.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, ClassVar
@@ -37,11 +40,22 @@ class HeadLimits:
     header_timeout: float
     max_header_bytes: int
     max_headers: int
+    body_timeout: float = 30.0
+    max_per_client: int | None = None
+    """Connections from one client address (IPv6: one /64) at most; None: no such cap."""
 
     @classmethod
     def of(cls, api: APIConfig) -> HeadLimits:
-        """The limits of the `api` config section."""
-        return cls(api.max_connections, api.header_timeout, api.max_header_bytes, api.max_headers)
+        """The limits of the `api` config section (one client gets at most half the cap)."""
+        per_client = min(api.max_connections_per_client, max(1, api.max_connections // 2))
+        return cls(
+            api.max_connections,
+            api.header_timeout,
+            api.max_header_bytes,
+            api.max_headers,
+            api.body_timeout,
+            per_client,
+        )
 
 
 def server_config(app: Any, api: APIConfig, *, graceful_timeout: int) -> uvicorn.Config:
@@ -59,8 +73,24 @@ def server_config(app: Any, api: APIConfig, *, graceful_timeout: int) -> uvicorn
 
 
 def guarded_protocol(limits: HeadLimits) -> type[GuardedProtocol]:
-    """The protocol class uvicorn instantiates per connection, bound to `limits`."""
-    return type("GuardedProtocol", (GuardedProtocol,), {"limits": limits})
+    """The protocol class uvicorn instantiates per connection, bound to `limits` and to a
+    count of open connections per client of its own (one per server)."""
+    clients: Counter[str] = Counter()
+    return type("GuardedProtocol", (GuardedProtocol,), {"limits": limits, "clients": clients})
+
+
+def client_of(peer: object) -> str:
+    """The client a connection counts against: its IP address, an IPv6 one by its /64."""
+    host = peer[0] if isinstance(peer, tuple) and peer else str(peer)
+    try:
+        address = ipaddress.ip_address(str(host))
+    except ValueError:
+        return str(host)
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network(f"{address}/64", strict=False))
+    return str(address)
 
 
 class _HeadRefused(Exception):
@@ -70,13 +100,15 @@ class _HeadRefused(Exception):
 class GuardedProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with a connection cap and limits on request heads.
 
-    A connection past `max_connections` is answered 503 and closed before it is read. A
-    head (request line and headers) must arrive within `header_timeout` seconds of the
-    connection opening or its first byte (408), in at most `max_header_bytes` bytes and
-    `max_headers` fields (431); each refusal closes the connection.
+    A connection past `max_connections`, or past `max_per_client` from its client's
+    address, is answered 503 and closed before it is read. A head (request line and
+    headers) must arrive within `header_timeout` seconds of the connection opening or its
+    first byte (408), in at most `max_header_bytes` bytes and `max_headers` fields (431); its
+    body within `body_timeout` seconds of the head (408). Each refusal closes the connection.
     """
 
     limits: ClassVar[HeadLimits]
+    clients: ClassVar[Counter[str]]
 
     def __init__(
         self,
@@ -96,26 +128,40 @@ class GuardedProtocol(HttpToolsProtocol):
         self._head_fields = 0
         self._head_error: tuple[int, str] | None = None
         self._head_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._client: str | None = None
+        """The client this connection counts against (None: not counted)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        """Refuse the connection when too many are open; else time its first head."""
+        """Refuse the connection when too many are open, in all or from its client; else
+        count it and time its first head."""
+        client = client_of(transport.get_extra_info("peername"))
+        per_client = self.limits.max_per_client
+        message = None
         if len(self.server_state.connections) >= self.limits.max_connections:
+            message = "too many open connections; retry in a moment"
+        elif per_client is not None and self.clients[client] >= per_client:
+            message = f"too many open connections from {client}; close some, then retry"
+        if message is not None:
             self._refused = True
             self.transport = transport
-            logger.debug("refused a connection: %d open", len(self.server_state.connections))
-            _answer(
-                transport,
-                HTTPStatus.SERVICE_UNAVAILABLE,
-                "too many open connections; retry in a moment",
-                retry_after=1,
-            )
+            logger.debug("refused a connection from %s: %s", client, message)
+            _answer(transport, HTTPStatus.SERVICE_UNAVAILABLE, message, retry_after=1)
             return
+        self._client = client
+        self.clients[client] += 1
         super().connection_made(transport)
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Forget the connection (a refused one was never counted)."""
         self._disarm()
+        self._disarm_body()
+        if self._client is not None:
+            self.clients[self._client] -= 1
+            if self.clients[self._client] <= 0:
+                del self.clients[self._client]
+            self._client = None
         if not self._refused:
             super().connection_lost(exc)
 
@@ -159,10 +205,17 @@ class GuardedProtocol(HttpToolsProtocol):
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
-        """The head is in: stop its clock and count no more bytes as head."""
+        """The head is in: stop its clock, count no more bytes as head, time the body."""
         self._reading_head = False
         self._disarm()
+        self._disarm_body()
+        self._body_timer = self.loop.call_later(self.limits.body_timeout, self._body_timed_out)
         super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        """The body is in: stop its clock."""
+        self._disarm_body()
+        super().on_message_complete()
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to a parser error: 431 when the error was our refusal."""
@@ -193,6 +246,30 @@ class GuardedProtocol(HttpToolsProtocol):
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
+
+    def _disarm_body(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_timed_out(self) -> None:
+        """The body did not arrive in time: 408 (or, when the answer has begun, just close)."""
+        self._body_timer = None
+        if self.transport.is_closing():
+            return
+        logger.debug("closed a connection whose request body took too long")
+        cycle = self.cycle
+        if cycle is None or cycle.response_started:
+            if cycle is not None:
+                cycle.keep_alive = False
+            self.transport.close()
+            return
+        cycle.keep_alive = False
+        _answer(
+            self.transport,
+            HTTPStatus.REQUEST_TIMEOUT,
+            f"the request body took longer than {self.limits.body_timeout:g}s",
+        )
 
     def _head_timed_out(self) -> None:
         self._head_timer = None

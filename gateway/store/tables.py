@@ -418,3 +418,14 @@ skill_writes = Table(
     Index(None, "status", "id"),
     Index(None, "skill", "id"),
 )
+
+console_sessions = Table(
+    "console_sessions",
+    metadata,
+    # The SHA-256 of a console cookie's random part: the row is the login, the cookie only
+    # names it; logging out deletes the row, on every instance at once.
+    Column("id", String(64), primary_key=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Index(None, "expires_at"),
+)

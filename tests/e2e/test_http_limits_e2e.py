@@ -192,6 +192,54 @@ async def test_connections_past_the_cap_get_503_and_the_server_recovers(tmp_path
         assert await daemon.stop() == 0
 
 
+async def test_a_never_ending_body_is_cut_off_and_one_client_gets_half_the_connections(
+    tmp_path: Path,
+) -> None:
+    cap = 6
+    api = {"max_connections": cap, "body_timeout": 1, "key": KEY}
+    async with running(tmp_path / "s", api=api) as daemon:
+        loop = asyncio.get_running_loop()
+        body_head = HEAD + b"Content-Type: application/json\r\nContent-Length: 1000\r\n"
+        async with contextlib.AsyncExitStack() as stack, asyncio.timeout(30):
+            # Without the key, the API answers 401 before it waits for the body.
+            async with connection(daemon) as (reader, writer):
+                writer.write(body_head + b"\r\n" + b'{"messages": ')
+                status, data = await answer(reader)
+            assert status == 401, data
+            # Bodies that never end, with the key: the client's share is half the cap.
+            auth = f"Authorization: Bearer {KEY}\r\n\r\n".encode()
+            held = []
+            for _ in range(cap // 2):
+                reader, writer = await stack.enter_async_context(connection(daemon))
+                writer.write(body_head + auth + b'{"messages": ')
+                held.append(reader)
+            started = loop.time()
+            for _ in range(cap // 2):  # its next connections are refused at once
+                async with connection(daemon) as (reader, _):
+                    status, data = await answer(reader)
+                assert status == 503
+                assert b"too many open connections from 127.0.0.1" in data
+            # Another client (another loopback address) is served meanwhile.
+            other = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
+            async with httpx.AsyncClient(transport=other, base_url=daemon.url) as http:
+                assert (await http.get("/health")).status_code == 200
+            # The never-ending bodies are cut off: 408, the connection closed.
+            for reader in held:
+                status, data = await answer(reader)
+                assert status == 408, data
+                assert b"the request body took longer than 1s" in data
+            assert loop.time() - started >= 0.9
+        async with httpx.AsyncClient(base_url=daemon.url) as http:
+
+            async def served() -> bool:
+                with contextlib.suppress(httpx.TransportError):
+                    return (await http.get("/health")).status_code == 200
+                return False
+
+            await until(served)
+        assert await daemon.stop() == 0
+
+
 async def metric(http: httpx.AsyncClient, name: str) -> float:
     """A sample of `/metrics` by its exact name and labels (0 when absent)."""
     for line in (await http.get("/metrics")).text.splitlines():

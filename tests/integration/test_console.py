@@ -31,8 +31,10 @@ from gateway.contracts.ids import AccountId, ChatId, SessionKey
 from gateway.contracts.messages import utcnow
 from gateway.cron.service import JobService, JobSpec
 from gateway.http.app import create_app
-from gateway.http.console.auth import LoginThrottle, is_local
+from gateway.http.console import routes as console_routes
+from gateway.http.console.auth import LoginThrottle
 from gateway.http.deps import AppDeps
+from gateway.http.local import ServerNames
 from gateway.metrics import Metrics
 from gateway.sessions import SessionManager
 from gateway.store import Store
@@ -51,6 +53,8 @@ pytestmark = pytest.mark.timeout(60)
 KEY = "console-key"
 REMOTE = ("203.0.113.9", 40000)
 LOCAL = ("127.0.0.1", 40000)
+BASE = "http://127.0.0.1:8642"
+"""The console as a browser on this machine reaches it (8642: `api.port`'s default)."""
 
 
 async def _no_snapshot(*_: object) -> tuple[str, str]:
@@ -64,11 +68,16 @@ class Rig:
     app: Any
 
     def client(
-        self, address: tuple[str, int] = LOCAL, headers: Mapping[str, str] | None = None
+        self,
+        address: tuple[str, int] = LOCAL,
+        headers: Mapping[str, str] | None = None,
+        base_url: str = BASE,
     ) -> httpx.AsyncClient:
+        """A client at `address`; like a browser on a console page, it sends the page's
+        `Origin` (a form's `Origin` is checked)."""
         transport = httpx.ASGITransport(app=self.app.state.asgi, client=address)
         return httpx.AsyncClient(
-            transport=transport, base_url="http://herald", headers=headers or {}
+            transport=transport, base_url=base_url, headers={"origin": BASE, **(headers or {})}
         )
 
 
@@ -155,25 +164,47 @@ async def stored(store: Store, text: str, name: str = "Ann") -> None:
 # -- who may see it ----------------------------------------------------------------------------
 
 
+HERE = {"host": "127.0.0.1:8642"}
+
+
 @pytest.mark.parametrize(
-    ("host", "headers", "local"),
+    ("client", "headers", "local"),
     [
-        ("127.0.0.1", {}, True),
-        ("::1", {}, True),
-        ("127.0.0.5", {}, True),
-        ("::ffff:127.0.0.1", {}, True),
-        ("203.0.113.9", {}, False),
-        ("10.0.0.2", {}, False),
-        (None, {}, False),
-        ("127.0.0.1", {"x-forwarded-for": "203.0.113.9"}, False),
-        ("127.0.0.1", {"forwarded": "for=203.0.113.9"}, False),
-        ("127.0.0.1", {"x-real-ip": "203.0.113.9"}, False),
+        ("127.0.0.1", HERE, True),
+        ("::1", {"host": "[::1]:8642"}, True),
+        ("127.0.0.5", {"host": "localhost:8642"}, True),
+        ("::ffff:127.0.0.1", HERE, True),
+        ("127.0.0.1", {"host": "herald.example.com"}, True),  # a configured public name
+        ("127.0.0.1", {**HERE, "origin": "http://127.0.0.1:8642"}, True),
+        ("203.0.113.9", HERE, False),
+        ("10.0.0.2", HERE, False),
+        (None, HERE, False),
+        ("127.0.0.1", {**HERE, "x-forwarded-for": "203.0.113.9"}, False),
+        ("127.0.0.1", {**HERE, "forwarded": "for=203.0.113.9"}, False),
+        ("127.0.0.1", {**HERE, "x-real-ip": "203.0.113.9"}, False),
+        # A page whose name rebinds to 127.0.0.1, and pages of other sites or ports.
+        ("127.0.0.1", {"host": "rebind.attacker.example:8642"}, False),
+        ("127.0.0.1", {"host": "localhost:9999"}, False),
+        ("127.0.0.1", {"host": "localhost"}, False),
+        ("127.0.0.1", {}, False),
+        ("127.0.0.1", {"host": "127.0.0.1:8642@evil.example"}, False),
+        ("127.0.0.1", {**HERE, "origin": "http://rebind.attacker.example:8642"}, False),
+        ("127.0.0.1", {**HERE, "origin": "http://localhost:3000"}, False),
+        ("127.0.0.1", {**HERE, "origin": "null"}, False),
     ],
 )
-def test_a_request_is_local_only_from_a_loopback_address_not_forwarded(
-    host: str | None, headers: dict[str, str], local: bool
+def test_a_request_is_local_only_from_this_machine_addressed_to_this_server(
+    client: str | None, headers: dict[str, str], local: bool
 ) -> None:
-    assert is_local(host, headers) is local
+    names = ServerNames.of("127.0.0.1", 8642, ("herald.example.com",))
+    scope = {
+        "type": "http",
+        "scheme": "http",
+        "server": ("127.0.0.1", 8642),
+        "client": None if client is None else (client, 40000),
+        "headers": [(k.encode(), v.encode()) for k, v in headers.items()],
+    }
+    assert names.is_local(scope) is local
 
 
 async def test_the_overview_is_served_locally_with_a_strict_policy(rig: Rig) -> None:
@@ -301,6 +332,144 @@ async def test_without_a_key_the_console_is_local_only(
         page = await http.get("/console/login")
     assert page.status_code == 403
     assert "only reachable from this machine" in page.text
+
+
+def console_requests(rig: Rig) -> list[tuple[str, str]]:
+    """Every route of the console, as (method, path) with its parameters filled in."""
+    found = []
+    routers = [console_routes.router, *(s.router for s in rig.app.state.console.sections)]
+    for route in (route for router in routers for route in router.routes):
+        path = "/console" + getattr(route, "path", "")
+        path = re.sub(r"\{code\}", "ABCD2345", path)
+        path = re.sub(r"\{name\}", "console.css", path)
+        path = re.sub(r"\{[^}]+\}", "1", path)
+        found += [(method, path) for method in sorted(getattr(route, "methods", ())) if method]
+    return found
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["rebind.attacker.example:8642", "127.0.0.1.nip.io:8642", "localhost.attacker.example:8642"],
+)
+async def test_a_page_whose_name_rebinds_to_loopback_gets_nothing_from_the_console(
+    rig: Rig, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The browser of the operator, on this machine, at a page whose DNS name now points to
+    127.0.0.1: its requests come from loopback with no forwarding header, but `Host` (and
+    `Origin`) carry the page's name. Every console route refuses it before serving a page,
+    a cookie or a token; a form it posts (with a token it could not have had) changes nothing."""
+    await pending_pairing(rig.store, "ABCD2345")
+    requests = console_requests(rig)
+    assert ("POST", "/console/access/pairings/ABCD2345/approve") in requests
+    assert ("GET", "/console/access") in requests
+    assert len(requests) >= 20
+    page = f"http://{name}"
+    async with rig.client() as trusted:  # a real token, to show it does not help
+        token = csrf_of(await trusted.get("/console/access"))
+    async with rig.client(base_url=page, headers={"origin": page}) as http:
+        http.cookies.set("herald_csrf", trusted.cookies["herald_csrf"], path="/console")
+        for method, path in requests:
+            answer = await http.request(method, path, data={"csrf": token})
+            assert answer.status_code == 403, (method, path, answer.text)
+            assert "set-cookie" not in answer.headers, (method, path)
+            assert 'name="csrf"' not in answer.text
+            assert "api.public_names" in answer.json()["error"]["message"]
+    async with rig.store.read() as conn:
+        pairing = await pairings_sql.pairing_by_code(conn, "ABCD2345")
+    assert pairing is not None
+    assert pairing.status == "pending"
+    assert "console: refused POST /console/access/pairings/ABCD2345/approve" in caplog.text
+
+
+async def test_a_configured_public_name_reaches_the_console(
+    store: Store, manager: SessionManager
+) -> None:
+    rig = make_rig(store, manager, {"api": {"key": KEY, "public_names": ["Herald.Example.com"]}})
+    page = "https://herald.example.com"
+    behind_proxy = {"x-forwarded-for": "203.0.113.9", "origin": page}
+    async with rig.client(REMOTE, behind_proxy, base_url=page) as http:
+        form = await http.get("/console/login")
+        assert form.status_code == 200
+        logged_in = await http.post("/console/login", data={"csrf": csrf_of(form), "key": KEY})
+        assert logged_in.status_code == 303
+        assert (await http.get("/console/access")).status_code == 200
+    # Locally too (an /etc/hosts name): a public name is a name of this server.
+    async with rig.client(base_url="http://herald.example.com:8642") as http:
+        assert (await http.get("/console/access")).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"origin": "http://rebind.attacker.example:8642"},
+        {"origin": "http://localhost:3000"},  # another site on this machine: same "site"
+        {"origin": "null"},  # a sandboxed frame, or a page with no-referrer
+        {"origin": ""},
+        {"referer": "http://evil.example/page"},
+        {},  # a browser always sends Origin with a form: this is no browser of ours
+    ],
+    ids=["rebinding-page", "other-port", "null", "empty", "foreign-referer", "neither"],
+)
+async def test_a_console_form_from_another_origin_changes_nothing(
+    rig: Rig, headers: dict[str, str]
+) -> None:
+    await pending_pairing(rig.store, "ABCD2345")
+    async with rig.client() as http:
+        token = csrf_of(await http.get("/console/access"))
+        http.headers.pop("origin")
+        refused = await http.post(
+            "/console/access/pairings/ABCD2345/approve", data={"csrf": token}, headers=headers
+        )
+        assert refused.status_code == 403, refused.text
+        async with rig.store.read() as conn:
+            pairing = await pairings_sql.pairing_by_code(conn, "ABCD2345")
+        assert pairing is not None
+        assert pairing.status == "pending"
+        # The same form from the console's own page (its Referer, when no Origin) is taken.
+        ok = await http.post(
+            "/console/access/pairings/ABCD2345/approve",
+            data={"csrf": token},
+            headers={"referer": f"{BASE}/console/access"},
+        )
+    assert ok.status_code == 303
+
+
+async def test_a_script_with_the_key_needs_no_origin(rig: Rig) -> None:
+    row_id = await dead_letter(rig.store)
+    async with rig.client(REMOTE, {"authorization": f"Bearer {KEY}"}) as http:
+        token = csrf_of(await http.get("/console/deliveries"))
+        http.headers.pop("origin")
+        answer = await http.post(f"/console/deliveries/{row_id}/retry", data={"csrf": token})
+    assert answer.status_code == 303
+
+
+async def test_logging_out_ends_the_session_on_every_instance(
+    store: Store, manager: SessionManager
+) -> None:
+    settings = {"api": {"key": KEY}}
+    first, second = make_rig(store, manager, settings), make_rig(store, manager, settings)
+    async with first.client(REMOTE) as http:
+        form = await http.get("/console/login")
+        await http.post("/console/login", data={"csrf": csrf_of(form), "key": KEY})
+        cookie = http.cookies["herald_console"]
+        page = await http.get("/console/access")
+        assert page.status_code == 200
+        logged_out = await http.post("/console/logout", data={"csrf": csrf_of(page)})
+        assert logged_out.status_code == 303
+    for rig in (first, second):  # another instance on the same database
+        async with rig.client(REMOTE) as replay:
+            replay.cookies.set("herald_console", cookie, path="/console")
+            answer = await replay.get("/console/access")
+            assert answer.status_code == 303, answer.text
+            assert answer.headers["location"].startswith("/console/login")
+    # A new login works again, on the other instance too.
+    async with first.client(REMOTE) as http:
+        form = await http.get("/console/login")
+        await http.post("/console/login", data={"csrf": csrf_of(form), "key": KEY})
+        fresh = http.cookies["herald_console"]
+    async with second.client(REMOTE) as other:
+        other.cookies.set("herald_console", fresh, path="/console")
+        assert (await other.get("/console/access")).status_code == 200
 
 
 async def test_console_enabled_false_removes_it(store: Store, manager: SessionManager) -> None:

@@ -1,11 +1,12 @@
-"""Who may use the console: loopback requests, or the `api.key` holder with a session cookie.
+"""Who may use the console: local requests, or the `api.key` holder with a session cookie.
 
-A request is local when its client address is a loopback address and no proxy forwarded it
-(no `Forwarded`, `X-Forwarded-For` or `X-Real-IP` header): a reverse proxy on the same
-machine connects from 127.0.0.1 on behalf of someone else, so a forwarded request is never
-local. Everyone else logs in with the API key (a form; the key never travels in a URL) and
-gets an HttpOnly, SameSite=Strict session cookie signed with a key derived from `api.key`.
-A script may instead send `Authorization: Bearer <api.key>`, as to the API.
+A request is local when it comes from this machine, addressed to this server (see
+`gateway.http.local`: a loopback client, no forwarding header, a `Host` and `Origin` that
+name this server). Everyone else logs in with the API key (a form; the key never travels in
+a URL) and gets an HttpOnly, SameSite=Strict session cookie signed with a key derived from
+`api.key`; the login is also a row in SQL (`console_sessions`), and logging out deletes it,
+so a cookie replayed after logout is refused by every instance. A script may instead send
+`Authorization: Bearer <api.key>`, as to the API.
 
 Every form carries a CSRF token: the HMAC of a random per-browser cookie value, checked on
 each POST.
@@ -16,7 +17,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import ipaddress
 import secrets
 import time
 from collections import deque
@@ -30,18 +30,6 @@ CSRF_COOKIE = "herald_csrf"
 CSRF_FIELD = "csrf"
 SESSION_TTL = 12 * 3600
 """Seconds a login lasts."""
-FORWARDING_HEADERS = ("forwarded", "x-forwarded-for", "x-real-ip")
-
-
-def is_local(client_host: str | None, headers: Mapping[str, str]) -> bool:
-    """Whether a request comes from this machine itself: a loopback client address and no
-    header saying a proxy forwarded it for someone else."""
-    if client_host is None or any(name in headers for name in FORWARDING_HEADERS):
-        return False
-    try:
-        return ipaddress.ip_address(client_host.removeprefix("::ffff:")).is_loopback
-    except ValueError:
-        return client_host == "localhost"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +38,16 @@ class Visitor:
 
     who: str
     allowed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Login:
+    """A validly signed, unexpired session cookie: `key` names its row in SQL, `short` is
+    what the log shows, `expires` is a Unix time."""
+
+    key: str
+    short: str
+    expires: int
 
 
 class Guard:
@@ -74,18 +72,24 @@ class Guard:
         """Whether `given` is the API key (compared in constant time)."""
         return self._key is not None and hmac.compare_digest(given.strip().encode(), self._key)
 
+    def bearer_matches(self, headers: Mapping[str, str]) -> bool:
+        """Whether the request sends `Authorization: Bearer <api.key>`."""
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and self.key_matches(token)
+
     def _mac(self, text: str) -> str:
         digest = hmac.new(self._secret, text.encode(), hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
     def new_session(self, now: float | None = None) -> str:
-        """A session cookie value valid for SESSION_TTL seconds."""
+        """A session cookie value valid for SESSION_TTL seconds (record its `login` in SQL)."""
         expires = int((time.time() if now is None else now) + SESSION_TTL)
-        payload = f"{expires}.{secrets.token_urlsafe(12)}"
+        payload = f"{expires}.{secrets.token_urlsafe(18)}"
         return f"{payload}.{self._mac('session|' + payload)}"
 
-    def session_id(self, cookie: str | None, now: float | None = None) -> str | None:
-        """The id (nonce) of a valid, unexpired session cookie, else None."""
+    def login(self, cookie: str | None, now: float | None = None) -> Login | None:
+        """The login of a validly signed, unexpired session cookie, else None (whether it is
+        still open is the `console_sessions` row's to say)."""
         if not cookie or self._key is None:
             return None
         expires, _, rest = cookie.partition(".")
@@ -96,7 +100,8 @@ class Guard:
             return None
         if int(expires) < (time.time() if now is None else now):
             return None
-        return nonce[:8]
+        key = hashlib.sha256(nonce.encode()).hexdigest()
+        return Login(key, nonce[:8], int(expires))
 
     @staticmethod
     def new_csrf_cookie() -> str:
@@ -114,20 +119,24 @@ class Guard:
         return hmac.compare_digest(token, self.csrf_token(cookie))
 
     def visitor(
-        self, client_host: str | None, headers: Mapping[str, str], cookie: str | None
+        self,
+        client_host: str | None,
+        headers: Mapping[str, str],
+        *,
+        local: bool,
+        login: Login | None,
     ) -> Visitor:
-        """Who the request is from, and whether it may use the console."""
+        """Who the request is from, and whether it may use the console: `local` (see
+        `ServerNames.is_local`), or an open `login`, or the key as a bearer token."""
         where = client_host or "unknown address"
         forwarded = headers.get("x-forwarded-for") or headers.get("x-real-ip")
         if forwarded:
-            where = f"{forwarded.strip()} via {where}"
-        if is_local(client_host, headers):
+            where = f"{forwarded.strip()[:100]} via {where}"
+        if local:
             return Visitor(f"local user at {where}", True)
-        session = self.session_id(cookie)
-        if session is not None:
-            return Visitor(f"key holder (session {session}) at {where}", True)
-        scheme, _, token = headers.get("authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and self.key_matches(token):
+        if login is not None:
+            return Visitor(f"key holder (session {login.short}) at {where}", True)
+        if self.bearer_matches(headers):
             return Visitor(f"key holder (bearer) at {where}", True)
         return Visitor(f"visitor at {where}", False)
 

@@ -14,6 +14,7 @@ from urllib.parse import parse_qsl, quote
 from fastapi import Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.http.console.auth import (
@@ -21,11 +22,14 @@ from gateway.http.console.auth import (
     CSRF_FIELD,
     SESSION_COOKIE,
     Guard,
+    Login,
     LoginThrottle,
     Visitor,
 )
 from gateway.http.console.section import Section
 from gateway.http.deps import AppDeps
+from gateway.http.local import ServerNames
+from gateway.store.console_sessions import ConsoleSessions
 
 logger = logging.getLogger("gateway.console")
 
@@ -38,7 +42,9 @@ SECURITY_HEADERS = (
     (b"content-security-policy", CSP.encode()),
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"no-referrer"),
+    # Not no-referrer: under it a browser sends `Origin: null` with a form, and the console
+    # checks that a form comes from one of its own pages.
+    (b"referrer-policy", b"same-origin"),
 )
 NOTICES = {
     "retried": "Delivery {id} is queued again.",
@@ -55,6 +61,8 @@ NOTICES = {
 }
 """The fixed messages a redirect after an action may show (`?done=<name>&id=<id>`)."""
 _NOTICE_ID = re.compile(r"^[\w:.@+-]{1,64}$")
+VISITOR = "console_visitor"
+"""The `request.state` key of the request's checked visitor."""
 
 
 class LoginNeeded(Exception):
@@ -92,10 +100,12 @@ class Action:
 class Console:
     """The console of one app: its sections, templates and guard."""
 
-    def __init__(self, deps: AppDeps, sections: Sequence[Section]) -> None:
+    def __init__(self, deps: AppDeps, sections: Sequence[Section], names: ServerNames) -> None:
         self.deps = deps
         self.sections = tuple(sections)
         self.guard = Guard(deps.config.api.key)
+        self.names = names
+        self.logins_open = ConsoleSessions(deps.store)
         self.logins = LoginThrottle()
         self.env = Environment(
             loader=PackageLoader("gateway.http.console", "templates"),
@@ -108,10 +118,23 @@ class Console:
         self.env.filters["ago"] = ago
         self.env.filters["short"] = short
 
-    def visitor(self, request: Request) -> Visitor:
-        """Who is asking (whether or not they may use the console)."""
+    async def visitor(self, request: Request) -> Visitor:
+        """Who is asking (whether or not they may use the console); a session cookie counts
+        while its login's row is open (not logged out on any instance)."""
+        known: Visitor | None = getattr(request.state, VISITOR, None)
+        if known is not None:
+            return known
+        login = self.guard.login(request.cookies.get(SESSION_COOKIE))
+        if login is not None and not await self.logins_open.is_open(login.key):
+            login = None
+        visitor = self._visitor(request, login)
+        setattr(request.state, VISITOR, visitor)
+        return visitor
+
+    def _visitor(self, request: Request, login: Login | None) -> Visitor:
         client = request.client.host if request.client else None
-        return self.guard.visitor(client, request.headers, request.cookies.get(SESSION_COOKIE))
+        local = self.names.is_local(request.scope)
+        return self.guard.visitor(client, request.headers, local=local, login=login)
 
     def render(
         self,
@@ -128,7 +151,8 @@ class Console:
         fresh = cookie is None
         if cookie is None:
             cookie = self.guard.new_csrf_cookie()
-        visitor = self.visitor(request)
+        # A page's visitor was checked already; an error page without one shows no login.
+        visitor = getattr(request.state, VISITOR, None) or self._visitor(request, None)
         html = self.env.get_template(template).render(
             sections=self.sections,
             current=current,
@@ -157,7 +181,7 @@ class Console:
     async def action(self, request: Request) -> Action:
         """Check a form post: allowed visitor, valid CSRF token. Raises LoginNeeded or
         Refused (403) and changes nothing."""
-        visitor = self.visitor(request)
+        visitor = await self.visitor(request)
         if not visitor.allowed:
             raise LoginNeeded
         form = await read_form(request)
@@ -175,9 +199,9 @@ def console_of(request: Request) -> Console:
     return console
 
 
-def allowed_visitor(request: Request) -> Visitor:
+async def allowed_visitor(request: Request) -> Visitor:
     """The visitor of a console page; raises LoginNeeded when they may not see it."""
-    visitor = console_of(request).visitor(request)
+    visitor = await console_of(request).visitor(request)
     if not visitor.allowed:
         raise LoginNeeded
     return visitor
@@ -194,8 +218,13 @@ Posted = Annotated[Action, Depends(checked_action)]
 
 
 async def read_form(request: Request) -> dict[str, str]:
-    """The fields of a url-encoded form body (the first value of each)."""
-    body = (await request.body()).decode("utf-8", errors="replace")
+    """The fields of a url-encoded form body (the first value of each). Refused when the
+    client went away before it was in (the server cut off a body that took too long)."""
+    try:
+        raw = await request.body()
+    except ClientDisconnect as err:
+        raise Refused(400, "The form did not arrive in full: send it again.") from err
+    body = raw.decode("utf-8", errors="replace")
     out: dict[str, str] = {}
     for name, value in parse_qsl(body, keep_blank_values=True):
         out.setdefault(name, value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from importlib import resources
 from typing import Final
 
@@ -12,6 +13,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from gateway.http.console.auth import CSRF_COOKIE, CSRF_FIELD, SESSION_COOKIE, SESSION_TTL
+from gateway.http.console.gate import ConsoleGate
 from gateway.http.console.page import (
     PREFIX,
     Console,
@@ -27,6 +29,7 @@ from gateway.http.console.page import (
 )
 from gateway.http.console.section import Section
 from gateway.http.deps import AppDeps
+from gateway.http.local import ServerNames
 
 logger = logging.getLogger("gateway.console")
 router = APIRouter()
@@ -36,12 +39,16 @@ STATIC: Final = {"console.css": "text/css", "console.js": "text/javascript"}
 
 def install(app: FastAPI, deps: AppDeps, sections: Sequence[Section]) -> None:
     """Serve the console's `sections` under `/console` on `app`."""
-    app.state.console = Console(deps, sections)
+    names: ServerNames = app.state.names
+    console = Console(deps, sections, names)
+    app.state.console = console
     app.add_exception_handler(LoginNeeded, on_login_needed)
     app.add_exception_handler(Refused, on_refused)
     app.include_router(router, prefix=PREFIX, include_in_schema=False)
     for section in sections:
         app.include_router(section.router, prefix=PREFIX, include_in_schema=False)
+    # The gate runs first (added last), inside the security headers.
+    app.add_middleware(ConsoleGate, prefix=PREFIX, names=names, guard=console.guard)
     app.add_middleware(SecurityHeaders)
 
 
@@ -56,7 +63,7 @@ def _next(target: str | None) -> str:
 async def login_form(request: Request, console: ConsoleDep) -> Response:
     """The login form (the key is posted, never put in a URL)."""
     target = _next(request.query_params.get("next"))
-    if console.visitor(request).allowed:
+    if (await console.visitor(request)).allowed:
         return RedirectResponse(target, status_code=303)
     if not console.guard.has_key:
         return console.render(
@@ -74,7 +81,7 @@ async def login_form(request: Request, console: ConsoleDep) -> Response:
 async def login(request: Request, console: ConsoleDep) -> Response:
     """Check the key; on success set the session cookie (HttpOnly, SameSite=Strict)."""
     form = await read_form(request)
-    visitor = console.visitor(request)
+    visitor = await console.visitor(request)
     if not console.guard.csrf_ok(request.cookies.get(CSRF_COOKIE), form.get(CSRF_FIELD)):
         raise Refused(403, "The form's security token is missing or stale: reload the page.")
     target = _next(form.get("next"))
@@ -103,6 +110,9 @@ async def login(request: Request, console: ConsoleDep) -> Response:
             error="That is not the API key (api.key).",
         )
     cookie = console.guard.new_session()
+    session = console.guard.login(cookie)
+    assert session is not None  # just made
+    await console.logins_open.open(session.key, datetime.fromtimestamp(session.expires, UTC))
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(
         SESSION_COOKIE,
@@ -113,14 +123,16 @@ async def login(request: Request, console: ConsoleDep) -> Response:
         samesite="strict",
         secure=is_https(request),
     )
-    session = console.guard.session_id(cookie)
-    logger.info("console: login (session %s) by %s", session, visitor.who)
+    logger.info("console: login (session %s) by %s", session.short, visitor.who)
     return response
 
 
 @router.post("/logout")
-async def logout(console: ConsoleDep, posted: Posted) -> Response:
-    """End the session."""
+async def logout(request: Request, console: ConsoleDep, posted: Posted) -> Response:
+    """End the session: its row is deleted, so its cookie is refused even when replayed."""
+    session = console.guard.login(request.cookies.get(SESSION_COOKIE))
+    if session is not None:
+        await console.logins_open.close(session.key)
     logger.info("console: logout by %s", posted.who)
     response = RedirectResponse(f"{PREFIX}/login?done=logged-out&id=-", status_code=303)
     response.delete_cookie(SESSION_COOKIE, path=PREFIX)
