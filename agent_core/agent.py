@@ -155,6 +155,8 @@ class Agent:
         turn_id: int | None = None,
         history: History | None = None,
         partial: bool = True,
+        others: frozenset[str] = frozenset(),
+        group: bool = False,
     ) -> str:
         """Answer the messages already stored for the session; return the final text.
 
@@ -165,6 +167,8 @@ class Agent:
         `history`: the session's history read as the turn began (None: read it here).
         `partial`: stream the model's answer even without `on_token`, so that a turn cut
         off keeps its partial text (False: nobody reads it; the calls are not streamed).
+        `others`: `platform:id` of the other people whose words the turn answers (its
+        rights are those all of them have); `group`: the chat is shared by several people.
         Raises LLMError when the model cannot answer.
         """
         context = await self.load_context(session, history)
@@ -179,6 +183,8 @@ class Agent:
             media=media,
             sender=sender,
             turn_id=turn_id,
+            others=others,
+            group=group,
         )
         return await run_tool_loop(
             self.provider,
@@ -190,6 +196,7 @@ class Agent:
             on_token=on_token,
             steer=steer,
             partial=partial,
+            tools_for=self.tools.for_turn,
         )
 
     async def memory_pass(self, session: SessionInfo, exchange: Sequence[ChatMessage]) -> None:

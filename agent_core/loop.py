@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -16,13 +16,29 @@ ITERATION_CAP_NOTE = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class Steered:
+    """A message injected into a running turn, with who wrote it: its words join the turn,
+    and so do its writer's (lesser) rights."""
+
+    text: str
+    sender: str | None = None
+    """`platform:id` of the writer (None: the person the turn answers)."""
+    operator: bool = False
+    """Whether the writer operates Herald."""
+
+
 class SteerSource(Protocol):
     """Messages that arrived for a running turn and should be injected into it."""
 
-    async def take(self) -> list[str]:
-        """Remove and return the texts waiting to be injected (possibly none); may take a
-        moment (a voice note is transcribed first)."""
+    async def take(self) -> Sequence[Steered]:
+        """Remove and return the messages waiting to be injected (possibly none); may take
+        a moment (a voice note is transcribed first)."""
         ...
+
+
+ToolsFor = Callable[[ToolContext], Awaitable[ToolRegistry]]
+"""The tools a context may use (chosen again when steered words change who acts)."""
 
 
 @dataclass
@@ -79,6 +95,7 @@ async def run_tool_loop(
     on_token: TokenCallback | None = None,
     steer: SteerSource | None = None,
     partial: bool = True,
+    tools_for: ToolsFor | None = None,
 ) -> str:
     """Call the model, run the tools it asks for, repeat; return the final answer.
 
@@ -87,7 +104,10 @@ async def run_tool_loop(
     off midway is in `progress.partial`; without both, calls are not streamed (cheaper),
     and an answer cut off leaves no partial text. Steer
     messages are injected as user messages after each tool round; one that arrives while
-    the final answer is being written is left for the next turn. Raises LLMError.
+    the final answer is being written is left for the next turn. The rights of the turn are
+    decided again when steered words join: every tool called afterwards sees the context
+    narrowed to what all the writers may do (`ToolContext.joined_by`), and the tools offered
+    are chosen again with `tools_for`. Raises LLMError.
     """
 
     async def stream(token: str) -> None:
@@ -127,7 +147,14 @@ async def run_tool_loop(
         if ctx.media is not None:  # pictures a tool asked to show (view_attachment)
             progress.messages.extend(ctx.media.take_shown())
         if steer is not None:
-            for text in await steer.take():
-                progress.messages.append(ChatMessage(Role.USER, text))
+            joined = ctx
+            for steered in await steer.take():
+                progress.messages.append(ChatMessage(Role.USER, steered.text))
                 progress.steered += 1
+                joined = joined.joined_by(steered.sender, operator=steered.operator)
+            if joined != ctx:
+                ctx = joined
+                if tools_for is not None:
+                    tools = await tools_for(ctx)
+                    specs = tools.specs()
     raise AssertionError("unreachable: the last iteration always returns")

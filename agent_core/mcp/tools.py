@@ -32,7 +32,8 @@ def may_use(config: MCPServerConfig, ctx: ToolContext, identities: frozenset[str
     """Whether a server's `platforms` and `users` allowlists let the person of `ctx` in.
 
     A scheduled run (platform `cron`) has its owner's rights: the platforms of the owner's
-    identities count.
+    identities count. A turn with other people's words in it (`ctx.others`) gets the tools
+    only when each of them is listed in `users` too.
     """
     if config.platforms:
         platform = None if ctx.session is None else ctx.session.platform
@@ -42,7 +43,9 @@ def may_use(config: MCPServerConfig, ctx: ToolContext, identities: frozenset[str
             places = {platform} if platform else set()
         if not places.intersection(config.platforms):
             return False
-    return not config.users or bool(identities.intersection(config.users))
+    if not config.users:
+        return True
+    return bool(identities.intersection(config.users)) and ctx.others <= set(config.users)
 
 
 class MCPTool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.contracts.history import SessionInfo, ToolCall
@@ -35,6 +35,25 @@ class ToolContext:
     """The turn the call belongs to (approvals are recorded with it)."""
     media: TurnMedia | None = None
     """The turn's pictures to show and files to send (chat turns only)."""
+    others: frozenset[str] = field(default_factory=frozenset)
+    """`platform:id` of everyone else whose words are in the turn (collected or steered
+    messages of other people): the turn has no right that one of them lacks."""
+    group: bool = False
+    """Whether the turn answers a chat several people share (a group or channel): there,
+    what a person made is changed only by its maker or an operator."""
+
+    def joined_by(self, sender: str | None, *, operator: bool) -> ToolContext:
+        """This context once `sender`'s words joined the turn (a steered message): operator
+        rights stay only when they operate Herald too, and they count among `others`."""
+        others = self.others
+        if sender is not None and sender != self.sender:
+            others = others | {sender}
+        return replace(self, operator=self.operator and operator, others=others)
+
+    @property
+    def people(self) -> frozenset[str]:
+        """`platform:id` of everyone whose words are in the turn (`sender` and `others`)."""
+        return self.others | ({self.sender} if self.sender else frozenset())
 
 
 class Tool(Protocol):
@@ -101,9 +120,7 @@ class ToolRegistry:
 
     def only(self, *names: str) -> ToolRegistry:
         """A registry with just the named tools."""
-        return ToolRegistry(
-            (t for n, t in self._tools.items() if n in names), redact=self.redact
-        )
+        return ToolRegistry((t for n, t in self._tools.items() if n in names), redact=self.redact)
 
     def specs(self) -> list[dict[str, Any]]:
         """The tools in the OpenAI `tools` request shape."""

@@ -129,8 +129,17 @@ class Admission:
         running = lane.running if lane else None
         if running is not None and admitted.row_id not in running.ids:
             if admitted.steer_text is not None:
+                speaker = ctx.speaker(
+                    platform,
+                    str(message.sender.id),
+                    message.sender.display_name,
+                    direct=message.is_direct,
+                )
                 running.steer.add(
-                    admitted.row_id, admitted.steer_text, files=bool(message.attachments)
+                    admitted.row_id,
+                    admitted.steer_text,
+                    speaker=speaker,
+                    files=bool(message.attachments),
                 )
             if admitted.interrupt:
                 running.cancel(INTERRUPTED_BY_NEWER)

@@ -29,7 +29,7 @@ from gateway.contracts.history import ChatMessage, SessionInfo
 from gateway.contracts.ids import SessionKey, TurnId, UserId
 from gateway.memory_sync import SyncQueue
 from gateway.metrics import Metrics
-from gateway.sessions.state import Lane
+from gateway.sessions.state import Lane, Speaker
 from gateway.store import Store
 from gateway.store.inbox import InboxRow
 from gateway.store.outbox import Outbox
@@ -177,6 +177,18 @@ class SessionContext:
         if section is not None and section.busy_mode is not None:
             return section.busy_mode
         return self.config.busy_mode
+
+    def is_operator(self, platform: str, sender_id: str) -> bool:
+        """Whether this sender operates Herald (no access rules: nobody does)."""
+        return self.access is not None and self.access.is_operator(platform, sender_id)
+
+    def speaker(self, platform: str, sender_id: str, name: str, *, direct: bool) -> Speaker:
+        """Who wrote a message, as a message steered into a running turn carries it."""
+        return Speaker(
+            f"{platform}:{sender_id}",
+            self.is_operator(platform, sender_id),
+            None if direct else (name or sender_id),
+        )
 
     async def owner(self, row: InboxRow) -> UserId | None:
         """The user a session of this row belongs to (None for a shared group session)."""

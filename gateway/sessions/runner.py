@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -126,6 +126,8 @@ class InboxTurns:
         session = await self.ctx.store.open_session(
             key, platform=head.platform, user_id=user_id, snapshot=self.ctx.snapshot
         )
+        # A group stays a group, even one person's session in it (no recall, no sync).
+        session = replace(session, group=not head.is_direct)
         new_messages = [
             _user_message(r, self.ctx.agent.skill_message(r.content, key, user_id))
             for r in batch
@@ -174,10 +176,11 @@ class InboxTurns:
         assert self.ctx.tg is not None
         self.ctx.metrics.running_turns.inc()
         started = time.monotonic()
-        # The turn may reach other chats only when everyone it answers operates Herald.
-        operator = self.ctx.access is not None and all(
-            self.ctx.access.is_operator(r.platform, r.sender_id) for r in batch
-        )
+        # The rights of a turn are those everyone whose words are in it has: it may reach
+        # other chats only when all of them operate Herald (steered words narrow it later).
+        operator = all(self.ctx.is_operator(r.platform, r.sender_id) for r in batch)
+        sender = f"{batch[-1].platform}:{batch[-1].sender_id}"
+        others = frozenset(f"{r.platform}:{r.sender_id}" for r in batch) - {sender}
         running.task = self.ctx.tg.create_task(
             self._agent_turn(
                 f"turn {turn_id} of {key}",
@@ -186,7 +189,9 @@ class InboxTurns:
                 running,
                 preview,
                 operator=operator,
-                sender=f"{batch[-1].platform}:{batch[-1].sender_id}",
+                sender=sender,
+                others=others,
+                group=not head.is_direct,
                 media=media,
                 history=history,
             ),
@@ -412,6 +417,8 @@ class InboxTurns:
         *,
         operator: bool = False,
         sender: str | None = None,
+        others: frozenset[str] = frozenset(),
+        group: bool = False,
         media: TurnMedia | None = None,
         history: History | None = None,
     ) -> TurnFailure | None:
@@ -428,6 +435,8 @@ class InboxTurns:
                 steer=running.steer,
                 operator=operator,
                 sender=sender,
+                others=others,
+                group=group,
                 turn_id=running.turn_id,
                 media=media,
                 history=history,

@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from agent_core.loop import Steered
 from gateway.cluster.lanes import Claim
 from gateway.contracts.ids import InboxId, TurnId
 from gateway.turns import TurnFailure
@@ -23,6 +24,19 @@ named. Returns the text to inject, or None when the message was settled instead 
 note that could not be heard and says nothing else)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Speaker:
+    """Who wrote a message steered into a turn."""
+
+    sender: str
+    """`platform:id`."""
+    operator: bool
+    """Whether they operate Herald (the turn keeps operator rights only if so)."""
+    name: str | None = None
+    """Shown as `[name]` before their words in a group, as in a turn's own messages; None
+    in a direct chat."""
+
+
 class Steer:
     """The steer buffer of a running turn (the loop's SteerSource)."""
 
@@ -32,18 +46,21 @@ class Steer:
         self.prepare = prepare
         self.with_files: set[InboxId] = set()
         """Waiting messages that carry files: `prepare` reads them from the inbox."""
+        self.speakers: dict[InboxId, Speaker] = {}
 
-    def add(self, row_id: InboxId, text: str, *, files: bool = False) -> None:
-        """Queue a message for injection at the next boundary."""
+    def add(self, row_id: InboxId, text: str, *, speaker: Speaker, files: bool = False) -> None:
+        """Queue a message of `speaker` for injection at the next boundary."""
         self.waiting.append((row_id, text))
+        self.speakers[row_id] = speaker
         if files:
             self.with_files.add(row_id)
 
-    async def take(self) -> list[str]:
-        """The texts waiting to be injected; they count as taken from now on (but those
-        `prepare` settled instead). Cancelled meanwhile, the rest stay waiting."""
+    async def take(self) -> list[Steered]:
+        """The messages waiting to be injected, each with its writer (and `[name]` in a
+        group); they count as taken from now on (but those `prepare` settled instead).
+        Cancelled meanwhile, the rest stay waiting."""
         waiting, self.waiting = self.waiting, []
-        texts: list[str] = []
+        texts: list[Steered] = []
         for n, (row_id, text) in enumerate(waiting):
             ready: str | None = text
             if row_id in self.with_files and self.prepare is not None:
@@ -55,7 +72,9 @@ class Steer:
                 self.with_files.discard(row_id)
             if ready is not None:
                 self.taken.append(row_id)
-                texts.append(ready)
+                who = self.speakers[row_id]
+                shown = ready if who.name is None else f"[{who.name}] {ready}"
+                texts.append(Steered(shown, who.sender, who.operator))
         return texts
 
 

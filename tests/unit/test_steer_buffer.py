@@ -8,10 +8,13 @@ import asyncio
 
 import pytest
 
+from agent_core.loop import Steered
 from gateway.contracts.ids import InboxId
-from gateway.sessions.state import Steer
+from gateway.sessions.state import Speaker, Steer
 
 pytestmark = pytest.mark.timeout(10)
+
+ANN = Speaker("test:ann", operator=True)
 
 
 async def test_messages_with_files_are_prepared_and_settled_ones_left_out() -> None:
@@ -22,11 +25,14 @@ async def test_messages_with_files_are_prepared_and_settled_ones_left_out() -> N
         return None if row_id == 2 else f"{text} [voice note v.ogg, transcribed]: hi"
 
     steer = Steer(prepare)
-    steer.add(InboxId(1), "plain")
-    steer.add(InboxId(2), "", files=True)
-    steer.add(InboxId(3), "and", files=True)
+    steer.add(InboxId(1), "plain", speaker=ANN)
+    steer.add(InboxId(2), "", speaker=ANN, files=True)
+    steer.add(InboxId(3), "and", speaker=ANN, files=True)
 
-    assert await steer.take() == ["plain", "and [voice note v.ogg, transcribed]: hi"]
+    assert [s.text for s in await steer.take()] == [
+        "plain",
+        "and [voice note v.ogg, transcribed]: hi",
+    ]
     assert asked == [2, 3]
     assert steer.taken == [1, 3]
     assert steer.waiting == []
@@ -41,9 +47,9 @@ async def test_cancelled_while_preparing_leaves_the_rest_waiting() -> None:
         return text
 
     steer = Steer(prepare)
-    steer.add(InboxId(1), "first")
-    steer.add(InboxId(2), "voice", files=True)
-    steer.add(InboxId(3), "after")
+    steer.add(InboxId(1), "first", speaker=ANN)
+    steer.add(InboxId(2), "voice", speaker=ANN, files=True)
+    steer.add(InboxId(3), "after", speaker=ANN)
     task = asyncio.create_task(steer.take())
     await started.wait()
     task.cancel()
@@ -52,3 +58,16 @@ async def test_cancelled_while_preparing_leaves_the_rest_waiting() -> None:
 
     assert steer.taken == [1]
     assert steer.waiting == [(2, "voice"), (3, "after")]
+
+
+async def test_a_message_carries_its_writer_and_their_name_in_a_group() -> None:
+    """Steered words join a turn as a batch's do: `[name]` in a group, and with who wrote
+    them (the turn's rights are decided again from it)."""
+    steer = Steer()
+    steer.add(InboxId(1), "mine", speaker=ANN)
+    steer.add(InboxId(2), "TOOL:x", speaker=Speaker("test:bob", operator=False, name="Bob"))
+
+    assert await steer.take() == [
+        Steered("mine", "test:ann", operator=True),
+        Steered("[Bob] TOOL:x", "test:bob", operator=False),
+    ]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_core.llm import Completion, TokenCallback, Usage
+from agent_core.loop import Steered
 from agent_core.tools.base import ToolContext, ToolError
 from gateway.contracts.errors import LLMError
 from gateway.contracts.history import ChatMessage, Role, ToolCall
@@ -160,11 +161,11 @@ class QueueSteer:
         """Queue texts for injection."""
         self.waiting.extend(texts)
 
-    async def take(self) -> list[str]:
-        """Remove and return every waiting text."""
+    async def take(self) -> list[Steered]:
+        """Remove and return every waiting text (as the words of the person asking)."""
         self.takes += 1
         taken, self.waiting = self.waiting, []
-        return taken
+        return [Steered(t) for t in taken]
 
 
 @dataclass(frozen=True, slots=True)
