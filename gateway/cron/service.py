@@ -313,6 +313,8 @@ class AgentJobs:
         # The identity that asked (`platform:id`): a run's rights are computed from it, never
         # from a user it is linked to (`Access.job_operator`, `Store.unlink_identity`).
         created_by = ctx.sender or ctx.user_id or (session.key if session is not None else "agent")
+        if ctx.group and ctx.sender:
+            created_by = ctx.sender  # the person who made it, not the chat everyone shares
         if not ctx.operator:
             if chat is None:
                 raise ToolError(
@@ -343,22 +345,47 @@ class AgentJobs:
         return "Scheduled: " + describe(job, self.service.next_run(job))
 
     async def listing(self, ctx: ToolContext) -> str:
-        """The jobs of the asking user or of this chat."""
+        """The jobs of this chat, and in a direct chat the asking user's own too."""
         jobs = await self._mine(ctx)
         if not jobs:
             return "No scheduled jobs."
         return "\n".join(describe(j, self.service.next_run(j)) for j in jobs)
 
     async def remove(self, ctx: ToolContext, job_id: str) -> str:
-        """Delete one of the asking user's (or this chat's) jobs."""
-        if job_id not in {j.id for j in await self._mine(ctx)}:
+        """Delete one of the jobs `listing` shows; in a group only its maker's or an
+        operator's request does (ToolError otherwise, the job and its runs untouched)."""
+        job = next((j for j in await self._mine(ctx) if j.id == job_id), None)
+        if job is None:
             raise ToolError(f"there is no job {job_id!r} of yours; list them first")
+        if not may_change(ctx, job):
+            raise ToolError(
+                f"job {job_id} was made by someone else; only they or Herald's operator may "
+                "change or remove it. Leave it as it is"
+            )
         await self.service.delete(job_id)
         return f"Removed job {job_id}."
 
     async def _mine(self, ctx: ToolContext) -> list[Job]:
+        """The jobs reporting to this chat; in a direct chat the user's own too (in a group
+        everyone would read the list)."""
         session = ctx.session
         chat = session_chat(session.key) if session is not None else None
-        if ctx.user_id is None and chat is None:
+        user_id = None if ctx.group else ctx.user_id
+        if user_id is None and chat is None:
             return []
-        return await self.service.find(user_id=ctx.user_id, target=chat)
+        return await self.service.find(user_id=user_id, target=chat)
+
+
+def may_change(ctx: ToolContext, job: Job) -> bool:
+    """Whether the person acting in `ctx` may change or remove `job`: an operator (with
+    nobody else's words in the turn), its owner (the user it runs for, or in a group the
+    person who made it), or anyone in their own direct chat the job reports to."""
+    if ctx.operator:
+        return True
+    if ctx.others:
+        return False  # someone else's words are in the turn: only the rights all share
+    if ctx.user_id is not None and job.user_id == ctx.user_id:
+        return True
+    if ctx.sender is not None and job.created_by == ctx.sender:
+        return True
+    return not ctx.group

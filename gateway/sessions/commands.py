@@ -159,8 +159,8 @@ class Commands:
         async with ctx.store.write() as conn:
             # What still waits is answered in the new conversation, so it goes there too.
             await inbox_sql.restore_pending(conn, key)
-            if old is not None and ctx.memory_sync is not None:
-                ended = await ctx.memory_sync.session_end(conn, old)
+            if old is not None and ctx.memory_sync is not None and row.is_direct:
+                ended = await ctx.memory_sync.session_end(conn, old)  # groups are not synced
         if ended and ctx.memory_sync is not None:
             ctx.memory_sync.wake()
         return Answer(
@@ -174,6 +174,16 @@ class Commands:
             async with ctx.store.read() as conn:
                 current = await ctx.mode(conn, key, asked.section)
             return Answer(f"Busy mode: {current}. Choose with /mode {'|'.join(BusyMode)}.")
+        row = asked.row
+        if not row.is_direct and not ctx.is_operator(row.platform, row.sender_id):
+            # Everyone in a group lives with its busy mode: steer mode lets one person's
+            # words into another's running turn, so only an operator chooses it there.
+            return Answer(
+                "🚫 Only Herald's operator can change the busy mode of a group; "
+                "you can choose yours with /mode in your direct chat with me.",
+                outcome=Outcome.REJECTED,
+                detail="/mode: not an operator",
+            )
         try:
             mode = BusyMode(arg.strip().lower())
         except ValueError:
@@ -209,11 +219,16 @@ class Commands:
         return Answer("\n".join(lines))
 
     async def _cron(self, asked: Asked) -> Answer:
-        """The scheduled jobs of the sender and those that report to this chat (by name, or
-        as a home channel: `/sethome`'s or one of `home.targets`)."""
+        """The scheduled jobs that report to this chat (by name, or as a home channel:
+        `/sethome`'s or one of `home.targets`), and in a direct chat the sender's own too
+        (never in a group: everyone there would read them)."""
         ctx, row = self.ctx, asked.row
         service = JobService(ctx.store, configured=ctx.platforms)
-        user_id = await ctx.store.resolve_user(row.platform, row.sender_id, row.sender_name)
+        user_id = (
+            await ctx.store.resolve_user(row.platform, row.sender_id, row.sender_name)
+            if row.is_direct
+            else None
+        )
         here = chat_target(row.platform, row.chat_id, row.thread_id)
         sethome = await ctx.store.get_setting(HOME_SETTING)
         reporting = {
