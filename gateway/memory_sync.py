@@ -85,8 +85,9 @@ class SyncQueue:
         messages: Sequence[ChatMessage],
     ) -> bool:
         """Queue a finished turn of `session`; False (nothing queued) when the session
-        belongs to no person or the turn has no words to sync."""
-        if session.user_id is None:
+        belongs to no person, is in a group (`session.group`, one person's session there
+        too) or the turn has no words to sync."""
+        if session.user_id is None or session.group:
             return False
         words = exchange(messages, self.redact)
         if not words:

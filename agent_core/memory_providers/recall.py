@@ -212,12 +212,13 @@ class MemoryRecall:
     ) -> list[ChatMessage]:
         """The turn's context with the provider's static block in the system prompt and what
         it recalls for the new message fenced at the start of the last user message (the
-        stored history is not changed). Only for a session of a person."""
+        stored history is not changed). Only for a session of a person, never in a group
+        (`session.group`: what they said elsewhere is not for the others there)."""
         out = list(context)
         block = self.system_block()
         if block and out and out[0].role is Role.SYSTEM:
             out[0] = replace(out[0], content=f"{out[0].content}\n\n{block}")
-        if session.user_id is None:
+        if session.user_id is None or session.group:
             return out
         last = next((i for i in range(len(out) - 1, -1, -1) if out[i].role is Role.USER), None)
         if last is None or last < len(out) - 1:

@@ -99,6 +99,10 @@ class SessionInfo:
     message_count: int
     skills_snapshot: str = ""
     """The skills index frozen when the session opened (changes show in the next session)."""
+    group: bool = False
+    """Whether the turn being run answers a chat several people share (a group, or one
+    person's session in it with `group_sessions: user`): set for the turn, not stored. Such
+    a turn is never synced to the memory provider nor given the person's recalled memory."""
 
 
 @dataclass(frozen=True, slots=True)

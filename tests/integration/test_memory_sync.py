@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import func, select
 
 from gateway.store import Store
@@ -73,6 +74,7 @@ async def rig(
     memory: dict[str, Any],
     llm: FakeLLM | None = None,
     allowed: tuple[str, ...] = ("*",),
+    group_sessions: str = "chat",
 ) -> AsyncIterator[Rig]:
     port = free_port()
     async with FakeLLM() if llm is None else _same(llm) as model, FakeChatServer(TOKEN) as chat:
@@ -83,6 +85,7 @@ async def rig(
             "allowed_users": list(allowed),
             "stream_edits": False,
             "poll_timeout": 1,
+            "group_sessions": group_sessions,
         }
         extra = {"api": {"host": "127.0.0.1", "port": port, "key": KEY}, "memory": memory}
         async with (
@@ -195,6 +198,48 @@ async def test_stateless_calls_unknown_senders_and_group_chats_sync_nothing(
             assert "I am Mallory, remember my card 1234" not in contents
             assert "I am Carol, remember me" not in contents
             assert "We meet on Friday" not in contents
+
+
+@pytest.mark.parametrize("provider", ["mem0", "honcho"])
+async def test_a_persons_own_session_in_a_group_is_a_group_turn_for_memory(
+    tmp_path: Path, provider: str
+) -> None:
+    """With `group_sessions: user`, Alice's turn in a group gets no recall of what she told
+    the agent privately, and her group lines are never synced."""
+    fake: FakeMemoryService = FakeMem0() if provider == "mem0" else FakeHoncho()
+    async with fake as service:
+        memory = memory_section(service, provider)
+        async with rig(tmp_path, memory, group_sessions="user") as r:
+            alice = await r.herald.store.resolve_user("test", "alice", "Alice")
+
+            def synced() -> list[str]:
+                if isinstance(service, FakeMem0):
+                    return service.of(alice)
+                assert isinstance(service, FakeHoncho)
+                return service.said_by(alice)
+
+            r.chat.inject("alice", "My locker code is 4242", sender_id="alice")
+            await r.chat.wait_for_sent(1)
+            await service.wait_for(lambda: "My locker code is 4242" in synced())
+            r.chat.inject(
+                "g1",
+                "What is my locker code? We meet on Friday",
+                sender_id="alice",
+                sender_name="Alice",
+                chat_type="group",
+                mentions_bot=True,
+            )
+            await r.chat.wait_for_sent(2)
+            group_turn = r.prompt_for("We meet on Friday")
+            assert "<recalled-memory" not in last_user_text(group_turn)
+            assert "4242" not in str(group_turn["messages"])
+            # Her syncs are sent in order: once a later direct line arrived, a group line
+            # would have arrived before it.
+            r.chat.inject("alice", "I like green tea", sender_id="alice")
+            await r.chat.wait_for_sent(3)
+            await service.wait_for(lambda: "I like green tea" in synced())
+            assert not [line for line in synced() if "Friday" in line]
+            assert "<recalled-memory" in last_user_text(r.prompt_for("I like green tea"))
 
 
 async def test_syncs_arrive_in_order_exactly_once_after_an_outage_and_a_restart(
