@@ -21,7 +21,7 @@ from agent_core.skills.format import (
     parse_skill,
 )
 from agent_core.skills.model import Skill, SkillAction, SkillChange, SkillError, SkillSource
-from agent_core.skills.scanner import Finding, Verdict, scan_text, verdict
+from agent_core.skills.scanner import Finding, Verdict, scan_skill, verdict
 from agent_core.skills.store import QUARANTINE, SkillStore, scan_folder_files
 
 
@@ -56,7 +56,7 @@ def install_folder(store: SkillStore, source: Path, category: str | None = None)
         raise SkillError(f"{SKILL_FILE} is not UTF-8 text") from err
     except SkillFormatError as err:
         raise SkillError(str(err)) from err
-    findings: list[Finding] = [*scan_text(text), *scan_folder_files(source)]
+    findings: list[Finding] = [*scan_skill(text, doc.front), *scan_folder_files(source)]
     if verdict(findings) is Verdict.REFUSED:
         raise SkillError(
             "refused, nothing installed: "
@@ -91,7 +91,11 @@ def quarantined(store: SkillStore) -> list[Skill]:
             text = (folder / SKILL_FILE).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             text = ""
-        findings = [*scan_text(text), *scan_folder_files(folder)]
+        try:
+            front = parse_skill(text).front
+        except SkillFormatError:
+            front = {}
+        findings = [*scan_skill(text, front), *scan_folder_files(folder)]
         reason = "; ".join(str(f) for f in findings) or "held in quarantine"
         refused = verdict(findings) is Verdict.REFUSED
         out.append(

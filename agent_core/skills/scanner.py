@@ -20,7 +20,7 @@ import base64
 import binascii
 import re
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -46,7 +46,7 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         "claims a new identity or system role",
         re.compile(
             r"\b(you are now|from now on,? you (are|will|must)|new system prompt|"
-            r"act as the (system|developer)|developer mode|jailbr(eak|oken))\b"
+            r"act as the (system|developer))\b"
             r"|\bnew (system )?(instructions|rules|prompt)\s*[:\-\u2014]"
             r"|\byour (new|real|true) (instructions|rules|prompt|role|task)\b"
             r"|<\s*/?\s*system\s*>|\[\s*/?\s*system\s*\]|<\|\s*(im_start|system|endoftext)",
@@ -86,10 +86,11 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "uploads a file with curl or wget",
         re.compile(
-            r"\b(curl|wget|xh|httpie)\b[^\n]{0,200}?(\s-[a-z]*[dFT]\s*['\"]?[\w.-]*=?@|"
+            # Anchored at the line's start, so a long line is read once, not once per word.
+            r"^(?=[^\n]*\b(curl|wget|xh|httpie)\b)[^\n]*?(\s-[a-z]*[dFT]\s*['\"]?[\w.-]*=?@|"
             r"--(data[\w-]*|form[\w-]*)[\s=]+['\"]?[\w.-]*=?@|['\"=\s]@[~/.$\w]|"
             r"--upload-file\b|--post-file\b|--body-file\b)",
-            _I,
+            _I | re.MULTILINE,
         ),
     ),
     (
@@ -134,10 +135,7 @@ _JOINED: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
     (
         "claims a new identity or system role",
-        re.compile(
-            r"youarenow|fromnowonyouare|newsystemprompt|newsysteminstructions"
-            r"|yournewinstructions|developermode|jailbroken"
-        ),
+        re.compile(r"fromnowonyouare|newsystemprompt|newsysteminstructions|yournewinstructions"),
     ),
     (
         "tells the agent to hide from the person",
@@ -166,8 +164,22 @@ _FOLD = str.maketrans({k: v for a, b in _LOOKALIKES for k, v in zip(a, b, strict
 _NON_ALNUM = re.compile(r"[\W_]+")
 _BASE64 = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,2}(?:[ \t]*\r?\n[ \t]*[A-Za-z0-9+/_-]{4,}={0,2})*")
 _MAX_DEPTH = 2
-_INVISIBLE_EXTRA = frozenset("\u034f\u115f\u1160\u180b\u180c\u180d\u2800\u3164\uffa0")
-_ALLOWED_CONTROLS = frozenset("\t\n\r")
+_HIDDEN = re.compile(
+    # Format characters (Unicode's Cf: soft hyphen, zero-width, direction marks and
+    # isolates, word joiners, byte-order mark, tags), controls bar tab and newlines,
+    # surrogates, the whole tag block, variation selectors 17-256, invisible fillers.
+    "[\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e007f"
+    "\U000e0100-\U000e01ef\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff"
+    "\u034f\u115f\u1160\u180b-\u180d\u2800\u3164\uffa0]"
+    # One variation selector styles the character before it; a run of them hides bytes.
+    "|(?<![^\ufe00-\ufe0f])[\ufe00-\ufe0f]"
+)
+_MARKS = re.compile(
+    "[\u0300-\u036f\u0483-\u0489\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]"
+)
+"""Combining marks (accents) that decorate Latin, Greek and Cyrillic letters."""
 
 
 class Verdict(StrEnum):
@@ -200,49 +212,32 @@ def verdict(findings: list[Finding]) -> Verdict:
     return Verdict.FLAGGED if findings else Verdict.OK
 
 
-def is_hidden(ch: str, previous: str = "") -> bool:
-    """True for a character a reader cannot see but a model reads: format (Cf), control
-    (bar tab and newlines), surrogate, tag (U+E0000-E007F) and invisible filler characters,
-    variation selectors past the first after a character."""
-    if ch in _ALLOWED_CONTROLS:
-        return False
-    code = ord(ch)
-    if 0xE0000 <= code <= 0xE007F or 0xE0100 <= code <= 0xE01EF or ch in _INVISIBLE_EXTRA:
-        return True
-    if 0xFE00 <= code <= 0xFE0F:  # one variation selector styles an emoji; a run hides bytes
-        return previous == "" or 0xFE00 <= ord(previous) <= 0xFE0F
-    return unicodedata.category(ch) in ("Cf", "Cc", "Cs")
-
-
 def hidden_characters(text: str) -> list[str]:
-    """The hidden characters of `text` (see `is_hidden`), in order; a byte-order mark at the
-    very start is not one."""
-    out: list[str] = []
-    previous = ""
-    for i, ch in enumerate(text):
-        if is_hidden(ch, previous) and not (i == 0 and ch == "\ufeff"):
-            out.append(ch)
-        previous = ch
-    return out
+    """The characters of `text` a reader cannot see but a model reads (format, control bar
+    tab and newlines, surrogate, tag, filler characters, runs of variation selectors), in
+    order; a byte-order mark at the very start is not one."""
+    found = _HIDDEN.findall(text)
+    if text.startswith("\ufeff"):
+        found.pop(0)
+    return found
 
 
 def strip_hidden(text: str) -> str:
     """`text` without its hidden characters."""
-    previous = ""
-    out: list[str] = []
-    for ch in text:
-        if not is_hidden(ch, previous):
-            out.append(ch)
-        previous = ch
-    return "".join(out)
+    return _HIDDEN.sub("", text)
+
+
+def reveal(text: str) -> str:
+    """`text` with each hidden character written out as `<U+XXXX>`, for the operator to
+    read a refused skill safely (a terminal would act on escape sequences)."""
+    return _HIDDEN.sub(lambda m: f"<U+{ord(m.group(0)):04X}>", text)
 
 
 def normalise(text: str) -> str:
     """`text` as a reader sees it: hidden characters dropped, compatibility forms folded
     (NFKC), accents removed and look-alike letters mapped to Latin."""
     decomposed = unicodedata.normalize("NFKD", strip_hidden(text))
-    bare = "".join(ch for ch in decomposed if not unicodedata.combining(ch))
-    return unicodedata.normalize("NFKC", bare.translate(_FOLD))
+    return unicodedata.normalize("NFKC", _MARKS.sub("", decomposed).translate(_FOLD))
 
 
 def scan_text(text: str, where: str = "SKILL.md") -> list[Finding]:
@@ -264,6 +259,29 @@ def scan_text(text: str, where: str = "SKILL.md") -> list[Finding]:
             seen.add(stem)
             found.append(Finding(reason, excerpt, where))
     return found
+
+
+def scan_skill(text: str, front: Mapping[str, object] | None = None) -> list[Finding]:
+    """Findings in a whole `SKILL.md`: its text, then its parsed front matter (`front`),
+    where YAML escapes such as "\\U000E0069" hide what the raw text does not show."""
+    found = scan_text(text)
+    if not front:
+        return found
+    stems = {f.reason.split(",", 1)[0] for f in found}
+    parsed = scan_text("\n".join(_strings(front)), "SKILL.md front matter")
+    return found + [f for f in parsed if f.reason.split(",", 1)[0] not in stems]
+
+
+def _strings(value: object) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _strings(key)
+            yield from _strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item)
 
 
 def _matches(text: str, depth: int) -> Iterator[tuple[str, str]]:

@@ -4,6 +4,7 @@ write recorded."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from enum import StrEnum
@@ -29,7 +30,7 @@ from agent_core.skills.model import (
     SkillWrite,
     WriteStatus,
 )
-from agent_core.skills.scanner import scan_text
+from agent_core.skills.scanner import Finding, scan_skill, scan_text
 from agent_core.skills.store import SkillStore, inside, support_path, supporting_files
 from gateway.contracts.ids import SessionId
 
@@ -110,8 +111,8 @@ class Skills:
     async def manage(self, request: Request, actor: Actor) -> str:
         """Plan, check and apply (or hold) one write; a sentence saying what happened.
         Raises SkillError (SkillFormatError is turned into it) with nothing written."""
-        try:
-            change, skill = self.plan(request, actor)
+        try:  # reading and scanning up to a megabyte of text: off the event loop
+            change, skill = await asyncio.to_thread(self.plan, request, actor)
         except SkillFormatError as err:
             raise SkillError(str(err)) from err
         held = self.settings.write_approval and actor.author is not Author.OPERATOR
@@ -218,7 +219,7 @@ class Skills:
 
     def _check_skill_text(self, content: str, name: str) -> SkillDoc:
         doc = parse_skill(content, expect_name=name)
-        _scan(content, SKILL_FILE)
+        _refuse(scan_skill(content, doc.front))
         return doc
 
     def _current(self, skill: Skill, rel: str) -> str | None:
@@ -292,7 +293,12 @@ class Skills:
             if not matches:
                 raise SkillNotFound(f"skill {change.skill!r} is gone; reject write #{write_id}")
             skill = matches[0]
-        if change.after is not None:  # held before the scanner learnt more: scanned again
+        if change.file_path == SKILL_FILE and change.after is not None:
+            try:  # held before the scanner learnt more: checked again
+                self._check_skill_text(change.after, change.skill)
+            except SkillFormatError as err:
+                raise SkillError(f"{err}; reject write #{write_id}") from err
+        elif change.after is not None:
             _scan(change.after, change.file_path)
         self.store.apply(change, skill)
         await journal.decide(write_id, WriteStatus.APPROVED)
@@ -316,7 +322,11 @@ def _required(value: str | None, name: str, hint: str) -> str:
 
 
 def _scan(text: str, where: str) -> None:
-    findings = scan_text(text, where)
+    _refuse(scan_text(text, where))
+
+
+def _refuse(findings: list[Finding]) -> None:
+    """Raise SkillError naming the findings, if there are any."""
     if any(f.refused for f in findings):
         raise SkillError(
             "refused: the text holds characters a reader cannot see ("

@@ -39,7 +39,7 @@ from agent_core.skills.model import (
     SkillNotFound,
     SkillSource,
 )
-from agent_core.skills.scanner import Finding, hidden_characters, scan_bytes, scan_text
+from agent_core.skills.scanner import Finding, hidden_characters, scan_bytes, scan_skill
 
 MANIFEST = ".bundled.json"
 QUARANTINE = ".quarantine"
@@ -240,7 +240,7 @@ def _read_folder(
         return broken(f"SKILL.md cannot be read: {err}")
     except SkillFormatError as err:
         return broken(str(err))
-    findings = [*scan_text(text), *scan_folder_files(folder)]
+    findings = [*scan_skill(text, doc.front), *scan_folder_files(folder)]
     quarantine = "; ".join(str(f) for f in findings) or None
     refused = any(f.refused for f in findings)
     return Skill(

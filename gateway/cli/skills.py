@@ -26,6 +26,7 @@ from agent_core.skills.model import (
     SkillWrite,
     WriteStatus,
 )
+from agent_core.skills.scanner import reveal
 from agent_core.skills.service import Actor, Author, Request, Skills
 from gateway.cli.base import load
 from gateway.cli.help import HeraldTyper
@@ -184,12 +185,13 @@ def skills_show(
     user: UserOption = None,
     config: ConfigOption = None,
 ) -> None:
-    """Print a skill's SKILL.md (or one of its files), whoever it belongs to."""
+    """Print a skill's SKILL.md (or one of its files), whoever it belongs to; characters a
+    reader cannot see are written out as <U+XXXX>."""
 
     async def work(skills: Skills) -> None:
         skill = await _find(skills, name, user)
         try:
-            text = skills.store.read(skill, file)
+            text = reveal(skills.store.read(skill, file))  # hidden characters written out
         except SkillError as err:
             raise _fail(str(err)) from err
         typer.echo(text, nl=not text.endswith("\n"))

@@ -222,3 +222,13 @@ async def test_list_shows_the_scanners_verdict(herald: Herald, tmp_path: Path) -
     assert "asks to ignore earlier instructions" in entries["flagged-one"][1]
     assert "U+00AD" in entries["hyphen-one"][1]
     assert "U+E0069" in entries["tag-one"][1]
+
+
+async def test_show_writes_hidden_characters_out(herald: Herald) -> None:
+    make_skill(herald.state_dir / "skills", "masked", f"Fine.{TAGGED}", "a\x1b[8mhidden\x1b[0m")
+    shown = await herald.invoke("skills", "show", "masked")
+    assert shown.exit_code == 0, shown.output
+    assert "Fine.<U+E0069><U+E0067>" in shown.output
+    assert "a<U+001B>[8mhidden<U+001B>[0m" in shown.output
+    assert "\x1b" not in shown.output
+    assert not any(0xE0000 <= ord(c) <= 0xE007F for c in shown.output)
