@@ -30,6 +30,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from agent_core.media import Destination, OutgoingFile, Vision, VisionSettings
+from agent_core.media.images import Pictures
 from agent_core.media.tools import SendFileTool, ViewAttachmentTool
 from agent_core.media.transcribe import OpenAITranscriber, Transcriber
 from agent_core.tools.base import ToolContext, ToolError
@@ -360,6 +361,7 @@ def media_parts(
     settings = VisionSettings(
         llm.vision, llm.image_max_pixels, llm.max_images_per_turn, config.media.max_image_pixels
     )
+    pictures = Pictures(settings.max_pixels, settings.max_decoded)  # one decoding at a time
     files = StoredFiles(Inbox(store), config.state_dir / "files")
     send = SendFileTool(
         ChatFileTargets(channels, resolve),
@@ -372,5 +374,13 @@ def media_parts(
         transcription = transcription.model_copy(update={"api_key": llm.api_key})
     transcriber = OpenAITranscriber(transcription) if transcription.enabled else None
     return MediaParts(
-        (ViewAttachmentTool(files, settings), send), Vision(settings, files), transcriber
+        (ViewAttachmentTool(files, settings, pictures), send),
+        Vision(settings, files, pictures),
+        transcriber,
     )
+
+
+def pictures_of(vision: Vision | None) -> Pictures | None:
+    """The picture decoder the agent's vision step uses (None without one): the HTTP API
+    decodes through it too, so the process decodes one picture at a time."""
+    return None if vision is None else vision.pictures

@@ -85,6 +85,7 @@ from gateway.media import (
     file_destination,
     media_parts,
     no_other_targets,
+    pictures_of,
     prune_forever,
 )
 from gateway.memory_sync import ExternalMemory, MemoryWrites, open_external
@@ -587,6 +588,7 @@ class Supervisor:
                         "signals": "connected" if node.bus.connected else "reconnecting",
                     },
                     memory=self._memory_health,
+                    pictures=pictures_of(agent.vision),
                     redactor=self.redactor,
                 )
                 await self._serve(deps, manager, delivery, scheduler, node)

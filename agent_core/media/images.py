@@ -10,10 +10,12 @@ the two or three a plain resize of a transparent picture makes.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import ctypes
 import io
 import math
+import threading
 from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
@@ -44,6 +46,28 @@ class UnreadableImage(Exception):
 
 class ImageTooLarge(UnreadableImage):
     """The picture has more pixels than the budget allows decoding; it was not decoded."""
+
+
+class Pictures:
+    """Pictures as `data:` URLs for the model (`image_data_url` with this Herald's limits), one
+    at a time: however many turns, tools and requests ask at once, at most one decoded picture
+    is in memory. Share one per process."""
+
+    def __init__(self, max_pixels: int, max_decoded: int) -> None:
+        self.max_pixels = max_pixels
+        self.max_decoded = max_decoded
+        self._decoding = threading.Lock()
+        self._waiting = asyncio.Lock()  # async callers queue here, not in worker threads
+
+    def data_url(self, source: Path | bytes) -> str:
+        """Blocking; waits for any other decoding. Raises ImageTooLarge, UnreadableImage."""
+        with self._decoding:
+            return image_data_url(source, self.max_pixels, max_decoded=self.max_decoded)
+
+    async def shown(self, source: Path | bytes) -> str:
+        """`data_url` in a worker thread. Raises ImageTooLarge, UnreadableImage."""
+        async with self._waiting:
+            return await asyncio.to_thread(self.data_url, source)
 
 
 def image_data_url(path: Path | bytes, max_pixels: int, *, max_decoded: int) -> str:

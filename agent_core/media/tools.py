@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from agent_core.media.images import UnreadableImage, image_data_url
+from agent_core.media.images import Pictures, UnreadableImage
 from agent_core.media.turn import Destination, OutgoingFile, SessionFiles, TurnMedia
 from agent_core.media.vision import VisionSettings
 from agent_core.tools.base import ToolContext, ToolError, str_arg
@@ -42,9 +42,12 @@ class ViewAttachmentTool:
         "file name or the path after 'saved at')."
     )
 
-    def __init__(self, files: SessionFiles, vision: VisionSettings) -> None:
+    def __init__(
+        self, files: SessionFiles, vision: VisionSettings, pictures: Pictures | None = None
+    ) -> None:
         self.files = files
         self.vision = vision
+        self.pictures = pictures or Pictures(vision.max_pixels, vision.max_decoded)
 
     @property
     def parameters(self) -> dict[str, Any]:
@@ -70,12 +73,7 @@ class ViewAttachmentTool:
             if not self.vision.enabled:
                 raise ToolError("this model cannot see pictures; tell the person so")
             try:
-                url = await asyncio.to_thread(
-                    image_data_url,
-                    found.path,
-                    self.vision.max_pixels,
-                    max_decoded=self.vision.max_decoded,
-                )
+                url = await self.pictures.shown(found.path)
             except UnreadableImage as err:
                 raise ToolError(f"{name} cannot be shown: {err}") from err
             media.shown.append(

@@ -3,12 +3,11 @@ model cannot see them)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from agent_core.media.images import UnreadableImage, image_data_url
+from agent_core.media.images import Pictures, UnreadableImage
 from agent_core.media.refs import FileRef, file_refs
 from agent_core.media.turn import SessionFiles
 from gateway.contracts.history import ChatMessage, Role, SessionInfo
@@ -34,11 +33,15 @@ class VisionSettings:
 
 
 class Vision:
-    """Shows the pictures a person just sent: only files stored for this session."""
+    """Shows the pictures a person just sent: only files stored for this session. Decodes
+    through `pictures` (default: its own, from `settings`)."""
 
-    def __init__(self, settings: VisionSettings, files: SessionFiles) -> None:
+    def __init__(
+        self, settings: VisionSettings, files: SessionFiles, pictures: Pictures | None = None
+    ) -> None:
         self.settings = settings
         self.files = files
+        self.pictures = pictures or Pictures(settings.max_pixels, settings.max_decoded)
 
     async def show(self, session: SessionInfo, context: list[ChatMessage]) -> list[ChatMessage]:
         """`context` with the pictures of its last user messages (those after the last answer)
@@ -79,12 +82,7 @@ class Vision:
                 )
                 continue
             try:
-                url = await asyncio.to_thread(
-                    image_data_url,
-                    ref.path,
-                    self.settings.max_pixels,
-                    max_decoded=self.settings.max_decoded,
-                )
+                url = await self.pictures.shown(ref.path)
             except UnreadableImage as err:
                 notes.append(f"[picture {ref.name} ({ref.mime_type}) not shown: {err}]")
                 continue

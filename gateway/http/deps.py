@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from agent_core.llm import ModelHealth
+from agent_core.media.images import Pictures
 from agent_core.skills.service import Skills
 from gateway.config import HeraldConfig
 from gateway.contracts.adapter import AdapterState, WebhookAdapter
@@ -58,6 +59,9 @@ class AppDeps:
     """The skills and their write journal (the console's Skills page); None: turned off."""
     mcp_servers: Mapping[str, MCPServer] = field(default_factory=dict)
     """The MCP servers the hub runs, by name (the console's Tools page)."""
+    pictures: Pictures | None = None
+    """Decodes the API's pictures one at a time with the agent's (the process's one
+    decoder); None: a decoder of the request's own, from the config."""
     redactor: Redactor = field(default_factory=Redactor)
     """Takes the configured secrets out of every error body and `/health` (the supervisor's
     one redactor; the default knows only credential shapes)."""

@@ -2,11 +2,13 @@
 `herald run`, with the default `media.max_image_pixels`: a 9400×9400 transparent PNG (a few
 hundred KB; 353 MB decoded) sent over the HTTP API (a stateless request and a named session)
 and as a Telegram photo is not decoded — the model is told it was too large — and a picture
-just under the budget is shown. The daemon's peak and current RSS are read from /proc.
+just under the budget is shown, also three at once (decoded one after the other). The
+daemon's peak and current RSS are read from /proc.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import struct
@@ -163,6 +165,15 @@ async def test_one_picture_costs_at_most_200_mb_over_the_api_and_telegram(
                 async def telegram_under_budget() -> None:
                     await telegram_photo(under_budget, "a pink square")
 
+                async def api_three_at_once() -> None:
+                    # Decoded one at a time: three at once cost what one does.
+                    llm.script(*(Reply(text="pink") for _ in range(3)))
+                    url = f"{daemon.url}/v1/chat/completions"
+                    answers = await asyncio.gather(
+                        *(client.post(url, json=with_picture(under_budget)) for _ in range(3))
+                    )
+                    assert [a.status_code for a in answers] == [200, 200, 200]
+
                 for n, send in enumerate((api_stateless, api_session, telegram_huge), 2):
                     body = await costs(send, n)
                     assert "too large to look at: 9400×9400 pixels" in last_user_text(body)
@@ -171,6 +182,8 @@ async def test_one_picture_costs_at_most_200_mb_over_the_api_and_telegram(
                 [seen] = image_parts(shown)
                 assert seen.width * seen.height <= 1_500_000
                 await tg.wait_for(lambda: len(tg.texts_in(PERSON)) >= 3, WAIT)
+                await costs(api_three_at_once, 8)
+                assert [len(image_parts(body)) for body in llm.requests[-3:]] == [1, 1, 1]
                 _, after = memory(pid)
                 assert after - before < KEPT_LIMIT, f"{(after - before) // MB} MB kept"
             assert await daemon.stop() == 0

@@ -246,6 +246,26 @@ async def test_view_attachment_without_vision_says_so(tmp_path: Path) -> None:
         await tool({"file": "mine.png"}, ctx)
 
 
+async def test_a_picture_over_the_budget_is_a_note_and_view_attachment_refuses_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "huge.png"
+    path.write_bytes(png_header(9400, 9400))
+    huge = attached(path)
+    files = Files({"test:bot:ann": [huge]})
+    settings = VisionSettings(enabled=True)
+    [message] = await Vision(settings, files).show(
+        session(), [ChatMessage(Role.USER, reference(huge))]
+    )
+    assert message.images == ()
+    assert "[picture huge.png (image/png) not shown: too large to look at: 9400×9400" in (
+        message.content
+    )
+    ctx = ToolContext(session=session(), user_id=None, media=TurnMedia())
+    with pytest.raises(ToolError, match=r"huge\.png cannot be shown: too large to look at"):
+        await ViewAttachmentTool(files, settings)({"file": "huge.png"}, ctx)
+
+
 # -- send_file ------------------------------------------------------------------------------------
 
 
