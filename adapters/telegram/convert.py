@@ -210,7 +210,10 @@ def _pressed(
     if sender.id == bot.id:
         return Skipped("the bot's own press")
     chat = message.chat
-    thread = getattr(message, "message_thread_id", None)
+    # The session a message there would go to: a topic's own in a forum, the chat's for a
+    # reply thread of an ordinary group (Telegram numbers those threads too).
+    topic = getattr(message, "is_topic_message", None)
+    thread = getattr(message, "message_thread_id", None) if topic else None
     inbound = InboundMessage(
         platform=PLATFORM,
         account=account,
