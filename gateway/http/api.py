@@ -17,9 +17,10 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_core.media.images import Pictures, UnreadableImage
+from agent_core.media.images import UnreadableImage, image_data_url
 from agent_core.media.refs import reference
 from agent_core.media.vision import BLIND_NOTE
+from gateway.config import HeraldConfig
 from gateway.contracts.errors import Overloaded, ShuttingDown
 from gateway.contracts.history import ChatMessage, Role, ToolCall
 from gateway.contracts.ids import API_ACCOUNT, Origin, SessionKey, UserId, session_key
@@ -34,6 +35,8 @@ from gateway.redact import Redactor
 from gateway.sessions import Finished, Token, TurnRequest, TurnStream
 
 SESSION_HEADERS = ("x-herald-session-id", "x-hermes-session-id")
+IDEMPOTENCY_HEADERS = ("idempotency-key",)
+"""A retry of a session request carrying the same key is answered by the same turn."""
 USER_HEADERS = ("x-herald-user-id", "x-hermes-user-id")
 MAX_ID_LENGTH = 256
 
@@ -170,6 +173,7 @@ async def list_models(deps: Deps) -> dict[str, Any]:
         401: {"description": "Missing or wrong API key"},
         403: {"description": "Session or user headers without an API key configured"},
         409: {"description": "The session belongs to another user"},
+        422: {"description": "The Idempotency-Key was used for a different request"},
         413: {"description": "Body too large"},
         503: {
             "description": "Shutting down, too many turns waiting (see Retry-After), or the "
@@ -188,10 +192,13 @@ async def chat_completions(
 
     The session is named by `X-Herald-Session-Id` (or `X-Hermes-Session-Id`) or the `user`
     field. Without one, the request is stateless and `messages` is the whole conversation.
+    A session request sent again (the same `Idempotency-Key`, or the session's last question
+    unanswered within `api.retry_window`) is answered by the same turn, never stored twice.
     """
     # Everything the request names is checked before anything runs or is stored.
     session_header = _header(request, SESSION_HEADERS)
     user_header = _header(request, USER_HEADERS)
+    idempotency = _header(request, IDEMPOTENCY_HEADERS)
     user_field = _check_id("user", body.user) if body.user is not None else None
     if (session_header or user_header) and deps.config.api.key is None:
         raise HTTPException(
@@ -226,13 +233,15 @@ async def chat_completions(
             stream=body.stream,
             # The key holder operates Herald; without a key, callers are not trusted so far.
             operator=deps.config.api.key is not None,
+            idempotency_key=idempotency[1] if idempotency else None,
+            retry_window=deps.config.api.retry_window,
         )
     else:
         key = SessionKey(f"api:stateless:{uuid.uuid4().hex}")
         if _with_parts(body.messages):
-            history = await asyncio.to_thread(_history, body.messages, max_bytes, deps)
+            history = await asyncio.to_thread(_history, body.messages, max_bytes, deps.config)
         else:
-            history = _history(body.messages, max_bytes, deps)
+            history = _history(body.messages, max_bytes, deps.config)
         turn = TurnRequest(key, str(Origin.API), "", None, history=history, stream=body.stream)
 
     try:
@@ -360,12 +369,13 @@ def _new_input(messages: list[MessageIn], max_bytes: int) -> tuple[str, list[upl
     return text, found
 
 
-def _history(messages: list[MessageIn], max_bytes: int, deps: AppDeps) -> tuple[ChatMessage, ...]:
+def _history(
+    messages: list[MessageIn], max_bytes: int, config: HeraldConfig
+) -> tuple[ChatMessage, ...]:
     """A stateless request's conversation; its pictures as image parts (scaled like received
     pictures, at most `llm.max_images_per_turn`, none over `media.max_image_pixels` decoded)
     or, without vision, a note. Blocking."""
-    llm = deps.config.llm
-    pictures = deps.pictures or Pictures(llm.image_max_pixels, deps.config.media.max_image_pixels)
+    llm = config.llm
     if messages[-1].role not in ("user", "tool"):
         raise HTTPException(400, "messages: the last message must be from the user")
     found = {
@@ -387,7 +397,11 @@ def _history(messages: list[MessageIn], max_bytes: int, deps: AppDeps) -> tuple[
                 text += f"\n[a picture not shown: more than {llm.max_images_per_turn} pictures]"
                 continue
             try:
-                images.append(pictures.data_url(p.data))
+                images.append(
+                    image_data_url(
+                        p.data, llm.image_max_pixels, max_decoded=config.media.max_image_pixels
+                    )
+                )
             except UnreadableImage as err:
                 text += f"\n[a picture not shown: {err}]"
         budget -= len(images)
@@ -416,6 +430,8 @@ def _usage(done: Finished) -> dict[str, int]:
 
 def _failure(done: Finished, headers: dict[str, str], redact: Redactor) -> JSONResponse:
     """The error answer of a turn that did not complete; its text without secrets."""
+    if done.code is not None:
+        return error_response(done.code, redact(done.error or "refused"), headers=headers)
     if done.status == "interrupted":
         return error_response(503, "the turn was interrupted; retry", headers=headers)
     if done.retryable:
@@ -517,6 +533,7 @@ async def _events(
                 yield b"data: " + json.dumps(usage).encode() + b"\n\n"
         else:
             status = 502 if event.status == "failed" and not event.retryable else 503
+            status = event.code or status
             message = deps.redactor(f"the turn ended {event.status}: {event.error}")
             yield b"data: " + json.dumps(error_body(status, message)).encode() + b"\n\n"
         yield b"data: [DONE]\n\n"

@@ -18,6 +18,7 @@ ERROR_TYPES = {
     408: "timeout_error",
     409: "conflict_error",
     413: "invalid_request_error",
+    422: "invalid_request_error",
     431: "invalid_request_error",
     429: "rate_limit_error",
     502: "api_error",

@@ -19,6 +19,7 @@ from gateway.sessions.context import SessionContext
 from gateway.sessions.lanes import LaneWorkers
 from gateway.sessions.state import Lane
 from gateway.sessions.stream import Finished, TurnRequest, TurnStream
+from gateway.store.api_turns import KeyReused, earlier_try, forget_question, mark
 from gateway.store.outbox import Chunk, Target, enqueue
 from gateway.store.store import current_session, read_history, record_finish, record_start
 from gateway.turns import TurnStatus, run_agent
@@ -135,16 +136,40 @@ class ApiTurns:
         window = ctx.agent.settings.history_window
         created: SessionInfo | None = None
         while True:
-            # One transaction begins the turn: the session, the turn with the user's message,
-            # and the history the model reads. Fenced like an inbox turn: an instance whose
-            # claim was taken over writes nothing.
-            async with ctx.store.write() as conn:
-                await ctx.lane_store.check(conn, claim, None)
-                session = created or await current_session(conn, request.key)
-                if session is not None:
-                    turn_id, _ = await record_start(conn, session.id, [user_message])
-                    await ctx.lane_store.check(conn, claim, turn_id)
-                    history = await read_history(conn, session.id, window)
+            # One transaction begins the turn: the session, the turn with the user's message
+            # (none when it repeats an earlier try that kept it), and the history the model
+            # reads. Fenced like an inbox turn: an instance whose claim was taken over writes
+            # nothing.
+            try:
+                async with ctx.store.write() as conn:
+                    await ctx.lane_store.check(conn, claim, None)
+                    session = created or await current_session(conn, request.key)
+                    if session is not None:
+                        earlier = await earlier_try(
+                            conn,
+                            session.id,
+                            text,
+                            key=request.idempotency_key,
+                            window=request.retry_window,
+                        )
+                        if earlier is None or earlier.answer is None:
+                            asked = [] if earlier is not None else [user_message]
+                            turn_id, _ = await record_start(conn, session.id, asked)
+                            if request.idempotency_key is not None:
+                                await mark(conn, turn_id, request.idempotency_key)
+                            await ctx.lane_store.check(conn, claim, turn_id)
+                            history = await read_history(conn, session.id, window)
+            except KeyReused as err:
+                stream.finish(Finished(TurnStatus.FAILED, error=str(err), code=422))
+                return None
+            if session is not None and earlier is not None and earlier.answer is not None:
+                # Answered already: the same answer again, nothing stored, no model call.
+                if request.stream and earlier.answer:
+                    await stream.token(earlier.answer)
+                stream.finish(
+                    Finished(TurnStatus.COMPLETED, text=earlier.answer, turn_id=earlier.turn_id)
+                )
+                return None
             if session is not None:
                 break
             created = await ctx.store.open_session(
@@ -223,12 +248,17 @@ class ApiTurns:
         sync: tuple[SessionInfo, list[ChatMessage]] | None = None,
         files: list[Chunk] | None = None,
     ) -> None:
-        """Store an API turn's result unless its lane was taken over (LeaseLost); with
+        """Store an API turn's result unless its lane was taken over (LeaseLost); a turn that
+        failed having produced nothing keeps no message (its question goes too); with
         `sync`, queue the exchange for the memory provider in the same transaction, and the
         `files` its tools sent to chats."""
         async with self.ctx.store.write() as conn:
             await self.ctx.lane_store.check(conn, claim, None)
             await record_finish(conn, session_id, turn_id, result)
+            if result.status != TurnStatus.COMPLETED and not result.messages:
+                # Refused before anything was produced: the request leaves no message, so
+                # the client's retry is a first try, not the question asked twice.
+                await forget_question(conn, session_id, turn_id)
             synced = sync is not None and await self.ctx.sync_turn(conn, sync[0], turn_id, sync[1])
             if files:
                 await enqueue(conn, files)

@@ -27,6 +27,12 @@ class TurnRequest:
     operator: bool = False
     """Whether the caller operates Herald (the API key holder): its tools may reach other
     chats."""
+    idempotency_key: str | None = None
+    """The request's `Idempotency-Key`: a request sent again with it is answered by the same
+    turn (its stored answer, or the continuation of a try that failed)."""
+    retry_window: float = 0.0
+    """Seconds within which a request repeating the session's last, unanswered question
+    continues it rather than asking it again (`api.retry_window`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +53,9 @@ class Finished:
     error: str | None = None
     retryable: bool = True
     """For a failed turn: whether the same request may succeed later."""
+    code: int | None = None
+    """For a request refused before its turn ran: the HTTP status to answer (422: an
+    `Idempotency-Key` reused for another request)."""
     llm_seconds: float = 0.0
     """Time the turn spent waiting on the model (the rest is Herald's own)."""
 

@@ -87,8 +87,11 @@ turns = Table(
     Column("prompt_tokens", Integer, nullable=True),
     Column("completion_tokens", Integer, nullable=True),
     Column("error", SafeText, nullable=True),
+    Column("idempotency_key", String(256), nullable=True),
+    # The `Idempotency-Key` of the API request the turn answers (migration 0012).
     Index(None, "session_id", "id"),
     Index(None, "status"),
+    Index(None, "session_id", "idempotency_key"),
 )
 
 messages = Table(
