@@ -148,8 +148,11 @@ class MemoryFiles:
         owner = self.owner(key, user_id)
         return self.read(MemoryScope.USER, owner), self.read(MemoryScope.MEMORY, owner)
 
-    async def add(self, scope: MemoryScope, owner: MemoryOwner | None, entry: str) -> str:
-        """Append an entry. Raises MemoryEditError when empty, duplicate or over the cap."""
+    async def add(
+        self, scope: MemoryScope, owner: MemoryOwner | None, entry: str, *, mirror: bool = True
+    ) -> str:
+        """Append an entry. Raises MemoryEditError when empty, duplicate or over the cap.
+        `mirror=False`: the listener is not told (an edit made in a group turn)."""
         target = _writable(owner)
         entry = _one_line(entry)
         async with self._exclusive():
@@ -158,13 +161,19 @@ class MemoryFiles:
                 raise MemoryEditError("that entry is already saved")
             entries.append(entry)
             self._write(scope, target, entries)
-        await self._edited(target, scope, "add", entry)
+        await self._edited(target, scope, "add", entry, mirror=mirror)
         return f"saved to {scope}"
 
     async def replace(
-        self, scope: MemoryScope, owner: MemoryOwner | None, old: str, new: str
+        self,
+        scope: MemoryScope,
+        owner: MemoryOwner | None,
+        old: str,
+        new: str,
+        *,
+        mirror: bool = True,
     ) -> str:
-        """Replace the one entry containing `old` by `new`."""
+        """Replace the one entry containing `old` by `new` (`mirror`: as `add`)."""
         target = _writable(owner)
         new = _one_line(new)
         async with self._exclusive():
@@ -172,23 +181,27 @@ class MemoryFiles:
             index = _find(entries, old)
             entries[index] = new
             self._write(scope, target, entries)
-        await self._edited(target, scope, "replace", new)
+        await self._edited(target, scope, "replace", new, mirror=mirror)
         return f"replaced in {scope}"
 
-    async def remove(self, scope: MemoryScope, owner: MemoryOwner | None, old: str) -> str:
-        """Remove the one entry containing `old`."""
+    async def remove(
+        self, scope: MemoryScope, owner: MemoryOwner | None, old: str, *, mirror: bool = True
+    ) -> str:
+        """Remove the one entry containing `old` (`mirror`: as `add`)."""
         target = _writable(owner)
         async with self._exclusive():
             entries = self._entries(scope, target)
             index = _find(entries, old)
             removed = entries.pop(index)
             self._write(scope, target, entries)
-        await self._edited(target, scope, "remove", removed)
+        await self._edited(target, scope, "remove", removed, mirror=mirror)
         return f"removed from {scope}"
 
-    async def _edited(self, owner: MemoryOwner, scope: MemoryScope, action: str, text: str) -> None:
+    async def _edited(
+        self, owner: MemoryOwner, scope: MemoryScope, action: str, text: str, *, mirror: bool
+    ) -> None:
         """Tell the listener; its failure is logged, never the edit's (the file is written)."""
-        if self.on_edit is None:
+        if self.on_edit is None or not mirror:
             return
         try:
             await self.on_edit(owner, str(scope), action, text)

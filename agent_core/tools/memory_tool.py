@@ -47,15 +47,23 @@ class MemoryTool:
             raise ToolError("target must be 'user' or 'memory'") from err
         # Only the scope of the session the call runs in: its person's, or its group's.
         owner = self.files.owner(None if ctx.session is None else ctx.session.key, ctx.user_id)
+        # What is learnt in a group turn is never mirrored to the memory provider.
+        mirror = ctx.session is None or not ctx.session.group
         try:
             if action == "add":
-                return await self.files.add(scope, owner, str_arg(args, "content"))
+                return await self.files.add(scope, owner, str_arg(args, "content"), mirror=mirror)
             if action == "replace":
                 return await self.files.replace(
-                    scope, owner, str_arg(args, "old_text"), str_arg(args, "content")
+                    scope,
+                    owner,
+                    str_arg(args, "old_text"),
+                    str_arg(args, "content"),
+                    mirror=mirror,
                 )
             if action == "remove":
-                return await self.files.remove(scope, owner, str_arg(args, "old_text"))
+                return await self.files.remove(
+                    scope, owner, str_arg(args, "old_text"), mirror=mirror
+                )
         except MemoryEditError as err:
             raise ToolError(str(err)) from err
         raise ToolError("action must be 'add', 'replace' or 'remove'")

@@ -20,7 +20,7 @@ from gateway.store.tables import memory_syncs
 from tests.e2e.daemon import free_port
 from tests.fakes.chat_server import FakeChatServer
 from tests.fakes.honcho_server import FakeHoncho
-from tests.fakes.llm import FakeLLM, last_user_text
+from tests.fakes.llm import FakeLLM, Reply, last_user_text
 from tests.fakes.mem0_server import FakeMem0
 from tests.fakes.memory_service import FakeMemoryService
 from tests.integration.inproc import Herald, running_daemon
@@ -213,14 +213,18 @@ async def test_a_persons_own_session_in_a_group_is_a_group_turn_for_memory(
             alice = await r.herald.store.resolve_user("test", "alice", "Alice")
 
             def synced() -> list[str]:
+                """Her lines and what the agent wrote about her, as the provider has them."""
                 if isinstance(service, FakeMem0):
                     return service.of(alice)
                 assert isinstance(service, FakeHoncho)
-                return service.said_by(alice)
+                return service.said_by(alice) + [c["content"] for c in service.conclusions]
 
             r.chat.inject("alice", "My locker code is 4242", sender_id="alice")
             await r.chat.wait_for_sent(1)
             await service.wait_for(lambda: "My locker code is 4242" in synced())
+            # In the group the agent notes something about her (in her USER.md): not mirrored.
+            note = {"action": "add", "target": "user", "content": "Meets the team on Friday"}
+            r.llm.script(Reply(tool_calls=[("memory", note)]), Reply(text="Noted."))
             r.chat.inject(
                 "g1",
                 "What is my locker code? We meet on Friday",
