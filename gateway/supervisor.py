@@ -391,6 +391,11 @@ class Supervisor:
         self.links: MediaLinks | None = None
         """Signs the media URLs of files sent by URL (Twilio); None without HTTP."""
         self._stop = asyncio.Event()
+        self._sock: socket.socket | None = None
+        """The HTTP port, bound first thing in `run`."""
+        self._starting: asyncio.Task[int] | None = None
+        """`run`'s task until Herald serves: a stop signal cancels it."""
+        self._stopped_starting = False
         self._menu: Callable[[], Sequence[tuple[str, str]]] | None = None
 
     def stop(self) -> None:
@@ -413,16 +418,7 @@ class Supervisor:
         cannot open or that a newer Herald migrated) and ConfigError before serving.
         """
         cfg = self.config
-        try:
-            cfg.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        except OSError as err:
-            raise SetupError(
-                f"cannot create the state directory {cfg.state_dir}: {err.strerror}; "
-                "create it writable for this user, or set state_dir (HERALD_HOME) elsewhere"
-            ) from err
-        loop = asyncio.get_running_loop()
-        for sig in STOP_SIGNALS:
-            loop.add_signal_handler(sig, self._on_signal, sig)
+        loop = self._begin()
         try:
             async with AsyncExitStack() as stack:
                 store = await stack.enter_async_context(Store.open(cfg.effective_database_url))
@@ -592,11 +588,49 @@ class Supervisor:
                     redactor=self.redactor,
                 )
                 await self._serve(deps, manager, delivery, scheduler, node)
+        except asyncio.CancelledError:
+            if not self._stopped_while_starting():
+                raise
         finally:
-            for sig in STOP_SIGNALS:
-                loop.remove_signal_handler(sig)
+            self._end(loop)
         logger.info("stopped")
         return self.exit_code
+
+    def _begin(self) -> asyncio.AbstractEventLoop:
+        """Make the state directory, take the HTTP port, and catch the stop signals; the loop."""
+        cfg = self.config
+        try:
+            cfg.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as err:
+            raise SetupError(
+                f"cannot create the state directory {cfg.state_dir}: {err.strerror}; "
+                "create it writable for this user, or set state_dir (HERALD_HOME) elsewhere"
+            ) from err
+        loop = asyncio.get_running_loop()
+        # The port is taken before anything starts (tool servers above all): a port in use
+        # is one clear error at once, with nothing started that must be stopped.
+        self._sock = _bind(cfg.api.host, cfg.api.port) if cfg.api.enabled else None
+        self._starting = asyncio.current_task()
+        for sig in STOP_SIGNALS:
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        return loop
+
+    def _end(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._starting = None
+        for sig in STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def _stopped_while_starting(self) -> bool:
+        """Whether the cancellation being handled is a stop signal's during the start (then
+        it is taken back: `run` returns as after a drain)."""
+        task = asyncio.current_task()
+        if not self._stopped_starting or task is None or task.uncancel() > 0:
+            return False
+        logger.info("stopped before Herald was ready")
+        return True
 
     def _on_signal(self, sig: signal.Signals) -> None:
         if self._stop.is_set():
@@ -607,6 +641,11 @@ class Supervisor:
         else:
             logger.info("%s received: draining", sig.name)
         self._stop.set()
+        if self._starting is not None:
+            # Still starting (a database, a memory provider, tool servers): stop that now
+            # rather than after it, which may never come.
+            self._stopped_starting = True
+            self._starting.cancel()
 
     def _runner(
         self, name: str, section: PlatformSection, checkpoints: Checkpoints
@@ -629,8 +668,9 @@ class Supervisor:
     ) -> None:
         cfg = self.config
         server: _Server | None = None
-        # Bound before the task group, so a port in use is one error, not an ExceptionGroup.
-        sock = _bind(cfg.api.host, cfg.api.port) if cfg.api.enabled else None
+        sock = self._sock
+        if sock is not None:  # before the task group: one error, not an ExceptionGroup
+            _listen(sock, cfg.api.host, cfg.api.port)
         async with asyncio.TaskGroup() as tg:
             background: list[asyncio.Task[None]] = []
             if cfg.api.enabled:
@@ -670,6 +710,7 @@ class Supervisor:
                     name="files",
                 )
             )
+            self._starting = None  # from here a stop signal drains
             self.state.serving = True
             self.notifier.ready()
             logger.info("Herald is ready (instance %s)", cfg.effective_instance_id)
@@ -697,8 +738,6 @@ class Supervisor:
             sender.cancel()
             if server is not None:
                 server.should_exit = True
-        if sock is not None:
-            sock.close()
 
     async def _member(self, node: Node) -> None:
         await node.gone.wait()
@@ -742,6 +781,8 @@ async def _wake_when_held(lease: Lease, wake: Callable[[], None]) -> None:
 
 
 def _bind(host: str, port: int) -> socket.socket:
+    """A socket bound to the HTTP address, not listening yet (connections are refused, not
+    left waiting, while Herald starts). Raises SetupError when the address is taken."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP, not 0: asyncio only disables Nagle on sockets that say they are TCP.
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -750,12 +791,24 @@ def _bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as err:
         sock.close()
-        fix = (
-            "stop what uses it (another Herald?) or set api.port"
-            if err.errno == errno.EADDRINUSE
-            else "set api.host / api.port to an address of this machine"
-        )
-        raise SetupError(f"cannot listen on {host}:{port}: {err.strerror}; {fix}") from err
-    sock.listen(2048)
+        raise _unusable(host, port, err) from err
     sock.setblocking(False)
     return sock
+
+
+def _listen(sock: socket.socket, host: str, port: int) -> None:
+    """Start listening on the socket `_bind` made; SetupError when another process took
+    the port meanwhile (both bound it before either listened)."""
+    try:
+        sock.listen(2048)
+    except OSError as err:
+        raise _unusable(host, port, err) from err
+
+
+def _unusable(host: str, port: int, err: OSError) -> SetupError:
+    fix = (
+        "stop what uses it (another Herald?) or set api.port"
+        if err.errno == errno.EADDRINUSE
+        else "set api.host / api.port to an address of this machine"
+    )
+    return SetupError(f"cannot listen on {host}:{port}: {err.strerror}; {fix}")

@@ -105,6 +105,12 @@ class MCPServer:
                 self._session = None
                 raise
             except Exception as err:
+                if _cancelling():
+                    # The SDK's cleanup can raise over our cancellation (a broken stream):
+                    # stopping must still stop, not start the server again.
+                    self.state = ServerState.STOPPED
+                    self._session = None
+                    raise asyncio.CancelledError from err
                 error = _describe(err)
             self._session = None
             self.state = ServerState.RESTARTING
@@ -353,6 +359,12 @@ def _cut(text: str, budget: int) -> str:
         text[:budget]
         + f"\n[… cut: the result had {len(text)} characters; only the first {budget} are shown]"
     )
+
+
+def _cancelling() -> bool:
+    """Whether the current task has been asked to stop."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _describe(err: BaseException) -> str:
