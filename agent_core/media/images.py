@@ -76,11 +76,11 @@ def image_data_url(path: Path | bytes, max_pixels: int, *, max_decoded: int) -> 
     transparent). Blocking; the memory it took is handed back to the system on return.
 
     A picture that would decode to more than `max_decoded` pixels (after JPEG's scaled
-    decoding) is refused from its header, unread; so is one over Pillow's
-    `MAX_IMAGE_PIXELS` (a decompression bomb).
+    decoding) or Pillow's `MAX_IMAGE_PIXELS` (a decompression bomb) is refused from its
+    header, unread.
 
-    Raises ImageTooLarge (over `max_decoded`), UnreadableImage (not an image Pillow can read,
-    a decompression bomb, gone).
+    Raises ImageTooLarge (over either limit), UnreadableImage (not an image Pillow can read,
+    gone).
     """
     try:
         return _data_url_of(path, max_pixels, max_decoded)
@@ -93,8 +93,6 @@ def _data_url_of(path: Path | bytes, max_pixels: int, max_decoded: int) -> str:
         with Image.open(io.BytesIO(path) if isinstance(path, bytes) else path) as opened:
             fmt = opened.format or ""
             width, height = opened.size
-            if Image.MAX_IMAGE_PIXELS and width * height > Image.MAX_IMAGE_PIXELS:
-                raise Image.DecompressionBombError(f"{width * height} pixels")
             drafted = fmt == "JPEG" and width * height > max_pixels
             if drafted:  # decode at a smaller scale: less memory, faster
                 scale = math.sqrt(max_pixels / (width * height))
@@ -108,11 +106,9 @@ def _data_url_of(path: Path | bytes, max_pixels: int, max_decoded: int) -> str:
                 data = path if isinstance(path, bytes) else path.read_bytes()
                 return _data_url(SHOWN[fmt], data)
             image = _shrunk(opened, max_pixels)
-    except (
-        UnidentifiedImageError,
-        Image.DecompressionBombError,
-        Image.DecompressionBombWarning,
-    ) as err:
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
+        raise ImageTooLarge(_too_large(f"more pixels than allowed ({type(err).__name__})")) from err
+    except UnidentifiedImageError as err:
         raise UnreadableImage(f"not a picture that can be shown ({type(err).__name__})") from err
     except OSError as err:
         raise UnreadableImage(f"cannot be read ({err.strerror or err})") from err
@@ -129,15 +125,22 @@ def _data_url_of(path: Path | bytes, max_pixels: int, max_decoded: int) -> str:
 
 
 def _check_budget(opened: Image.Image, header: tuple[int, int], max_decoded: int) -> None:
-    """Raise ImageTooLarge when `opened` would decode to more than `max_decoded` pixels."""
+    """Raise ImageTooLarge when `opened` would decode to more than `max_decoded` pixels (or
+    Pillow's `MAX_IMAGE_PIXELS`)."""
     width, height = opened.size
-    if width * height <= max_decoded:
+    limit = min(max_decoded, Image.MAX_IMAGE_PIXELS or max_decoded)
+    if width * height <= limit:
         return
     raise ImageTooLarge(
-        f"too large to look at: {header[0]}×{header[1]} pixels, more than the "
-        f"{max_decoded:,} this Herald decodes (media.max_image_pixels); ask for a smaller "
-        "picture or a crop of the part that matters"
+        _too_large(
+            f"{header[0]}×{header[1]} pixels, more than the {limit:,} this Herald decodes "
+            "(media.max_image_pixels)"
+        )
     )
+
+
+def _too_large(why: str) -> str:
+    return f"too large to look at: {why}; ask for a smaller picture or a crop of what matters"
 
 
 def _over(size: tuple[int, int], max_pixels: int) -> bool:
