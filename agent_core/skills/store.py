@@ -39,7 +39,13 @@ from agent_core.skills.model import (
     SkillNotFound,
     SkillSource,
 )
-from agent_core.skills.scanner import Finding, hidden_characters, scan_bytes, scan_skill
+from agent_core.skills.scanner import (
+    Finding,
+    hidden_characters,
+    scan_bytes,
+    scan_skill,
+    sniff_text,
+)
 
 MANIFEST = ".bundled.json"
 QUARANTINE = ".quarantine"
@@ -153,7 +159,8 @@ class SkillStore:
 
     def read(self, skill: Skill, file_path: str | None = None) -> str:
         """The whole `SKILL.md`, or one file inside the skill's folder. Raises SkillError
-        (a path leaving the folder, a symlink, a binary file) or SkillNotFound."""
+        (a path leaving the folder, a symlink, a file that is not text: the scanner lets
+        small binary files pass unread, so they are never handed out) or SkillNotFound."""
         rel = file_path or SKILL_FILE
         path = inside(skill.path, rel)
         if not path.is_file():
@@ -163,10 +170,7 @@ class SkillStore:
             )
         if path.stat().st_size > MAX_FILE_BYTES:
             raise SkillError(f"{rel} is larger than {MAX_FILE_BYTES} bytes")
-        try:
-            return path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as err:
-            raise SkillError(f"{rel} is not a text file") from err
+        return _text_of(path, rel)
 
     # writing ----------------------------------------------------------------------------
 
@@ -189,7 +193,7 @@ class SkillStore:
                     raise SkillNotFound(f"there is no skill named {change.skill!r}")
                 folder = skill.path
             path = inside(folder, change.file_path)
-            current = path.read_text(encoding="utf-8") if path.is_file() else None
+            current = _text_of(path, change.file_path) if path.is_file() else None
             if change.action is not SkillAction.CREATE and current != change.before:
                 raise SkillError(
                     f"{change.skill}/{change.file_path} changed since this write was planned; "
@@ -246,6 +250,15 @@ def _read_folder(
     return Skill(
         doc.name, doc.description, source, folder, cat, owner, doc.front, None, quarantine, refused
     )
+
+
+def _text_of(path: Path, rel: str) -> str:
+    """A file's text, newlines as `read_text` gives them. Raises SkillError when it is not
+    text (see `sniff_text`)."""
+    text = sniff_text(path.read_bytes())
+    if text is None:
+        raise SkillError(f"{rel} is not a text file")
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _with_source(skill: Skill, source: SkillSource) -> Skill:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agent_core.memory import person
-from agent_core.skills.model import SkillAction
+from agent_core.skills.model import SkillAction, SkillChange, SkillWrite, WriteStatus
 from agent_core.skills.service import Actor, Author, Request, Skills, SkillSettings
 from agent_core.skills.store import SkillStore
 from gateway.contracts.ids import UserId
@@ -232,3 +232,16 @@ async def test_show_writes_hidden_characters_out(herald: Herald) -> None:
     assert "a<U+001B>[8mhidden<U+001B>[0m" in shown.output
     assert "\x1b" not in shown.output
     assert not any(0xE0000 <= ord(c) <= 0xE007F for c in shown.output)
+
+
+async def test_a_held_write_is_scanned_again_when_approved(herald: Herald) -> None:
+    await herald.create_database()
+    ann = person(UserId("ann"))
+    tagged = skill_text("held", f"Held before the scanner knew.{TAGGED}")
+    async with Store.open(herald.database_url) as store:
+        change = SkillChange(SkillAction.CREATE, "held", ann, "SKILL.md", None, tagged)
+        await SkillWrites(store).record(SkillWrite(change, "agent", WriteStatus.PENDING))
+    approved = await herald.invoke("skills", "approve", "1")
+    assert approved.exit_code == 1, approved.output
+    assert "refused" in approved.output
+    assert not (herald.state_dir / "memory" / ann / "skills" / "held").exists()
