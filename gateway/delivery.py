@@ -12,6 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from sqlalchemy.exc import DBAPIError
@@ -22,8 +23,9 @@ from gateway.chunking import markdown_to_plain
 from gateway.config import DeliveryConfig
 from gateway.contracts.adapter import MessageEditor
 from gateway.contracts.errors import MarkupRejected, PermanentSendError, RateLimited
-from gateway.contracts.messages import TextFormat, utcnow
+from gateway.contracts.messages import OutboundMessage, TextFormat, utcnow
 from gateway.metrics import Metrics
+from gateway.redact import Redactor
 from gateway.store.outbox import Outbox, OutboxRow
 
 logger = logging.getLogger(__name__)
@@ -48,10 +50,13 @@ class DeliveryWorker:
         owner: str = "",
         lease_ttl: float | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        redactor: Redactor | None = None,
     ) -> None:
         """`owner` is this instance's id; `lease_ttl` is set when several instances share the
         database (the chunks of one that is gone that long are recovered here). `sleep`
-        waits out a backoff while the database fails."""
+        waits out a backoff while the database fails. `redactor` takes the configured secrets
+        out of every text sent and every send error kept."""
+        self.redactor = redactor or Redactor()
         self.outbox = outbox
         self.channels = channels
         self.config = config
@@ -250,7 +255,7 @@ class DeliveryWorker:
             return
         attempts = row.attempts
         try:
-            message = row.message()
+            message = self._outward(row.message())
             if row.edit_of is not None and isinstance(adapter, MessageEditor):
                 receipt = await adapter.edit(row.edit_of, message)
             else:
@@ -261,7 +266,7 @@ class DeliveryWorker:
             logger.info(
                 "%s:%s rate-limited for %.1fs", target.platform, target.chat_id, err.retry_after
             )
-            at, error = now + timedelta(seconds=err.retry_after), str(err)
+            at, error = now + timedelta(seconds=err.retry_after), self.redactor(str(err))
             await self._record(lambda: self.outbox.retry_at(row.id, at, error, attempt=False))
         except MarkupRejected as err:
             if row.format is TextFormat.PLAIN:
@@ -273,13 +278,13 @@ class DeliveryWorker:
         except PermanentSendError as err:
             if row.edit_of is not None:
                 # The preview to replace is gone; send the text as a new message instead.
-                reason = str(err)
+                reason = self.redactor(str(err))
                 await self._record(lambda: self.outbox.without_edit(row.id, reason))
             else:
                 await self._dead(row, str(err))
         except Exception as err:  # transient by default: NotReady, timeouts, surprises
             now = self.clock()
-            error = f"{type(err).__name__}: {err}"
+            error = self.redactor(f"{type(err).__name__}: {err}")
             if attempts >= self.config.max_attempts:
                 await self._dead(row, f"gave up after {attempts} tries: {error}")
             else:
@@ -306,7 +311,13 @@ class DeliveryWorker:
                 self.failures.recovered()
                 return
 
+    def _outward(self, message: OutboundMessage) -> OutboundMessage:
+        """`message` with the configured secrets taken out of its text."""
+        text = self.redactor.secrets(message.text)
+        return message if text == message.text else replace(message, text=text)
+
     async def _dead(self, row: OutboxRow, reason: str) -> None:
+        reason = self.redactor(reason)
         self.metrics.deliveries.labels(outcome="dead").inc()
         logger.warning(
             "chunk %d to %s:%s is a dead letter: %s",

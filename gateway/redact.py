@@ -136,6 +136,11 @@ class Redactor:
             text = pattern.sub(replacement, text)
         return text
 
+    def secrets(self, text: str) -> str:
+        """`text` with the configured secrets replaced by `***`, and nothing else (for what a
+        person reads: a reply may quote `Bearer` or a URL with `?key=` on purpose)."""
+        return text if self._pattern is None else self._pattern.sub(MASK, text)
+
     def data(self, value: Any) -> Any:
         """A copy of JSON-like `value` (dicts, lists, strings) with every string redacted."""
         if isinstance(value, str):

@@ -507,6 +507,7 @@ class Supervisor:
                     self.metrics,
                     owner=node.id,
                     lease_ttl=None if node.solo else cfg.cluster.lease_ttl,
+                    redactor=self.redactor,
                 )
 
                 def on_outbox() -> None:

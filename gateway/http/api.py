@@ -276,7 +276,7 @@ async def chat_completions(
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": done.text},
+                    "message": {"role": "assistant", "content": deps.redactor.secrets(done.text)},
                     "finish_reason": "stop",
                 }
             ],

@@ -21,7 +21,7 @@ from gateway.redact import URL_LOGGERS, Redactor, install
 from gateway.store.tables import inbox, messages, turns
 from tests.e2e.daemon import free_port
 from tests.fakes.chat_server import FakeChatServer
-from tests.fakes.llm import FakeLLM, Reply
+from tests.fakes.llm import FakeLLM, Reply, you_said
 from tests.fakes.mem0_server import FakeMem0
 from tests.integration.inproc import Herald, running_daemon
 from tests.integration.mcp_rig import stdio_server
@@ -153,6 +153,16 @@ async def test_a_key_echoed_by_the_model_endpoint_reaches_nobody(
             ("the log", logged.text),
         ]:
             assert_clean(where, text)
+
+        # A person pasting a configured secret: the model's echo of it leaves as `***`.
+        r.llm.responder = you_said
+        r.chat.inject("c1", f"is {CHAT_TOKEN} my token?", sender_id="alice")
+        [echo] = await r.chat.wait_for_sent(lambda sent: "You said" in sent.text)
+        asked = {"messages": [{"role": "user", "content": f"is {LLM_KEY} right?"}]}
+        answer = await r.api.post("/v1/chat/completions", json=asked)
+        assert answer.status_code == 200, answer.text
+        assert echo.text == "You said: is *** my token?"
+        assert answer.json()["choices"][0]["message"]["content"] == "You said: is *** right?"
 
 
 async def test_a_tool_error_quoting_a_token_is_redacted_before_shown_stored_or_synced(
