@@ -38,7 +38,10 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"\b(instructions?|prompts?|rules|guidelines|directives|guidance|commands|"
             r"constraints|polic(y|ies))\b"
             r"|\b(ignore|disregard|forget)\s+(everything|anything|all)\s+(above|before|"
-            r"previously|earlier|you (were|have been) told)\b",
+            r"previously|earlier|you (were|have been) told)\b"
+            r"|\b(stop following|no longer follow|do not follow|don't follow)\s+(your|the|any|"
+            r"previous|prior|earlier|system)\b[^.\n]{0,30}\b(instructions?|prompts?|rules|"
+            r"guidelines)\b",
             _I,
         ),
     ),
@@ -97,7 +100,8 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         "reads Herald's configuration or secrets",
         re.compile(
             r"\bherald\.ya?ml\b|(?<![\w-])secrets/|(?<![\w.-])\.env\b"
-            r"|\bHERALD_\w*(KEY|TOKEN|SECRET|PASSWORD)\w*|\bherald\.db\b|/etc/herald\b",
+            r"|\bHERALD_\w*(KEY|TOKEN|SECRET|PASSWORD)\w*|\$\{?HERALD_\w+|\bherald\.db\b"
+            r"|(/etc|/var/lib|\.local/state|\.config)/herald\b",
             _I,
         ),
     ),
@@ -159,8 +163,14 @@ _LOOKALIKES = (
     ("ΑΒΕΖΗΙΚΜΝΟΡΤΥΧϹ", "ABEZHIKMNOPTYXC"),
     ("օսհոցզ", "ouhngq"),  # Armenian
     ("ıȷɩɑɡǀ", "ijiagl"),  # Latin letters passing for others
+    ("ᴀʙᴄᴅᴇꜰɢʜɪᴊᴋʟᴍɴᴏᴘʀꜱᴛᴜᴠᴡʏᴢ", "abcdefghijklmnoprstuvwyz"),  # small capitals
+    ("ᎪᏴᏟᎬᎻᏦᏞᎷᏢᏚᎢᏙᎳᏃᏀᎫᏒᎠ", "ABCEHKLMPSTVWZGJRD"),  # Cherokee
+    ("".join(chr(c) for c in range(0x1F1E6, 0x1F200)), "abcdefghijklmnopqrstuvwxyz"),
 )
+"""The last row: regional indicator letters (pairs of them draw flags)."""
 _FOLD = str.maketrans({k: v for a, b in _LOOKALIKES for k, v in zip(a, b, strict=True)})
+_LEET = str.maketrans("013457", "oieast")
+"""Digits written for letters, tried on the joined text."""
 _NON_ALNUM = re.compile(r"[\W_]+")
 _BASE64 = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,2}(?:[ \t]*\r?\n[ \t]*[A-Za-z0-9+/_-]{4,}={0,2})*")
 _MAX_DEPTH = 2
@@ -291,8 +301,9 @@ def _matches(text: str, depth: int) -> Iterator[tuple[str, str]]:
         if match is not None:
             yield reason, " ".join(match.group(0).split())[:80] or repr(match.group(0))
     joined = _NON_ALNUM.sub("", plain).lower()
+    leet = joined.translate(_LEET)
     for reason, pattern in _JOINED:
-        match = pattern.search(joined)
+        match = pattern.search(joined) or pattern.search(leet)
         if match is not None:
             yield f"{reason}, letters split apart", match.group(0)[:80]
     if depth >= _MAX_DEPTH:
