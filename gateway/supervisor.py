@@ -460,7 +460,7 @@ class Supervisor:
                     sections,
                     allow_api=cfg.api.allow_approval_tools,
                 )
-                hub = await stack.enter_async_context(MCPHub(cfg.mcp))
+                hub = await stack.enter_async_context(MCPHub(cfg.mcp, redact=self.redactor))
                 mcp_tools = MCPTools(
                     list(hub.servers.values()),
                     StorePeople(store),

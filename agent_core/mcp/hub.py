@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
@@ -17,9 +17,12 @@ if TYPE_CHECKING:
 class MCPHub:
     """An async context manager: entering starts every enabled server's task (in a TaskGroup
     of its own, entered on the supervisor's exit stack); leaving stops them and their
-    processes. A server that fails never stops the others or Herald."""
+    processes. A server that fails never stops the others or Herald. What a local server
+    writes on stderr is logged under its name after `redact`."""
 
-    def __init__(self, config: MCPConfig) -> None:
+    def __init__(
+        self, config: MCPConfig, *, redact: Callable[[str], str] = lambda text: text
+    ) -> None:
         self.config = config
         self.servers: dict[str, MCPServer] = {}
         if config.enabled():  # the SDK is imported only when a server is configured
@@ -31,6 +34,7 @@ class MCPHub:
                     server,
                     restart_initial=config.restart_initial,
                     restart_max=config.restart_max,
+                    redact=redact,
                 )
                 for name, server in config.enabled().items()
             }

@@ -15,10 +15,12 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -45,6 +47,11 @@ CONNECT_TIMEOUT = 30.0
 PING_TIMEOUT = 5.0
 STABLE = 60.0
 """A connection that lasted this long resets the backoff."""
+STDERR_LINE = 2000
+"""Characters of one line a local server writes on stderr that reach the log (then cut)."""
+STDERR_DRAIN = 1.0
+"""Seconds to read what a stopped server still had on stderr."""
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 Incoming = SessionMessage | Exception
 ServerMessage = (
@@ -62,9 +69,24 @@ class MCPServer:
         *,
         restart_initial: float = 1.0,
         restart_max: float = 60.0,
+        redact: Callable[[str], str] = lambda text: text,
     ) -> None:
         self.name = name
         self.config = config
+        self.redact = redact
+        """Takes Herald's configured secrets out of what the server writes on stderr (its
+        own `env` and `headers` values are taken out in any case)."""
+        self._own_secrets = sorted(
+            (
+                v.get_secret_value()
+                for v in (*config.env.values(), *config.headers.values())
+                if len(v.get_secret_value()) >= 4
+            ),
+            key=len,
+            reverse=True,
+        )
+        self.stderr_tail: deque[str] = deque(maxlen=3)
+        """The last lines the local server wrote on stderr (redacted)."""
         self.prefix = name if config.prefix is None else config.prefix
         self.restart_initial = restart_initial
         self.restart_max = restart_max
@@ -112,6 +134,8 @@ class MCPServer:
                     self._session = None
                     raise asyncio.CancelledError from err
                 error = _describe(err)
+                if self.stderr_tail:
+                    error += f"; its stderr ended with: {self.stderr_tail[-1][:200]}"
             self._session = None
             self.state = ServerState.RESTARTING
             self.last_error = error
@@ -184,9 +208,65 @@ class MCPServer:
                 env=env,
                 cwd=cfg.cwd,
             )
-            return _Two(stdio_client(params))
+            return _Two(self._local(params))
         assert cfg.url is not None
         return _Two(_remote(cfg.url, {k: v.get_secret_value() for k, v in cfg.headers.items()}))
+
+    @asynccontextmanager
+    async def _local(self, params: StdioServerParameters) -> AsyncIterator[Any]:
+        """The stdio transport, the server's stderr going to the log line by line (never
+        raw into Herald's own stderr)."""
+        self.stderr_tail.clear()
+        read_fd, write_fd = os.pipe()
+        errlog = os.fdopen(write_fd, "w")
+        reader = asyncio.create_task(self._log_stderr(read_fd), name=f"mcp {self.name} stderr")
+        try:
+            async with stdio_client(params, errlog=errlog) as streams:
+                errlog.close()  # the server has its own copy: its exit ends the reading
+                yield streams
+        finally:
+            errlog.close()
+            try:
+                async with asyncio.timeout(STDERR_DRAIN):
+                    await asyncio.shield(reader)
+            except TimeoutError:  # a grandchild keeps stderr open: stop reading it
+                reader.cancel()
+
+    async def _log_stderr(self, fd: int) -> None:
+        """Log each line read from `fd` under the server's name, redacted and cut."""
+        loop = asyncio.get_running_loop()
+        stream = asyncio.StreamReader()
+        pipe = os.fdopen(fd, "rb", buffering=0)
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(stream), pipe
+        )
+        pending, skipping = b"", False
+        try:
+            while chunk := await stream.read(65536):
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    if not skipping:
+                        self._stderr_line(line)
+                    skipping = False
+                if len(pending) > STDERR_LINE * 4:  # no line end in sight: log what fits
+                    if not skipping:
+                        self._stderr_line(pending)
+                    pending, skipping = b"", True
+            if pending and not skipping:
+                self._stderr_line(pending)
+        finally:
+            transport.close()
+
+    def _stderr_line(self, raw: bytes) -> None:
+        text = raw.decode("utf-8", "replace").rstrip("\r")
+        for secret in self._own_secrets:
+            text = text.replace(secret, "***")
+        text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", self.redact(text))
+        if len(text) > STDERR_LINE:
+            text = text[:STDERR_LINE] + f"… (cut: {len(text)} characters)"
+        if text.strip():
+            self.stderr_tail.append(text)
+            logger.info("MCP server %s (stderr): %s", self.name, text)
 
     async def _forward(
         self, read: MemoryObjectReceiveStream[Incoming], out: MemoryObjectSendStream[Incoming]

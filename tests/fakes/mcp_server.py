@@ -5,7 +5,9 @@ PORT` (127.0.0.1). Its tools: `echo`, `add`, `boom` (raises), `hang` (never answ
 `crash` (the process exits mid-call), `login` (fails quoting `SERVICE_TOKEN` of its
 environment), `grow` (adds the tool `extra` and tells the client its
 list changed), `big` (a long result), `pid` (the server's process id, to see restarts), and
-`spawn` (starts a grandchild process that ignores stdin, and returns its pid).
+`spawn` (starts a grandchild process that ignores stdin, and returns its pid), `stderr`
+(writes its text on stderr). Started with `FAKE_MCP_TOKEN` in its environment, it first
+says that token on stderr, as a careless server would.
 """
 
 from __future__ import annotations
@@ -80,6 +82,13 @@ def spawn() -> str:
     return str(child.pid)
 
 
+@server.tool()
+def stderr(text: str) -> str:
+    """Write the text on stderr."""
+    print(text, file=sys.stderr, flush=True)
+    return "written"
+
+
 def extra(word: str) -> str:
     """A tool added at run time."""
     return f"extra: {word}"
@@ -95,6 +104,9 @@ async def grow(ctx: Context) -> str:  # type: ignore[type-arg]
 
 def main() -> None:
     """Serve on stdio, or streamable HTTP on 127.0.0.1:PORT."""
+    token = os.environ.get("FAKE_MCP_TOKEN")
+    if token:
+        print(f"starting with token {token}", file=sys.stderr, flush=True)
     if sys.argv[1:2] == ["http"]:
         server.settings.port = int(sys.argv[2])
         server.run("streamable-http")
