@@ -238,6 +238,9 @@ class PgBus(LocalBus):
             return
         if signal.origin == self.origin:
             return
+        if signal.action is SignalAction.RESYNC:  # only ever made here, never sent
+            self.ignore("malformed", f"a resync from {signal.origin!r}, which no instance sends")
+            return
         self._deliver(signal)
 
     def _deliver(self, signal: Signal) -> None:
