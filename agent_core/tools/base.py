@@ -50,11 +50,6 @@ class ToolContext:
             others = others | {sender}
         return replace(self, operator=self.operator and operator, others=others)
 
-    @property
-    def people(self) -> frozenset[str]:
-        """`platform:id` of everyone whose words are in the turn (`sender` and `others`)."""
-        return self.others | ({self.sender} if self.sender else frozenset())
-
 
 class Tool(Protocol):
     """A function the model may call. `parameters` is a JSON schema of the arguments."""

@@ -313,8 +313,6 @@ class AgentJobs:
         # The identity that asked (`platform:id`): a run's rights are computed from it, never
         # from a user it is linked to (`Access.job_operator`, `Store.unlink_identity`).
         created_by = ctx.sender or ctx.user_id or (session.key if session is not None else "agent")
-        if ctx.group and ctx.sender:
-            created_by = ctx.sender  # the person who made it, not the chat everyone shares
         if not ctx.operator:
             if chat is None:
                 raise ToolError(
