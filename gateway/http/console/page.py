@@ -113,6 +113,9 @@ class Console:
             undefined=StrictUndefined,
             trim_blocks=True,
             lstrip_blocks=True,
+            # Every value a page shows loses the configured secrets (markup the templates
+            # made themselves is left alone: its values went through here already).
+            finalize=lambda value: deps.redactor(value) if type(value) is str else value,
         )
         self.env.filters["when"] = when
         self.env.filters["ago"] = ago
