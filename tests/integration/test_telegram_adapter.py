@@ -398,29 +398,28 @@ async def test_a_webhook_set_elsewhere_while_polling_is_not_ready(
     assert [r.status for r in tg.rejected if r.method == "getUpdates"] == [409]
 
 
-async def test_a_failed_download_is_not_ready_and_the_update_unconfirmed(
+async def test_a_failed_download_is_retried_once_then_the_file_is_marked_unavailable(
     tg: FakeTelegramServer, tmp_path: Path
 ) -> None:
+    # A file is the message's problem, never the adapter's: it keeps receiving throughout.
     content = b"%PDF-1.4 quarterly numbers"
     file_id = tg.add_file(content, file_name="report.pdf", mime_type="application/pdf")
-    asked = tg.inject_message(ANN, "see attached", sender_id=ANN, document=file_id)
-    tg.fail("getFile", status=503)
     config = telegram_config(tg)
     files = tmp_path / "files"
     sink = ListSink()
-    async with TelegramAdapter(config, files) as adapter:
-        with pytest.raises(NotReady, match="downloading a file"):
-            await run_until_error(adapter, sink)
-    assert sink.accepting == []
-    assert pending_ids(tg) == [asked.update_id]
-    assert tg.confirmed == []
-
-    # The next connection downloads it.
     async with TelegramAdapter(config, files) as adapter, receiving(adapter, sink) as task:
-        await until_or_ended(tg, task, lambda: not tg.pending)
-    (message,) = sink.messages
-    assert message.text == "see attached"
-    (attachment,) = message.attachments
+        # One 503: the retry downloads it.
+        tg.fail("getFile", status=503)
+        first = tg.inject_message(ANN, "see attached", sender_id=ANN, document=file_id)
+        await until_or_ended(tg, task, lambda: first.update_id in tg.confirmed)
+        # 503 on the try and the retry: the message goes on, the file marked unavailable.
+        tg.fail("getFile", count=2, status=503)
+        second = tg.inject_message(ANN, "and again", sender_id=ANN, document=file_id)
+        await until_or_ended(tg, task, lambda: second.update_id in tg.confirmed)
+        assert not task.done()
+    received, missing = sink.messages
+    assert received.text == "see attached"
+    (attachment,) = received.attachments
     assert (attachment.mime_type, attachment.filename, attachment.size) == (
         "application/pdf",
         "report.pdf",
@@ -428,6 +427,11 @@ async def test_a_failed_download_is_not_ready_and_the_update_unconfirmed(
     )
     assert attachment.path.read_bytes() == content
     assert attachment.path.is_relative_to(files)
+    assert missing.attachments == ()
+    assert missing.text.startswith("and again\n[file report.pdf unavailable: ")
+    assert "downloading a file: Service Unavailable; ask the person to send it again]" in (
+        missing.text
+    )
 
 
 # -- sending ----------------------------------------------------------------------------------
