@@ -166,6 +166,13 @@ class SkillManageTool:
         name = str_arg(args, "name")
         if self.viewed is not None and action is not SkillAction.CREATE and name not in self.viewed:
             raise ToolError(f"view skill {name!r} with skill_view before changing it")
+        if action is not SkillAction.CREATE and shared_chat(ctx) and not ctx.operator:
+            # A group's skills are everyone's there, and who made one is not recorded: only
+            # an operator (with nobody else's words in the turn) changes an existing one.
+            raise ToolError(
+                f"in a group chat only Herald's operator changes an existing skill; {name!r} "
+                "stays as it is. Create a skill with another name instead"
+            )
         request = Request(
             action,
             name,
@@ -186,6 +193,11 @@ class SkillManageTool:
             return await self.skills.manage(request, actor)
         except (SkillError, SkillFormatError) as err:
             raise ToolError(str(err)) from err
+
+
+def shared_chat(ctx: ToolContext) -> bool:
+    """Whether the call comes from a group's shared session (no one person's)."""
+    return ctx.group and ctx.user_id is None
 
 
 def _opt(args: dict[str, Any], name: str) -> str | None:
