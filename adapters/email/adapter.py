@@ -9,6 +9,7 @@ its conversation's state before it is stored, and a reply answers the latest mai
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import mimetypes
@@ -24,6 +25,7 @@ from adapters.email.config import REFUSED, EmailConfig, Security
 from adapters.email.convert import (
     NO_MESSAGE_ID,
     MailFile,
+    ReceivedMail,
     ThreadState,
     build_reply,
     is_address,
@@ -31,7 +33,7 @@ from adapters.email.convert import (
     to_received,
     unreadable,
 )
-from adapters.email.imap import ImapSession, MailReceiver, tls_context
+from adapters.email.imap import ImapSession, IncomingMail, MailReceiver, tls_context
 from adapters.files import NOT_ALLOWED, attachment_path, may_fetch, save_file
 from gateway.contracts.adapter import AdapterState, Checkpoints, InboundSink
 from gateway.contracts.errors import AuthError, NotReady, PermanentSendError
@@ -39,6 +41,7 @@ from gateway.contracts.ids import AccountId, ChatId, Platform, PlatformMessageId
 from gateway.contracts.messages import (
     Attachment,
     DeliveryReceipt,
+    InboundMessage,
     OutboundMessage,
     SendLimits,
     TextFormat,
@@ -137,23 +140,68 @@ class EmailAdapter:
 
     # -- receiving --------------------------------------------------------------------------
 
-    async def _receive(self, data: bytes, uidvalidity: int, uid: int, sink: InboundSink) -> None:
-        """Normalize one mail, keep its files and its conversation's reply state, store it."""
-        try:
-            mail = to_received(
-                data,
-                config=self.config,
-                account=self.account,
-                uidvalidity=uidvalidity,
-                uid=uid,
-                now=utcnow(),
+    async def _receive(self, mail: IncomingMail, sink: InboundSink) -> None:
+        """Decide from the header block whether the mail is worth reading (its sender may be
+        served, it is not automatic, it is within the limits); only then fetch and read the
+        whole of it. Keep its files and its conversation's reply state, store it.
+
+        Every parse runs in a worker thread, bounded by `parse_timeout`; a stranger's mail
+        costs one header fetch and nothing more.
+        """
+        cfg = self.config
+        unread = None
+        if len(mail.header) > cfg.header_max_bytes:
+            unread = f"mail not read: a header block over {cfg.header_max_bytes} bytes"
+        received = await self._read(mail, mail.header, unread)
+        message = received.message
+        if not self._worth_reading(message, mail) or not await may_fetch(sink, message):
+            await self._store(received, sink)  # rejected: the body is never fetched
+            return
+        data = await mail.fetch()
+        if data is not None:
+            received = await self._read(mail, data, None)
+        await self._store(received, sink)
+
+    def _worth_reading(self, message: InboundMessage, mail: IncomingMail) -> bool:
+        if message.raw.get(REFUSED):
+            return False
+        if mail.size > self.config.message_max_bytes:
+            logger.warning(
+                "email: mail uid %d is %d bytes; reading its headers only", mail.uid, mail.size
             )
+            return False
+        return True
+
+    async def _read(self, mail: IncomingMail, data: bytes, unread: str | None) -> ReceivedMail:
+        """`data` normalized in a worker thread within `parse_timeout`; a mail that cannot be
+        read, or not in time, comes back refused."""
+        cfg = self.config
+        read = functools.partial(
+            to_received,
+            data,
+            config=cfg,
+            account=self.account,
+            uidvalidity=mail.uidvalidity,
+            uid=mail.uid,
+            now=utcnow(),
+            unread=unread,
+        )
+        try:
+            async with asyncio.timeout(cfg.parse_timeout):
+                return await asyncio.to_thread(read)
+        except TimeoutError:
+            # The thread cannot be stopped; it finishes in the background, its result unused.
+            logger.warning("email: mail uid %d took over %gs to read", mail.uid, cfg.parse_timeout)
+            reason = f"mail not read: reading it took over {cfg.parse_timeout:g}s"
         except Exception as err:
             # One unreadable mail must not hold up the folder: it is recorded as refused.
-            logger.warning("email: mail uid %d is unreadable: %r", uid, err)
-            mail = unreadable(
-                self.account, uidvalidity, uid, f"unreadable mail: {type(err).__name__}"
-            )
+            logger.warning("email: mail uid %d is unreadable: %r", mail.uid, err)
+            reason = f"unreadable mail: {type(err).__name__}"
+        if data is not mail.header and unread is None:
+            return await self._read(mail, mail.header, reason)
+        return unreadable(self.account, mail.uidvalidity, mail.uid, reason)
+
+    async def _store(self, mail: ReceivedMail, sink: InboundSink) -> None:
         message = mail.message
         key = message.platform_message_id
         refused = message.raw.get(REFUSED)

@@ -67,8 +67,15 @@ class EmailConfig(PlatformSection):
     """Unknown senders are ignored; on, they are sent a pairing code like on chat platforms."""
     session_by: SessionBy = SessionBy.THREAD
     require_authentication_results: bool = False
-    """Only accept mail whose `Authentication-Results` (added by the receiving server) say
-    `dkim=pass` or `spf=pass` for the sender's domain."""
+    """Only accept mail whose `Authentication-Results` from the receiving server (see
+    `authserv_id`) say `dkim=pass` or `spf=pass` for the sender's domain."""
+    authserv_id: str | None = Field(default=None, min_length=1, pattern=r"^[^\s;()\"]+$")
+    """The authserv-id the receiving mail server writes first in its `Authentication-Results`
+    (e.g. `mx.example.com`); results under any other id are the sender's own words."""
+    received_above_results: int = Field(default=0, ge=0, le=10)
+    """How many `Received` headers the operator's own delivery adds above the receiving
+    server's `Authentication-Results`: 0 as RFC 8601 asks (the results sit above every trace
+    header), 1 for a delivery agent that adds its own (Dovecot's LMTP does)."""
     after_receipt: AfterReceipt = AfterReceipt.SEEN
     move_to: str = Field(default="Herald", min_length=1)
     """The folder mail is moved to when `after_receipt` is `move` (it must exist)."""
@@ -82,6 +89,16 @@ class EmailConfig(PlatformSection):
     """Larger attachments are not kept (the agent is told about them)."""
     message_max_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
     """Larger mails are read by their headers only."""
+    header_max_bytes: int = Field(default=128 * 1024, ge=1024, le=16 * 1024 * 1024)
+    """A mail whose header block is larger is refused unread."""
+    max_parts: int = Field(default=100, ge=1, le=100_000)
+    """A mail of more MIME parts is refused unread."""
+    max_depth: int = Field(default=10, ge=1, le=100)
+    """A mail whose MIME parts nest deeper is refused."""
+    max_line_bytes: int = Field(default=100_000, ge=1000)
+    """A mail with a longer line is refused unread."""
+    parse_timeout: float = Field(default=10.0, gt=0, le=300)
+    """Seconds reading one mail may take (in a worker thread); a slower one is refused."""
     tls_verify: bool = True
     """Check the servers' certificates (turn off only for a self-signed test server)."""
 
@@ -104,7 +121,18 @@ class EmailConfig(PlatformSection):
     def _move_needs_a_folder(self) -> EmailConfig:
         if self.after_receipt is AfterReceipt.MOVE and self.move_to == self.folder:
             raise ValueError("move_to must differ from folder")
+        if self.require_authentication_results and not self.authserv_id:
+            raise ValueError(
+                "require_authentication_results needs authserv_id: the name your receiving mail "
+                "server writes first in its Authentication-Results headers (e.g. mx.example.com); "
+                "results under any other name could be written by the sender"
+            )
         return self
+
+    @field_validator("authserv_id")
+    @classmethod
+    def _lower_authserv_id(cls, value: str | None) -> str | None:
+        return value.lower() if value else value
 
     @property
     def singleton(self) -> bool:

@@ -23,7 +23,7 @@ from typing import Any
 
 from markdown_it import MarkdownIt
 
-from adapters.email import PLATFORM
+from adapters.email import PLATFORM, authres
 from adapters.email.config import REFUSED, EmailConfig, SessionBy
 from gateway.contracts.ids import (
     AccountId,
@@ -50,10 +50,11 @@ _ROBOT_LOCALPARTS = re.compile(
     r"^(mailer-daemon|postmaster|no-?reply|do-?not-?reply|bounces?)([+\-.].*)?$", re.IGNORECASE
 )
 _REPLY_PREFIX = re.compile(r"^\s*((re|aw|sv|antw)\s*(\[\d+\])?\s*:\s*)+", re.IGNORECASE)
-_ATTRIBUTION = re.compile(
-    r"^(on\s.+\swrote:|le\s.+\sa écrit\s?:|am\s.+\sschrieb\s.*:|.+\s<[^>]+>\s+wrote:)\s*$",
-    re.IGNORECASE,
-)
+# Attribution lines ("On … wrote:", "Le … a écrit :", "Am … schrieb …:", "Ann <a@b> wrote:"),
+# each matched in time linear in the line (no two unbounded runs that can overlap).
+_ATTRIBUTION = re.compile(r"(on|le)\s.+\s(wrote|a écrit\s?):", re.IGNORECASE)
+_SCHRIEB = re.compile(r"am\s.+?\sschrieb\s", re.IGNORECASE)
+_NAMED_WROTE = re.compile(r"\s<[^<>]+>\s+wrote:$", re.IGNORECASE)
 _ORIGINAL = re.compile(
     r"^\s*(-{2,}\s*(original message|forwarded message|ursprüngliche nachricht)\s*-{2,}"
     r"|_{10,})\s*$",
@@ -203,23 +204,28 @@ def automated(message: EmailMessage, own_address: str) -> str | None:
     return None
 
 
-def authenticated(message: EmailMessage, sender: str) -> bool:
-    """Whether an Authentication-Results header says `dkim=pass` or `spf=pass` for the
-    sender's domain (or a subdomain of it)."""
+def authenticated(
+    message: EmailMessage, sender: str, authserv_id: str, received_above: int = 0
+) -> bool:
+    """Whether the receiving server's Authentication-Results (authserv-id `authserv_id`,
+    above the trace headers: see `adapters/email/authres.py`) say `dkim=pass` or `spf=pass`
+    for the sender's domain (or a subdomain of it)."""
     domain = sender.rpartition("@")[2].lower()
     if not domain:
         return False
-    for header in message.get_all("Authentication-Results") or ():
-        for clause in str(header).split(";")[1:]:
-            method = re.match(r"\s*(dkim|spf)\s*=\s*(\w+)", clause, re.IGNORECASE)
-            if method is None or method.group(2).lower() != "pass":
-                continue
-            props = re.findall(r"(header\.d|header\.i|smtp\.mailfrom|smtp\.from)=(\S+)", clause)
-            for _, value in props:
-                value_domain = value.strip("\"';").rpartition("@")[2].lower()
-                if value_domain == domain or value_domain.endswith("." + domain):
-                    return True
-    return False
+    results = authres.trusted(message.raw_items(), authserv_id, received_above)
+    return authres.passes_for(results, domain)
+
+
+def _is_attribution(line: str) -> bool:
+    """Whether a (stripped) line introduces a quote: "On … wrote:" and its kin."""
+    if not line.endswith(":"):
+        return False
+    return (
+        _ATTRIBUTION.fullmatch(line) is not None
+        or _SCHRIEB.match(line) is not None
+        or ((found := _NAMED_WROTE.search(line)) is not None and found.start() > 0)
+    )
 
 
 class _TextExtractor(HTMLParser):
@@ -289,10 +295,18 @@ class _TextExtractor(HTMLParser):
         self.parts.append(text)
 
 
+_LONE_LT = re.compile(r"<(?![A-Za-z/!?][^<>]*>)")
+"""A `<` that does not open a complete tag before the next `<` (the lookahead stops there, so
+finding them all is linear)."""
+
+
 def html_to_text(source: str) -> str:
-    """Readable plain text for an HTML body."""
+    """Readable plain text for an HTML body.
+
+    Every `<` that does not start a complete tag is escaped first: the standard library's
+    HTMLParser rescans the rest of the document for each unfinished tag (quadratic)."""
     extractor = _TextExtractor()
-    extractor.feed(source)
+    extractor.feed(_LONE_LT.sub("&lt;", source))
     extractor.close()
     lines = [line.strip() for line in "".join(extractor.parts).splitlines()]
     text = "\n".join(lines)
@@ -329,7 +343,7 @@ def strip_quoted(text: str) -> str:
         stripped = line.rstrip()
         if stripped == "--" or _ORIGINAL.match(line) or _MOBILE_SIGNATURE.match(line):
             break
-        if _ATTRIBUTION.match(line.strip()):
+        if _is_attribution(line.strip()):
             break
         # "On Mon, 1 Jan 2026 at 10:00, Ann <ann@example.com>" wrapped onto two lines.
         if (
@@ -385,6 +399,72 @@ def received_at(message: EmailMessage, fallback: datetime) -> datetime:
     return when.astimezone(UTC)
 
 
+def header_block(data: bytes) -> bytes:
+    """The header block of a mail (up to and including the blank line ending it)."""
+    ends = [i + len(sep) for sep in (b"\r\n\r\n", b"\n\n") if (i := data.find(sep)) >= 0]
+    return data[: min(ends)] if ends else data
+
+
+def over_limits(data: bytes, config: EmailConfig) -> str | None:
+    """Why the mail in `data` is too much to read (a line longer than `max_line_bytes`, more
+    than `max_parts` MIME parts), or None. Looks at the bytes only, in linear time, so it
+    is safe to run before any parsing."""
+    longest = max(map(len, data.split(b"\n")), default=0)
+    if longest > config.max_line_bytes:
+        return f"a line of {longest} bytes (limit {config.max_line_bytes})"
+    if _parts_upper_bound(data) > config.max_parts:
+        return f"more than {config.max_parts} MIME parts"
+    return None
+
+
+_BOUNDARY = re.compile(
+    rb'boundary(\*[0-9*]{0,8})?\s*=\s*(?:"([^"\r\n]{1,200})"|([^"\s;]{1,200}))', re.IGNORECASE
+)
+_DASH_LINE = re.compile(rb"^--([^\r\n]{0,202})", re.MULTILINE)
+
+
+def _parts_upper_bound(data: bytes) -> int:
+    """At least the number of MIME parts of `data`: its opening boundary delimiter lines
+    (every line starting with `--` when a boundary is given in RFC 2231's encoded form)."""
+    boundaries: set[bytes] = set()
+    encoded = False
+    for found in _BOUNDARY.finditer(data):
+        encoded = encoded or found.group(1) is not None
+        boundaries.add((found.group(2) or found.group(3) or b"").rstrip(b" \t"))
+    if not boundaries:
+        return 0
+    count = 0
+    for line in _DASH_LINE.finditer(data):
+        text = line.group(1).rstrip(b" \t")
+        if encoded or text in boundaries:  # `--b--`, the closing one, opens no part
+            count += 1
+    return count
+
+
+def shape(message: EmailMessage) -> tuple[int, int]:
+    """(MIME parts, nesting depth) of a parsed mail; the mail itself is part 1 at depth 1."""
+    parts, deepest = 0, 0
+    stack: list[tuple[Any, int]] = [(message, 1)]
+    while stack:
+        part, depth = stack.pop()
+        parts += 1
+        deepest = max(deepest, depth)
+        payload = part.get_payload() if part.is_multipart() else None
+        if isinstance(payload, list):
+            stack.extend((child, depth + 1) for child in payload)
+    return parts, deepest
+
+
+def _refusal(message: EmailMessage, sender: str, config: EmailConfig) -> str | None:
+    """Why this mail must not reach the agent (see `to_received`), or None."""
+    refused = automated(message, config.address)
+    if refused is None and config.require_authentication_results:
+        authserv_id = config.authserv_id or ""
+        if not authenticated(message, sender, authserv_id, config.received_above_results):
+            refused = f"no passing DKIM or SPF result from {authserv_id} for the sender's domain"
+    return refused
+
+
 def to_received(
     data: bytes,
     *,
@@ -393,28 +473,36 @@ def to_received(
     uidvalidity: int,
     uid: int,
     now: datetime,
+    unread: str | None = None,
 ) -> ReceivedMail:
-    """Normalize one fetched mail. Odd mail does not raise: what cannot be read is left out
-    (the standard library's parser may still trip over badly broken mail; the adapter records
-    such a mail as unreadable).
+    """Normalize one fetched mail (or only its header block). Odd mail does not raise: what
+    cannot be read is left out (the standard library's parser may still trip over badly
+    broken mail; the adapter records such a mail as unreadable).
 
-    Automatic mail (see `automated`) and, with `require_authentication_results`, mail
-    without a passing DKIM/SPF result is still returned, with the reason under
-    `raw["refused"]`, so the inbox records it as rejected and no one answers it.
+    Automatic mail (see `automated`), with `require_authentication_results` mail without a
+    passing DKIM/SPF result, mail over the limits (`over_limits`, `max_parts`, `max_depth`)
+    and mail refused by the caller (`unread`: its body is not read) are still returned, with
+    the reason under `raw["refused"]`, so the inbox records them as rejected and no one
+    answers them. Such a mail's text is its subject only when it was not read.
     """
+    too_much = unread or over_limits(data, config)
+    if too_much is not None:
+        data = header_block(data)
     message = parse(data)
+    if too_much is None:
+        parts, depth = shape(message)
+        if parts > config.max_parts:
+            too_much = f"more than {config.max_parts} MIME parts"
+        elif depth > config.max_depth:
+            too_much = f"MIME parts nested {depth} deep (limit {config.max_depth})"
     sender, name = sender_of(message)
     own_id = bare_id(message.get("Message-ID"))
     key = own_id or f"{NO_MESSAGE_ID}{uidvalidity}:{uid}"
     subject = str(message.get("Subject", "")).strip()
-    refused = automated(message, config.address)
-    if (
-        refused is None
-        and config.require_authentication_results
-        and not authenticated(message, sender)
-    ):
-        refused = "no passing DKIM or SPF result for the sender's domain"
-    text = strip_quoted(body_text(message))
+    refused = _refusal(message, sender, config)
+    if too_much is not None:
+        refused = too_much if unread else f"mail not read: {too_much}"
+    text = strip_quoted(body_text(message)) if too_much is None else ""
     files: list[MailFile] = []
     too_large: list[str] = []
     if refused is None:

@@ -3,8 +3,9 @@
 Per folder, one checkpoint `watermark:<folder>` = `<uidvalidity>:<uid>`: the highest UID whose
 mail is in Herald's inbox and flagged or moved on the server (one value, so the UID can never
 be read under another UIDVALIDITY). For each new mail, in order:
-fetch it (BODY.PEEK, so reading does not flag it) → `receive` stores it in the inbox → flag it
-`\\Seen` (or move it) → advance the watermark. A crash anywhere in between fetches the mail
+fetch its size and header block (BODY.PEEK, so reading does not flag it) → `receive` decides
+from them whether the body is fetched at all, and stores it in the inbox → flag it `\\Seen` (or
+move it) → advance the watermark. A crash anywhere in between fetches the mail
 again on the next start, and the inbox's unique Message-ID makes that a no-op. When the
 folder's UIDVALIDITY changed (or on the very first start) the watermark is meaningless: the
 folder's unseen mail is read instead, and the mail already seen before is left alone.
@@ -13,11 +14,13 @@ folder's unseen mail is read instead, and the mail already seen before is left a
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import ssl
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Self
 
 import aioimaplib
@@ -33,11 +36,26 @@ LIVENESS_GRACE = 30.0
 _LOST = b"herald: connection lost"
 _UIDVALIDITY = re.compile(rb"\[UIDVALIDITY (\d+)\]")
 _UIDNEXT = re.compile(rb"\[UIDNEXT (\d+)\]")
-_FETCH_UID = re.compile(rb"\(.*\bUID (\d+)")
+_FETCH_UID = re.compile(rb"\bUID (\d+)")
 _FETCH_SIZE = re.compile(rb"RFC822\.SIZE (\d+)")
 
-Receive = Callable[[bytes, int, int, InboundSink], Awaitable[None]]
-"""Store one mail (bytes, uidvalidity, uid) in the inbox; return only after the commit."""
+
+@dataclass(frozen=True, slots=True)
+class IncomingMail:
+    """A new mail of the folder: its size and header block, and how to fetch the rest."""
+
+    uidvalidity: int
+    uid: int
+    size: int
+    """The whole mail's size (RFC822.SIZE)."""
+    header: bytes
+    """The header block, at most `header_max_bytes + 1` bytes of it (more: it is too large)."""
+    fetch: Callable[[], Awaitable[bytes | None]]
+    """The whole mail (None when it is gone); only called for a mail worth reading."""
+
+
+Receive = Callable[[IncomingMail, InboundSink], Awaitable[None]]
+"""Store one mail in the inbox; return only after the commit."""
 
 
 def tls_context(config: EmailConfig) -> ssl.SSLContext:
@@ -184,20 +202,23 @@ class ImapSession:
                     found.add(int(word))
         return sorted(uid for uid in found if after is None or uid > after)
 
-    async def fetch(self, uid: int) -> bytes | None:
-        """The whole mail (headers only when over `message_max_bytes`); None when gone."""
-        sizes = await self.command("FETCH", lambda c: c.uid("fetch", str(uid), "(UID RFC822.SIZE)"))
-        size = None
-        for line in sizes.lines:
-            if isinstance(line, bytes) and _FETCH_UID.search(line):
+    async def fetch_head(self, uid: int) -> tuple[int, bytes] | None:
+        """(size, header block) of a mail, the block cut after `header_max_bytes + 1` bytes
+        (a partial fetch: a larger one is never read whole); None when the mail is gone."""
+        items = f"(UID RFC822.SIZE BODY.PEEK[HEADER]<0.{self.config.header_max_bytes + 1}>)"
+        response = await self.command("FETCH", lambda c: c.uid("fetch", str(uid), items))
+        size, header = None, b""
+        for line in response.lines:
+            if isinstance(line, bytearray):
+                header = bytes(line)
+            elif _FETCH_UID.search(line):
                 match = _FETCH_SIZE.search(line)
                 size = int(match.group(1)) if match else 0
-        if size is None:
-            return None
-        part = "BODY.PEEK[]" if size <= self.config.message_max_bytes else "BODY.PEEK[HEADER]"
-        if part != "BODY.PEEK[]":
-            logger.warning("email: mail uid %d is %d bytes; reading its headers only", uid, size)
-        response = await self.command("FETCH", lambda c: c.uid("fetch", str(uid), f"({part})"))
+        return None if size is None else (size, header)
+
+    async def fetch(self, uid: int) -> bytes | None:
+        """The whole mail; None when it is gone."""
+        response = await self.command("FETCH", lambda c: c.uid("fetch", str(uid), "(BODY.PEEK[])"))
         for line in response.lines:
             if isinstance(line, bytearray):
                 return bytes(line)
@@ -313,7 +334,10 @@ class MailReceiver:
         self._interval = cfg.idle_renew if session.has_idle else cfg.poll_interval
         self._alive()
         while True:
-            await self.catch_up(session, sink)
+            # Again until nothing is new: the server announces mail that arrives during a
+            # catch-up (EXISTS) inside another command's answer, never again in the IDLE.
+            while await self.catch_up(session, sink):
+                pass
             self._alive()
             if session.has_idle:
                 self.idles += 1
@@ -336,9 +360,12 @@ class MailReceiver:
             )
         handled = 0
         for uid in await session.new_uids(watermark):
-            data = await session.fetch(uid)
-            if data is not None:
-                await self.receive(data, session.uidvalidity, uid, sink)
+            head = await session.fetch_head(uid)
+            if head is not None:
+                size, header = head
+                fetch = functools.partial(session.fetch, uid)
+                mail = IncomingMail(session.uidvalidity, uid, size, header, fetch)
+                await self.receive(mail, sink)
                 await session.settle(uid)
             watermark = max(watermark or 0, uid)
             await self.checkpoints.set(key, f"{session.uidvalidity}:{watermark}")

@@ -14,6 +14,7 @@ from email.utils import format_datetime, make_msgid
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy import select
 
@@ -21,12 +22,12 @@ from adapters.email import PLATFORM as EMAIL
 from adapters.email.adapter import EmailAdapter
 from adapters.email.config import EmailConfig
 from adapters.email.convert import to_received
-from adapters.email.imap import LIVENESS_GRACE, ImapSession, MailReceiver
+from adapters.email.imap import LIVENESS_GRACE, ImapSession, IncomingMail, MailReceiver
 from gateway.checkpoints import MemoryCheckpoints
 from gateway.contracts.adapter import AdapterState, InboundSink
 from gateway.contracts.errors import AuthError, NotReady, PermanentSendError
 from gateway.contracts.ids import AccountId, ChatId, ThreadId
-from gateway.contracts.messages import Attachment, OutboundMessage, utcnow
+from gateway.contracts.messages import Attachment, InboundMessage, OutboundMessage, utcnow
 from gateway.store.tables import outbox
 from tests.fakes.dovecot import USER, Dovecot
 from tests.fakes.llm import FakeLLM
@@ -260,7 +261,7 @@ async def test_a_strangers_attachments_are_not_written_to_disk(
         await smtp.wait_for_mail(to(ANN))
         rows = {r["platform_message_id"]: r for r in await rows_with_outcome(herald, 2)}
         assert rows[stranger_id]["outcome"] == "rejected"
-        assert "[file a.pdf not downloaded: the sender is not allowed]" in rows[stranger_id]["text"]
+        assert rows[stranger_id]["text"] == "Question"  # the subject: the body was never read
         saved = list((tmp_path / "state" / "files").rglob("*.pdf"))
         assert [p.name[-5:] for p in saved] == ["b.pdf"]
         assert rows[ann_id]["outcome"] == "answered"
@@ -502,12 +503,19 @@ async def test_idle_is_renewed_and_liveness_follows_it(
     assert sink.texts == ["still listening"]
 
 
-async def _store_text(data: bytes, uidvalidity: int, uid: int, sink: InboundSink) -> None:
+async def _store_text(mail: IncomingMail, sink: InboundSink) -> None:
     config = EmailConfig.model_validate(
         {"imap_host": "x", "smtp_host": "x", "username": "u", "password": "p", "address": USER}
     )
+    data = await mail.fetch()
+    assert data is not None
     received = to_received(
-        data, config=config, account=AccountId("t"), uidvalidity=uidvalidity, uid=uid, now=utcnow()
+        data,
+        config=config,
+        account=AccountId("t"),
+        uidvalidity=mail.uidvalidity,
+        uid=mail.uid,
+        now=utcnow(),
     )
     await sink.accept(received.message)
 
@@ -566,4 +574,168 @@ async def test_a_transient_smtp_refusal_is_retried_and_a_permanent_one_dead_lett
             return [r["status"] for r in rows] == ["sent", "dead"]
 
         await herald.until(dead)
+        assert len(smtp.received) == 1
+
+
+# -- hostile mail -------------------------------------------------------------------------------
+
+ANSWER_BOUND = 15.0
+"""Seconds an allowed person's mail may wait behind hostile ones: far above a normal answer on
+a loaded machine, far below what parsing them took before (about 37 s and 6.5 s)."""
+
+
+def long_line_mail(sender: str) -> tuple[bytes, str]:
+    """A 450,000-character line (sent as it is, 7bit) that made the attribution pattern take
+    half a minute."""
+    message_id = make_msgid(domain="elsewhere.test")
+    head = (
+        f"From: {sender}\r\nTo: {USER}\r\nSubject: Long line\r\nMessage-ID: {message_id}\r\n"
+        "Content-Type: text/plain; charset=us-ascii\r\nContent-Transfer-Encoding: 7bit\r\n\r\n"
+    )
+    return (head + "hi\r\n" + " <a" * 150_000 + "\r\n").encode(), message_id.strip("<>")
+
+
+def many_parts_mail(sender: str, parts: int = 20_000) -> tuple[bytes, str]:
+    """`parts` tiny MIME parts in one mail (about 1.8 MB)."""
+    message_id = make_msgid(domain="elsewhere.test")
+    head = (
+        f"From: {sender}\r\nTo: {USER}\r\nSubject: Many parts\r\nMessage-ID: {message_id}\r\n"
+        'MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary="b"\r\n\r\n'
+    )
+    body = "".join("--b\r\nContent-Type: text/plain\r\n\r\nx\r\n" for _ in range(parts))
+    return (head + body + "--b--\r\n").encode(), message_id.strip("<>")
+
+
+async def test_hostile_mail_costs_nothing_and_the_next_mail_is_answered_meanwhile(
+    tmp_path: Path, dovecot: Dovecot, smtp: SmtpServer, llm: FakeLLM
+) -> None:
+    """A stranger's mail is decided on its headers (its body is never fetched nor parsed);
+    an allowed person's mail over the limits is refused unread; both are flagged seen, and a
+    mail behind them is answered within a bound while `/health` keeps answering."""
+    async with running_daemon(tmp_path, llm, "email", section(dovecot, smtp)) as herald:
+        stranger_long, stranger_long_id = long_line_mail("eve@elsewhere.test")
+        stranger_parts, stranger_parts_id = many_parts_mail("eve@elsewhere.test")
+        ann_long, ann_long_id = long_line_mail(f"Ann <{ANN}>")
+        ann_parts, ann_parts_id = many_parts_mail(ANN)
+        for data in (stranger_long, stranger_parts, ann_long, ann_parts):
+            await dovecot.append(data)
+        data, ok_id = mail("are you there?")
+        await dovecot.append(data)
+        async with asyncio.timeout(ANSWER_BOUND):
+            async with httpx.AsyncClient(timeout=ANSWER_BOUND, trust_env=False) as client:
+                assert (await client.get(f"{herald.url}/health")).status_code == 200
+            [reply] = await smtp.wait_for_mail(to(ANN), timeout=ANSWER_BOUND)
+        assert reply.text == "You said: are you there?"
+
+        rows = {r["platform_message_id"]: r for r in await rows_with_outcome(herald, 5)}
+        assert rows[ok_id]["outcome"] == "answered"
+        for key in (stranger_long_id, stranger_parts_id):
+            assert (rows[key]["outcome"], rows[key]["outcome_detail"]) == (
+                "rejected",
+                "sender not allowed",
+            )
+        assert rows[ann_long_id]["outcome"] == "rejected"
+        assert rows[ann_long_id]["outcome_detail"] == (
+            "mail not read: a line of 450001 bytes (limit 100000)"
+        )
+        assert rows[ann_parts_id]["outcome"] == "rejected"
+        assert rows[ann_parts_id]["outcome_detail"] == "mail not read: more than 100 MIME parts"
+        flags = await dovecot.flags()
+        assert len(flags) == 5
+        assert all("\\Seen" in f for f in flags.values())  # never read again after a restart
+
+
+class ScreeningListSink(ListSink):
+    """A sink that, like the daemon's, tells whether a sender's mail is wanted."""
+
+    def __init__(self, allowed: set[str]) -> None:
+        super().__init__()
+        self.allowed = allowed
+
+    async def may_fetch(self, message: InboundMessage) -> bool:
+        return str(message.sender.id) in self.allowed
+
+
+async def test_a_strangers_body_is_never_fetched(
+    tmp_path: Path, dovecot: Dovecot, smtp: SmtpServer
+) -> None:
+    config = EmailConfig.model_validate(section(dovecot, smtp))
+    email = EmailAdapter(config, tmp_path / "files", MemoryCheckpoints())
+    fetched: list[int] = []
+
+    async def receive(mail: IncomingMail, sink: InboundSink) -> None:
+        """The adapter's own receive, with each whole-mail fetch counted."""
+
+        async def counted() -> bytes | None:
+            fetched.append(mail.uid)
+            return await mail.fetch()
+
+        await email._receive(replace(mail, fetch=counted), sink)
+
+    stranger, _ = many_parts_mail("eve@elsewhere.test")
+    stranger_uid = await dovecot.append(stranger)
+    data, _ = mail("hello")
+    ann_uid = await dovecot.append(data)
+    sink = ScreeningListSink({ANN})
+    receiver = MailReceiver(config, MemoryCheckpoints(), receive)
+    async with ImapSession(config) as session:
+        task = asyncio.create_task(receiver.run(session, sink))
+        try:
+            await sink.until_stored(2)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    assert fetched == [ann_uid]
+    assert stranger_uid not in fetched
+    assert sink.texts == ["Many parts", "hello"]
+
+
+def strict_section(dovecot: Dovecot, smtp: SmtpServer) -> dict[str, Any]:
+    return section(
+        dovecot, smtp, require_authentication_results=True, authserv_id="mx.example.test"
+    )
+
+
+MX_RECEIVED = "from evil.example (evil.example [192.0.2.66]) by mx.example.test with ESMTPS"
+
+
+def authenticated_mail(text: str, *top: tuple[str, str], sender: str = ANN) -> tuple[bytes, str]:
+    """A mail whose header block starts with `top` (name, value), then the MX's Received."""
+    data, message_id = mail(text, sender=sender)
+    prefix = "".join(f"{name}: {value}\r\n" for name, value in top)
+    return prefix.encode() + data.replace(b"\n", b"\r\n"), message_id
+
+
+async def test_only_the_receiving_servers_authentication_results_count(
+    tmp_path: Path, dovecot: Dovecot, smtp: SmtpServer, llm: FakeLLM
+) -> None:
+    """Forged results (another authserv-id; ours below the MX's Received; a quoted local part
+    with a semicolon) are refused; the receiving server's own pass is answered."""
+    ar = "Authentication-Results"
+    real_fail = (ar, "mx.example.test; spf=fail smtp.mailfrom=evil.example")
+    received = ("Received", MX_RECEIVED)
+    forged_other = (ar, "attacker.example; dkim=pass header.d=example.com")
+    forged_ours = (ar, "mx.example.test; dkim=pass header.d=example.com")
+    quoted = (
+        ar,
+        'mx.example.test; spf=pass smtp.mailfrom="x;dkim=pass header.d=example.com "@evil.example',
+    )
+    genuine = (ar, "mx.example.test;\r\n\tdkim=pass header.d=example.com header.s=mail")
+    async with running_daemon(tmp_path, llm, "email", strict_section(dovecot, smtp)) as herald:
+        mails = [
+            authenticated_mail("forged elsewhere", real_fail, received, forged_other),
+            authenticated_mail("forged below", real_fail, received, forged_ours),
+            authenticated_mail("quoted", quoted, received),
+            authenticated_mail("genuine", genuine, received),
+        ]
+        for data, _ in mails:
+            await dovecot.append(data)
+        [reply] = await smtp.wait_for_mail(to(ANN))
+        assert reply.text == "You said: genuine"
+        rows = {r["platform_message_id"]: r for r in await rows_with_outcome(herald, 4)}
+        refused = "no passing DKIM or SPF result from mx.example.test for the sender's domain"
+        for _, key in mails[:3]:
+            assert (rows[key]["outcome"], rows[key]["outcome_detail"]) == ("rejected", refused)
+        assert rows[mails[3][1]]["outcome"] == "answered"
         assert len(smtp.received) == 1

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from adapters.email import authres
 from adapters.email.config import EmailConfig
 from adapters.email.convert import (
     ReceivedMail,
@@ -135,15 +136,112 @@ def test_mail_without_a_message_id_is_keyed_by_uid() -> None:
     assert m.received_at == NOW  # no Date header either
 
 
+STRICT = {"require_authentication_results": True, "authserv_id": "mx.example.test"}
+
+
 def test_authentication_results_are_required_when_configured() -> None:
     assert "refused" not in received("spoofed.eml").message.raw
-    strict = received("spoofed.eml", require_authentication_results=True).message
-    assert strict.raw["refused"] == "no passing DKIM or SPF result for the sender's domain"
-    good = received("thunderbird_reply.eml", require_authentication_results=True).message
+    strict = received("spoofed.eml", **STRICT).message
+    assert strict.raw["refused"] == (
+        "no passing DKIM or SPF result from mx.example.test for the sender's domain"
+    )
+    good = received("thunderbird_reply.eml", **STRICT).message
     assert "refused" not in good.raw
     mail = parse((DATA / "thunderbird_reply.eml").read_bytes())
-    assert authenticated(mail, "ann@example.com")
-    assert authenticated(mail, "someone@sub.example.com") is False
+    assert authenticated(mail, "ann@example.com", "mx.example.test")
+    assert authenticated(mail, "someone@sub.example.com", "mx.example.test") is False
+    assert authenticated(mail, "ann@example.com", "other.example") is False
+
+
+def _with_results(*headers: str, sender: str = "ann@example.com") -> bytes:
+    """A mail from `sender` whose header block starts with `headers` (top first)."""
+    lines = [*headers, f"From: Ann <{sender}>", "To: herald@example.test", "Subject: hi"]
+    return (
+        "\r\n".join([*lines, "Message-ID: <m-1@example.com>", "", "Wire the money.", ""])
+    ).encode()
+
+
+def _strict(data: bytes, **changes: Any) -> str | None:
+    mail = to_received(
+        data,
+        config=config(**STRICT, **changes),
+        account=AccountId("default"),
+        uidvalidity=7,
+        uid=3,
+        now=NOW,
+    )
+    refused = mail.message.raw.get("refused")
+    return refused if isinstance(refused, str) else None
+
+
+MX_RECEIVED = "Received: from evil.example (evil.example [192.0.2.66]) by mx.example.test"
+
+
+def test_a_genuine_result_of_the_receiving_server_is_accepted() -> None:
+    genuine = "Authentication-Results: mx.example.test;\r\n\tdkim=pass header.d=example.com"
+    assert _strict(_with_results(genuine, MX_RECEIVED)) is None
+    spf = "Authentication-Results: MX.Example.Test 1; spf=pass smtp.mailfrom=ann@example.com"
+    assert _strict(_with_results(spf, MX_RECEIVED)) is None
+    # Comments and quoted strings where RFC 8601 allows them.
+    commented = (
+        "Authentication-Results: mx.example.test (the MX); spf=pass (ok)"
+        ' smtp.mailfrom="ann"@example.com; dkim=fail header.d=other.example'
+    )
+    assert _strict(_with_results(commented, MX_RECEIVED)) is None
+    # A delivery agent that adds its own Received above the server's results (Dovecot's LMTP).
+    lmtp = "Received: from mx.example.test by imap.example.test with LMTP"
+    assert _strict(_with_results(lmtp, genuine, MX_RECEIVED)) is not None
+    assert _strict(_with_results(lmtp, genuine, MX_RECEIVED), received_above_results=1) is None
+
+
+def test_results_the_sender_wrote_do_not_count() -> None:
+    real_fail = "Authentication-Results: mx.example.test; spf=fail smtp.mailfrom=evil.example"
+    forged_other_id = "Authentication-Results: attacker.example; dkim=pass header.d=example.com"
+    forged_same_id = "Authentication-Results: mx.example.test; dkim=pass header.d=example.com"
+    # Another authserv-id, wherever it stands: ignored.
+    assert _strict(_with_results(real_fail, forged_other_id, MX_RECEIVED)) is not None
+    assert _strict(_with_results(forged_other_id, real_fail, MX_RECEIVED)) is not None
+    # The configured authserv-id below the receiving server's Received: the sender's words.
+    assert _strict(_with_results(real_fail, MX_RECEIVED, forged_same_id)) is not None
+    assert _strict(_with_results(MX_RECEIVED, forged_same_id)) is not None
+    # The same with LMTP's Received on top and received_above_results: 1.
+    lmtp = "Received: from mx.example.test by imap.example.test with LMTP"
+    forged = _with_results(lmtp, real_fail, MX_RECEIVED, forged_same_id)
+    assert _strict(forged, received_above_results=1) is not None
+
+
+def test_a_quoted_semicolon_is_not_a_clause_boundary() -> None:
+    sneaky = (
+        "Authentication-Results: mx.example.test; spf=pass"
+        ' smtp.mailfrom="x;dkim=pass header.d=example.com "@evil.example'
+    )
+    assert _strict(_with_results(sneaky, MX_RECEIVED)) is not None
+    # A quoted string that never closes, or a stray parenthesis: the header counts as nothing.
+    for broken in (
+        'Authentication-Results: mx.example.test; dkim=pass header.d="example.com',
+        "Authentication-Results: mx.example.test; dkim=pass header.d=example.com)",
+        "Authentication-Results: mx.example.test; dkim=pass (header.d=example.com",
+        "Authentication-Results: mx.example.test; dkim=pass header.d",
+    ):
+        assert _strict(_with_results(broken, MX_RECEIVED)) is not None, broken
+
+
+def test_a_comment_cannot_hide_or_forge_a_clause() -> None:
+    hidden = (
+        "Authentication-Results: mx.example.test; spf=fail (a; dkim=pass"
+        " header.d=example.com (nested) ) smtp.mailfrom=evil.example"
+    )
+    assert _strict(_with_results(hidden, MX_RECEIVED)) is not None
+    parsed = authres.parse(hidden.partition(":")[2])
+    assert parsed is not None
+    assert [(r.method, r.result) for r in parsed.results] == [("spf", "fail")]
+    assert parsed.results[0].properties == (("smtp.mailfrom", "evil.example"),)
+
+
+def test_require_authentication_results_needs_an_authserv_id() -> None:
+    with pytest.raises(ValueError, match="require_authentication_results needs authserv_id"):
+        config(require_authentication_results=True)
+    assert config(**STRICT).authserv_id == "mx.example.test"
 
 
 def test_strip_quoted_keeps_an_all_quoted_text() -> None:
