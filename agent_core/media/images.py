@@ -125,18 +125,36 @@ def _data_url_of(path: Path | bytes, max_pixels: int, max_decoded: int) -> str:
 
 
 def _check_budget(opened: Image.Image, header: tuple[int, int], max_decoded: int) -> None:
-    """Raise ImageTooLarge when `opened` would decode to more than `max_decoded` pixels (or
-    Pillow's `MAX_IMAGE_PIXELS`)."""
+    """Raise ImageTooLarge when `opened` would take more memory to decode than
+    `max_decoded` pixels of 4 bytes (or more pixels than Pillow's `MAX_IMAGE_PIXELS`).
+
+    A progressive JPEG is the exception to scaled decoding: its decoder keeps every
+    coefficient of the full-size picture (2 bytes each, per colour component as sampled),
+    whatever the scale asked for; that is counted too.
+    """
     width, height = opened.size
-    limit = min(max_decoded, Image.MAX_IMAGE_PIXELS or max_decoded)
-    if width * height <= limit:
+    bomb = Image.MAX_IMAGE_PIXELS or max_decoded
+    limit = min(max_decoded, bomb)
+    cost = width * height + _coefficient_pixels(opened, header)
+    if width * height <= bomb and cost <= max_decoded:
         return
+    progressive = " (a progressive JPEG, decoded whole)" if opened.info.get("progressive") else ""
     raise ImageTooLarge(
         _too_large(
-            f"{header[0]}×{header[1]} pixels, more than the {limit:,} this Herald decodes "
-            "(media.max_image_pixels)"
+            f"{header[0]}×{header[1]} pixels{progressive}, more than the {limit:,} this "
+            "Herald decodes (media.max_image_pixels)"
         )
     )
+
+
+def _coefficient_pixels(opened: Image.Image, header: tuple[int, int]) -> int:
+    """What a progressive JPEG's coefficient buffers weigh, in 4-byte pixels (0 for others)."""
+    layers: list[tuple[int, int, int, int]] = getattr(opened, "layer", None) or []
+    if not opened.info.get("progressive") or not layers:
+        return 0
+    most = max(h * v for _, h, v, _ in layers) or 1
+    sampled = sum(h * v for _, h, v, _ in layers) / most  # components, at full size
+    return math.ceil(header[0] * header[1] * sampled * 2 / 4)
 
 
 def _too_large(why: str) -> str:

@@ -147,6 +147,19 @@ def test_a_jpeg_is_judged_at_the_scale_it_decodes_at(tmp_path: Path) -> None:
         image_data_url(png, 10_000, max_decoded=1_000_000)
 
 
+def test_a_progressive_jpeg_counts_what_its_decoder_keeps(tmp_path: Path) -> None:
+    # A progressive JPEG's decoder holds every coefficient of the full-size picture (2 bytes
+    # per component and pixel at 4:4:4: 1.5 four-byte pixels each), however small the scale.
+    picture = Image.new("RGB", (2000, 1000), (200, 40, 90))
+    baseline, progressive = tmp_path / "baseline.jpg", tmp_path / "progressive.jpg"
+    picture.save(baseline, "JPEG", subsampling=0)
+    picture.save(progressive, "JPEG", subsampling=0, progressive=True)
+    assert decoded(image_data_url(baseline, 10_000, max_decoded=2_500_000)).size == (141, 70)
+    with pytest.raises(ImageTooLarge, match=r"2000×1000 pixels \(a progressive JPEG"):
+        image_data_url(progressive, 10_000, max_decoded=2_500_000)
+    assert decoded(image_data_url(progressive, 10_000, max_decoded=3_100_000)).width == 141
+
+
 def test_shrinking_keeps_colours_transparency_and_turns_upright(tmp_path: Path) -> None:
     # A transparent left half, a blue right half; shrunk by 7.3 (strips of whole boxes, then
     # resampled), it stays half transparent, half blue.
