@@ -459,6 +459,8 @@ class Supervisor:
                     store,
                     sections,
                     allow_api=cfg.api.allow_approval_tools,
+                    redact=self.redactor,
+                    limits=channels.limits,
                 )
                 hub = await stack.enter_async_context(MCPHub(cfg.mcp, redact=self.redactor))
                 mcp_tools = MCPTools(

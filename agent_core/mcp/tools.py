@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agent_core.mcp.config import MCPServerConfig
 from agent_core.mcp.status import ServerState, exposed_name
-from agent_core.tools.approval import ApprovalRequest, Approvals, Verdict
+from agent_core.tools.approval import ApprovalRequest, Approvals, Verdict, arguments_digest
 from agent_core.tools.base import Tool, ToolContext, ToolError
 from gateway.contracts.ids import Origin
 
@@ -95,6 +95,10 @@ class MCPTool:
                 )
             if outcome.verdict is Verdict.TIMED_OUT:
                 raise ToolError(f"nobody approved this call of {self.name} in time; it did not run")
+            if outcome.digest != arguments_digest(args):
+                raise ToolError(
+                    f"this call of {self.name} is not the one the person approved; it did not run"
+                )
             note = f"[approved by {outcome.by}]\n" if outcome.by else ""
         return note + await self.server.call(self.tool.name, args)
 

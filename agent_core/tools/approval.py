@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -35,6 +37,20 @@ class ApprovalOutcome:
 
     verdict: Verdict
     by: str | None = None
+    digest: str | None = None
+    """`arguments_digest` of the arguments that were approved: the caller runs the tool only
+    with arguments of the same digest."""
+
+
+def canonical_arguments(arguments: Mapping[str, Any]) -> str:
+    """One spelling of a call's arguments (sorted keys, no spaces): what is stored and hashed."""
+    return json.dumps(arguments, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def arguments_digest(arguments: Mapping[str, Any] | str) -> str:
+    """The SHA-256 of the canonical arguments (or of an already canonical string)."""
+    text = arguments if isinstance(arguments, str) else canonical_arguments(arguments)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 class Approvals(Protocol):

@@ -6,6 +6,12 @@ and a chat message through the outbox; the turn waits without blocking any other
 operator. No answer within the timeout means no. A restart while waiting loses nothing: the
 turn runs again, its call finds the same row (by session, tool and arguments) and asks again;
 a yes given meanwhile is used at once. A /stop while waiting cancels the question.
+
+The person approves what runs: every argument is shown in full (strings quoted, line breaks,
+runs of spaces and invisible characters written out), over several messages when it is long;
+the row keeps exactly those arguments and the tool runs only with arguments of the same
+digest. A call that cannot be shown in full (too long for the chat, or holding a configured
+secret, which every message masks) is refused and the person is told why.
 """
 
 from __future__ import annotations
@@ -15,16 +21,24 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Callable, Mapping
+import unicodedata
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from agent_core.tools.approval import ApprovalOutcome, ApprovalRequest, Verdict
+from agent_core.tools.approval import (
+    ApprovalOutcome,
+    ApprovalRequest,
+    Verdict,
+    arguments_digest,
+    canonical_arguments,
+)
 from agent_core.tools.base import ToolContext, ToolError
 from gateway.contracts.config import PlatformSection
 from gateway.contracts.ids import Origin, SessionId, TurnId
-from gateway.contracts.messages import Button, TextFormat, utcnow
+from gateway.contracts.messages import Button, SendLimits, TextFormat, utcnow
+from gateway.redact import Redactor
 from gateway.store import Store
 from gateway.store import approvals as sql
 from gateway.store.approvals import ApprovalRow, ApprovalStatus
@@ -35,57 +49,102 @@ logger = logging.getLogger(__name__)
 
 POLL = 1.0
 """Seconds between looks at the row (a decision taken on another instance)."""
-SECRET_KEY = re.compile(
-    r"pass(word|wd|phrase)?|secret|token|api[-_]?key|auth|credential|private[-_]?key|cookie"
-    r"|session[-_]?id|signature",
-    re.I,
+MAX_PARTS = 10
+"""The most messages one approval question may take; a longer call is refused."""
+PART_CHARS = 1000
+"""A part's length on platforms that allow less per message than twice this."""
+_SPACES = re.compile(r"( {2,})")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+_MARKS = frozenset("\u27e8\u27e9")
+"""⟨ and ⟩ frame what Herald writes out (`⟨300 spaces⟩`); in arguments they are escaped."""
+CONTINUED = " \u27e8continued\u27e9"
+LEGEND = (
+    "strings are in quotes; \\n is a line break, \u27e8N spaces\u27e9 is N spaces, "
+    "\\uXXXX an invisible character, \u27e8continued\u27e9 a line that goes on in the next message"
 )
-SECRET_VALUE = re.compile(
-    r"(\bBearer\s+)\S+|(\b[a-z][\w+.-]*://[^\s:/@]+:)[^\s@/]+@|\b(sk|ghp|gho|xox[abp])[-_][\w-]{8,}",
-    re.I,
-)
-MASK = "***"
-VALUE_CHARS = 300
-ARGUMENTS_CHARS = 2500
-"""The arguments shown in a question at most (it must fit one message on every platform)."""
 
 
-def mask(value: Any, key: str = "") -> Any:
-    """Arguments with secrets masked: values under secret-looking keys, and credentials
-    shaped like tokens inside strings."""
-    if key and SECRET_KEY.search(key):
-        return MASK
-    if isinstance(value, Mapping):
-        return {str(k): mask(v, str(k)) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [mask(v) for v in value]
+def _char(c: str) -> str:
+    if c in _ESCAPES:
+        return _ESCAPES[c]
+    if c == " ":
+        return c
+    if c in _MARKS or unicodedata.category(c)[0] in "CZ":
+        # Control, format (zero-width, bidi), private, unassigned characters and every
+        # space or separator other than the plain space: written out, never rendered.
+        return f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}"
+    return c
+
+
+def visible(text: str) -> str:
+    """`text` quoted, with nothing a reader could miss: escapes for line breaks, quotes,
+    backslashes and invisible characters, and each run of spaces counted (`⟨300 spaces⟩`).
+    Two different strings never look the same."""
+    out = []
+    for i, piece in enumerate(_SPACES.split(text)):
+        if i % 2:
+            out.append(f"\u27e8{len(piece)} spaces\u27e9")
+        else:
+            out.append("".join(_char(c) for c in piece))
+    return '"' + "".join(out) + '"'
+
+
+def shown(value: Any) -> str:
+    """A JSON value as the person sees it: strings through `visible`, the rest as JSON."""
     if isinstance(value, str):
-        return SECRET_VALUE.sub(_mask_match, value)
-    return value
-
-
-def _mask_match(match: re.Match[str]) -> str:
-    if match.group(1):
-        return match.group(1) + MASK
-    if match.group(2):
-        return match.group(2) + MASK + "@"
-    return MASK
+        return visible(value)
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{visible(str(k))}: {shown(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(shown(v) for v in value) + "]"
+    return json.dumps(value)
 
 
 def readable(arguments: Mapping[str, Any]) -> str:
-    """The arguments, one `name: value` a line, secrets masked, long values cut."""
+    """The arguments, one `name: value` a line, in full (see `visible`)."""
     if not arguments:
         return "  (no arguments)"
     lines = []
-    for name, value in mask(arguments).items():
-        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        if len(text) > VALUE_CHARS:
-            text = text[:VALUE_CHARS] + f"… ({len(text)} characters)"
-        lines.append(f"  {name}: {text}")
-    shown = "\n".join(lines)
-    if len(shown) > ARGUMENTS_CHARS:
-        shown = shown[:ARGUMENTS_CHARS] + "\n  … (more arguments not shown)"
-    return shown
+    for name, value in arguments.items():
+        label = name if _NAME.fullmatch(name) else visible(name)
+        lines.append(f"  {label}: {shown(value)}")
+    return "\n".join(lines)
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in a JSON value, keys included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            yield str(k)
+            yield from _strings(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _strings(v)
+
+
+def split_lines(body: str, room: int) -> list[list[str]]:
+    """The lines of `body` in groups of at most `room` characters; a longer line is cut
+    into pieces that end with `CONTINUED`."""
+    pieces: list[str] = []
+    width = room - len(CONTINUED)
+    for whole in body.split("\n"):
+        line = whole
+        while len(line) > room:
+            pieces.append(line[:width] + CONTINUED)
+            line = "  " + line[width:]
+        pieces.append(line)
+    groups: list[list[str]] = [[]]
+    size = 0
+    for piece in pieces:
+        if groups[-1] and size + len(piece) + 1 > room:
+            groups.append([])
+            size = 0
+        groups[-1].append(piece)
+        size += len(piece) + 1
+    return groups
 
 
 def call_key(session_key: str, tool: str, arguments: Mapping[str, Any]) -> str:
@@ -116,12 +175,18 @@ class ChatApprovals:
         allow_api: bool = False,
         on_outbox: Callable[[], None] = lambda: None,
         poll: float = POLL,
+        redact: Callable[[str], str] | None = None,
+        limits: Callable[[str, str], SendLimits] = lambda platform, account: SendLimits(),
     ) -> None:
         self.store = store
         self.sections = dict(sections)
         self.allow_api = allow_api
         self.on_outbox = on_outbox
         self.poll = poll
+        self.redact = redact or Redactor()
+        """Herald's one redaction: a call with anything it would mask cannot be shown."""
+        self.limits = limits
+        """What one message may hold, by (platform, account)."""
         self._events: dict[int, asyncio.Event] = {}
 
     async def ask(self, ctx: ToolContext, request: ApprovalRequest) -> ApprovalOutcome:
@@ -129,7 +194,11 @@ class ChatApprovals:
         session = ctx.session
         if session is not None and session.platform == str(Origin.API):
             if self.allow_api:
-                return ApprovalOutcome(Verdict.APPROVED, "api (api.allow_approval_tools)")
+                return ApprovalOutcome(
+                    Verdict.APPROVED,
+                    "api (api.allow_approval_tools)",
+                    arguments_digest(request.arguments),
+                )
             raise ToolError(
                 f"{request.tool} needs a person's approval in a chat, and a call over the HTTP "
                 "API cannot ask for it, so it did not run (the operator may allow such tools "
@@ -142,13 +211,34 @@ class ChatApprovals:
                 "scheduled job, or no chat) has nobody to ask, so it did not run"
             )
         key = call_key(session.key, request.tool, request.arguments)
+        body = readable(request.arguments)
+        limits = self.limits(target.platform, target.account)
+        budget = max(min(limits.max_chunk, PART_CHARS), limits.max_chunk // 2)
+        groups = split_lines(body, max(budget - 300, 400))  # room for the header
+        why = self._unshowable(request, body, groups)
+        if why is not None:
+            await self._refuse(
+                key,
+                target=target,
+                request=request,
+                body=body,
+                why=why,
+                session_id=session.id,
+                ctx=ctx,
+            )
+        arguments = canonical_arguments(request.arguments)
         now = utcnow()
         expires = now + timedelta(seconds=request.timeout)
         async with self.store.write() as conn:
             row = await sql.open_approval(conn, key)
+            if row is not None and row.arguments != arguments:  # asked before this rule
+                await sql.close_approval(conn, row.id, ApprovalStatus.CANCELLED, now)
+                row = None
             if row is not None and row.status is ApprovalStatus.APPROVED:
                 await sql.close_approval(conn, row.id, ApprovalStatus.USED, now)
-                return ApprovalOutcome(Verdict.APPROVED, row.decided_by)
+                return ApprovalOutcome(
+                    Verdict.APPROVED, row.decided_by, arguments_digest(arguments)
+                )
             if row is None:
                 approval_id = await sql.insert_approval(
                     conn,
@@ -157,7 +247,7 @@ class ChatApprovals:
                         "turn_id": ctx.turn_id,
                         "call_key": key,
                         "tool": request.tool,
-                        "arguments": json.dumps(mask(request.arguments), ensure_ascii=False),
+                        "arguments": arguments,
                         "requester": ctx.sender,
                         "created_at": now,
                         "expires_at": expires,
@@ -167,14 +257,25 @@ class ChatApprovals:
             else:
                 approval_id, asked = row.id, row.asked + 1
                 await sql.ask_again(conn, row.id, turn_id=ctx.turn_id, expires_at=expires)
-            text = self._question(approval_id, request, ctx.sender, asked)
+            texts = self._question(
+                approval_id, request, sender=ctx.sender, asked=asked, groups=groups, body=body
+            )
             buttons = (
                 Button("✅ Approve", f"/approve {approval_id}"),
                 Button("❌ Deny", f"/deny {approval_id}"),
             )
-            chunk_key = f"approval:{approval_id}:{asked}"
-            question = self._chunk(chunk_key, target, text, session.id, ctx, buttons=buttons)
-            await enqueue(conn, [question])
+            chunks = [
+                self._chunk(
+                    f"approval:{approval_id}:{asked}" + (f":{n}" if n else ""),
+                    target,
+                    text,
+                    session.id,
+                    ctx,
+                    buttons=buttons if n == len(texts) - 1 else (),
+                )
+                for n, text in enumerate(texts)
+            ]
+            await enqueue(conn, chunks)
         self.on_outbox()
         logger.info("tool %s in %s waits for approval #%d", request.tool, session.key, approval_id)
         try:
@@ -206,20 +307,88 @@ class ChatApprovals:
             buttons=buttons,
         )
 
+    def _unshowable(
+        self, request: ApprovalRequest, body: str, groups: list[list[str]]
+    ) -> str | None:
+        """Why the call cannot be shown in full here, or None."""
+        texts = (body, *_strings(request.arguments))
+        if any(self.redact(text) != text for text in texts):
+            return (
+                "its arguments contain a configured secret or a credential, which every "
+                "message masks"
+            )
+        if len(groups) > MAX_PARTS:
+            return (
+                f"its arguments ({len(body)} characters shown) do not fit in {MAX_PARTS} "
+                "messages here"
+            )
+        return None
+
+    async def _refuse(
+        self,
+        key: str,
+        *,
+        target: Target,
+        request: ApprovalRequest,
+        body: str,
+        why: str,
+        session_id: SessionId,
+        ctx: ToolContext,
+    ) -> None:
+        """Tell the person the call was refused and why; raise the ToolError for the model."""
+        masked = self.redact(body)
+        if len(masked) > 1500:
+            masked = masked[:1500] + f"… (cut: {len(masked)} characters)"
+        text = (
+            f"🚫 I did not run the tool {request.tool}: {why}, and a call I cannot show you "
+            f"in full is not run. What it asked for (masked, not approvable):\n{masked}"
+        )
+        chunk_key = f"approval-refused:{key}:{ctx.turn_id}"
+        async with self.store.write() as conn:
+            await enqueue(conn, [self._chunk(chunk_key, target, text, session_id, ctx)])
+        self.on_outbox()
+        logger.info("tool %s refused without asking: %s", request.tool, why)
+        raise ToolError(
+            f"{request.tool} did not run: {why}, so the person cannot see the call in full to "
+            "approve it. Do not put secrets or credentials in tool arguments; split long work "
+            "into smaller calls"
+        )
+
     @staticmethod
     def _question(
-        approval_id: int, request: ApprovalRequest, sender: str | None, asked: int
-    ) -> str:
+        approval_id: int,
+        request: ApprovalRequest,
+        *,
+        sender: str | None,
+        asked: int,
+        groups: list[list[str]],
+        body: str,
+    ) -> list[str]:
+        """The question's messages: the header, every line of the arguments, the footer."""
         minutes = request.timeout / 60
         wait = f"{minutes:g} min" if minutes >= 1 else f"{request.timeout:g} s"
         again = " (asked again after a restart)" if asked > 1 else ""
         who = f" by {sender}" if sender else ""
-        return (
-            f"🔐 Approval needed #{approval_id}{again}\n"
-            f"I want to run the tool {request.tool} with:\n{readable(request.arguments)}\n"
-            f"Reply /approve {approval_id} or /deny {approval_id} (only the person who asked"
-            f"{who}, or an operator). No answer within {wait} means no."
-        )
+        legend = f" ({LEGEND})" if "\\" in body or "\u27e8" in body else ""
+        count = len(groups)
+        texts = []
+        for n, group in enumerate(groups, 1):
+            if n == 1:
+                head = (
+                    f"🔐 Approval needed #{approval_id}{again}\n"
+                    f"I want to run the tool {request.tool} with these arguments, shown in "
+                    f"full{legend}:\n"
+                )
+            else:
+                head = f"🔐 Approval #{approval_id}, part {n} of {count}:\n"
+            tail = f"\n(part {n} of {count}: the call goes on in the next message)"
+            if n == count:
+                tail = (
+                    f"\nReply /approve {approval_id} or /deny {approval_id} (only the person "
+                    f"who asked{who}, or an operator). No answer within {wait} means no."
+                )
+            texts.append(head + "\n".join(group) + tail)
+        return texts
 
     async def _wait(
         self,
@@ -239,7 +408,10 @@ class ChatApprovals:
             if row.status is ApprovalStatus.APPROVED:
                 async with self.store.write() as conn:
                     await sql.close_approval(conn, approval_id, ApprovalStatus.USED, utcnow())
-                return ApprovalOutcome(Verdict.APPROVED, row.decided_by)
+                # What runs is what the row keeps, which is what was shown.
+                return ApprovalOutcome(
+                    Verdict.APPROVED, row.decided_by, arguments_digest(row.arguments)
+                )
             if row.status is ApprovalStatus.DENIED:
                 return ApprovalOutcome(Verdict.DENIED, row.decided_by)
             if row.status is not ApprovalStatus.PENDING:

@@ -25,8 +25,10 @@ from gateway.channels import Channels
 from gateway.config import AccessConfig, DeliveryConfig, SessionsConfig
 from gateway.contracts.config import PlatformSection
 from gateway.contracts.history import Role
+from gateway.contracts.messages import SendLimits
 from gateway.delivery import DeliveryWorker
 from gateway.metrics import Metrics
+from gateway.redact import Redactor
 from gateway.sessions import SessionManager
 from gateway.store import Store
 from gateway.store.outbox import Outbox
@@ -110,12 +112,17 @@ async def mcp_rig(
     homes: tuple[str, ...] = (),
     send_targets: tuple[str, ...] = ("home",),
     wait: bool = True,
+    secrets: tuple[str, ...] = (),
+    max_chunk: int | None = None,
 ) -> AsyncIterator[McpRig]:
-    """The rig, with every server ready (unless `wait` is False)."""
+    """The rig, with every server ready (unless `wait` is False); `secrets` are Herald's
+    configured secrets, `max_chunk` what one message of the platform holds."""
     config = MCPConfig.model_validate(
         {"servers": servers, "approval_timeout": approval_timeout, "restart_initial": 0.05}
     )
-    adapter = RecordingAdapter()
+    adapter = RecordingAdapter(
+        limits=None if max_chunk is None else SendLimits(max_chunk=max_chunk, min_edit_interval=0)
+    )
     section = PlatformSection(account="acct", allowed_users=("*",))
     platforms = {"test": section}
     channels = Channels()
@@ -125,7 +132,13 @@ async def mcp_rig(
         Outbox(store), channels, DeliveryConfig(backoff_initial=0.01, backoff_max=0.05), metrics
     )
     approvals = ChatApprovals(
-        store, platforms, allow_api=allow_api, on_outbox=worker.wake, poll=0.2
+        store,
+        platforms,
+        allow_api=allow_api,
+        on_outbox=worker.wake,
+        poll=0.2,
+        redact=Redactor(secrets),
+        limits=channels.limits,
     )
     places = Places(store, platforms, homes=homes, allowed=send_targets)
 
