@@ -541,6 +541,7 @@ class Supervisor:
                         memory_sync=None if self.memory is None else self.memory.queue,
                         files_dir=cfg.state_dir / "files",
                         homes=cfg.home.targets,
+                        redact=self.redactor.secrets,
                     )
                 )
                 for runner in self.runners.values():

@@ -85,6 +85,9 @@ class SessionContext:
     """Tool calls waiting for `/approve` (None: no tool asks for approval)."""
     reviews: dict[SessionKey, asyncio.Task[None]] = field(default_factory=dict)
     """Background skill reviews running after a session's turn (one per session)."""
+    redact: Callable[[str], str] = lambda text: text
+    """Takes the configured secrets out of what is sent to a chat outside the outbox (the
+    streamed preview)."""
 
     def __post_init__(self) -> None:
         self.outbox = Outbox(self.store)

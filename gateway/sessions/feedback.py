@@ -125,6 +125,7 @@ class Feedback:
             tg=self.ctx.tg,
             on_rate_limited=lambda retry_after: self.hold(target.chat, retry_after),
             held=lambda: self.held(target.chat),
+            redact=self.ctx.redact,
         )
 
 
@@ -147,6 +148,7 @@ class Preview:
         tg: asyncio.TaskGroup,
         on_rate_limited: Callable[[float], None] = lambda _: None,
         held: Callable[[], bool] = lambda: False,
+        redact: Callable[[str], str] = lambda text: text,
     ) -> None:
         """`on_rate_limited(retry_after)`: the platform answered a send or edit with 429;
         the preview stops, and the chat's reply must wait that long. `held()`: the chat is
@@ -154,6 +156,8 @@ class Preview:
         self.sender = sender
         self.on_rate_limited = on_rate_limited
         self.held = held
+        self.redact = redact
+        """Applied to the whole text before each send or edit."""
         self.editor = editor
         self.target = target
         self.turn_id = turn_id
@@ -200,6 +204,7 @@ class Preview:
                     continue
                 if self.held():
                     return  # the chat is rate-limited: the reply alone goes, when it may
+                text = self.redact(text)
                 if len(text) > self.max_chars - 2:
                     text = text[: self.max_chars - 2]
                 message = OutboundMessage(

@@ -71,6 +71,7 @@ class SessionManager:
         memory_sync: SyncQueue | None = None,
         files_dir: Path | None = None,
         homes: Sequence[str] = (),
+        redact: Callable[[str], str] = lambda text: text,
     ) -> None:
         self.ctx = ctx = SessionContext(
             store=store,
@@ -88,6 +89,7 @@ class SessionManager:
             memory_sync=memory_sync,
             files_dir=files_dir,
             homes=tuple(homes),
+            redact=redact,
         )
         self.signals = ClusterSignals(ctx, scan_interval)
         self.commands = Commands(ctx, self.signals)

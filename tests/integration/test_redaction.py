@@ -56,7 +56,7 @@ class Rig:
 
 
 @asynccontextmanager
-async def rig(tmp_path: Path, **extra: Any) -> AsyncIterator[Rig]:
+async def rig(tmp_path: Path, *, stream_edits: bool = False, **extra: Any) -> AsyncIterator[Rig]:
     port = free_port()
     async with FakeLLM() as llm, FakeChatServer(CHAT_TOKEN) as chat:
         section = {
@@ -64,7 +64,7 @@ async def rig(tmp_path: Path, **extra: Any) -> AsyncIterator[Rig]:
             "token": CHAT_TOKEN,
             "account": "bot1",
             "allowed_users": ["alice"],
-            "stream_edits": False,
+            "stream_edits": stream_edits,
             "poll_timeout": 1,
         }
         config = {
@@ -112,7 +112,7 @@ def logged(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixtur
 async def test_a_key_echoed_by_the_model_endpoint_reaches_nobody(
     tmp_path: Path, logged: pytest.LogCaptureFixture
 ) -> None:
-    async with rig(tmp_path) as r:
+    async with rig(tmp_path, stream_edits=True) as r:
         r.llm.responder = lambda _: Reply(
             status=401, error="Incorrect API key provided: {key}. Find your key at …"
         )
@@ -154,14 +154,18 @@ async def test_a_key_echoed_by_the_model_endpoint_reaches_nobody(
         ]:
             assert_clean(where, text)
 
-        # A person pasting a configured secret: the model's echo of it leaves as `***`.
+        # A person pasting a configured secret: the model's echo of it leaves as `***`, in
+        # the streamed preview and in the reply that replaces it.
         r.llm.responder = you_said
+        r.llm.script(Reply(text=f"You said: is {CHAT_TOKEN} my token?", chunk_delay=0.2))
         r.chat.inject("c1", f"is {CHAT_TOKEN} my token?", sender_id="alice")
-        [echo] = await r.chat.wait_for_sent(lambda sent: "You said" in sent.text)
+        await r.herald.until(lambda: any(e.text.endswith("my token?") for e in r.chat.edits))
         asked = {"messages": [{"role": "user", "content": f"is {LLM_KEY} right?"}]}
         answer = await r.api.post("/v1/chat/completions", json=asked)
         assert answer.status_code == 200, answer.text
-        assert echo.text == "You said: is *** my token?"
+        shown = [*(s.text for s in r.chat.sent), *(e.text for e in r.chat.edits)]
+        assert "You said: is *** my token?" in shown
+        assert_clean("the chat", json.dumps(shown))
         assert answer.json()["choices"][0]["message"]["content"] == "You said: is *** right?"
 
 
