@@ -45,10 +45,12 @@ class MemoryTool:
             scope = MemoryScope(str_arg(args, "target"))
         except ValueError as err:
             raise ToolError("target must be 'user' or 'memory'") from err
-        # Only the scope of the session the call runs in: its person's, or its group's.
-        owner = self.files.owner(None if ctx.session is None else ctx.session.key, ctx.user_id)
-        # What is learnt in a group turn is never mirrored to the memory provider.
-        mirror = ctx.session is None or not ctx.session.group
+        # Only the scope of the session the call runs in: its person's, or its group's (a
+        # person's own session in a group too). A group's edits are never mirrored.
+        group = ctx.session is not None and ctx.session.group
+        key = None if ctx.session is None else ctx.session.key
+        owner = self.files.owner(key, None if group else ctx.user_id)
+        mirror = not group
         try:
             if action == "add":
                 return await self.files.add(scope, owner, str_arg(args, "content"), mirror=mirror)

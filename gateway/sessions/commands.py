@@ -150,7 +150,7 @@ class Commands:
             key,
             platform=row.platform,
             user_id=await ctx.owner(row),  # who they are now (an unlinked identity: its own)
-            snapshot=ctx.snapshot,
+            snapshot=ctx.snapshot_of(row),
             new_epoch=True,
         )
         if old is not None and old.busy_mode:
@@ -193,7 +193,7 @@ class Commands:
                 key,
                 platform=asked.row.platform,
                 user_id=await ctx.owner(asked.row),
-                snapshot=ctx.snapshot,
+                snapshot=ctx.snapshot_of(asked.row),
             )
         await ctx.store.set_busy_mode(key, str(mode))
         return Answer(f"Busy mode set to {mode}.")

@@ -193,6 +193,19 @@ class SessionContext:
             None if direct else (name or sender_id),
         )
 
+    def snapshot_of(self, row: InboxRow) -> SnapshotReader:
+        """What a new session of `row` starts with: its person's memory files in a direct
+        chat, the group's in a group (one person's own session there too: what they told
+        the agent privately is not for the others in the group)."""
+        if row.is_direct:
+            return self.snapshot
+        snapshot = self.snapshot
+
+        async def group(key: SessionKey, _user: UserId | None) -> tuple[str, ...]:
+            return await snapshot(key, None)
+
+        return group
+
     async def owner(self, row: InboxRow) -> UserId | None:
         """The user a session of this row belongs to (None for a shared group session)."""
         if row.is_direct or ":u=" in row.session_key:

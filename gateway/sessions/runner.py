@@ -124,9 +124,10 @@ class InboxTurns:
     ) -> tuple[SessionInfo, list[ChatMessage]] | None:
         head = batch[0]
         session = await self.ctx.store.open_session(
-            key, platform=head.platform, user_id=user_id, snapshot=self.ctx.snapshot
+            key, platform=head.platform, user_id=user_id, snapshot=self.ctx.snapshot_of(head)
         )
-        # A group stays a group, even one person's session in it (no recall, no sync).
+        # A group stays a group, even one person's session in it (no recall, no sync,
+        # the group's memory files).
         session = replace(session, group=not head.is_direct)
         new_messages = [
             _user_message(r, self.ctx.agent.skill_message(r.content, key, user_id))

@@ -15,6 +15,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
+from agent_core.memory import MemoryFiles, MemoryScope, person
 from gateway.store import Store
 from gateway.store.tables import memory_syncs
 from tests.e2e.daemon import free_port
@@ -204,8 +205,9 @@ async def test_stateless_calls_unknown_senders_and_group_chats_sync_nothing(
 async def test_a_persons_own_session_in_a_group_is_a_group_turn_for_memory(
     tmp_path: Path, provider: str
 ) -> None:
-    """With `group_sessions: user`, Alice's turn in a group gets no recall of what she told
-    the agent privately, and her group lines are never synced."""
+    """With `group_sessions: user`, Alice's turn in a group gets neither a recall of what she
+    told the agent privately nor her USER.md, and nothing of it is synced: not her lines, not
+    what the agent noted (in the group's memory files, not hers)."""
     fake: FakeMemoryService = FakeMem0() if provider == "mem0" else FakeHoncho()
     async with fake as service:
         memory = memory_section(service, provider)
@@ -219,9 +221,13 @@ async def test_a_persons_own_session_in_a_group_is_a_group_turn_for_memory(
                 assert isinstance(service, FakeHoncho)
                 return service.said_by(alice) + [c["content"] for c in service.conclusions]
 
+            private = {"action": "add", "target": "user", "content": "Vault code 7777"}
+            r.llm.script(Reply(tool_calls=[("memory", private)]), Reply(text="Saved."))
             r.chat.inject("alice", "My locker code is 4242", sender_id="alice")
             await r.chat.wait_for_sent(1)
             await service.wait_for(lambda: "My locker code is 4242" in synced())
+            files = MemoryFiles(r.herald.config.state_dir)
+            assert "Vault code 7777" in files.read(MemoryScope.USER, person(alice))
             # In the group the agent notes something about her (in her USER.md): not mirrored.
             note = {"action": "add", "target": "user", "content": "Meets the team on Friday"}
             r.llm.script(Reply(tool_calls=[("memory", note)]), Reply(text="Noted."))
@@ -237,6 +243,8 @@ async def test_a_persons_own_session_in_a_group_is_a_group_turn_for_memory(
             group_turn = r.prompt_for("We meet on Friday")
             assert "<recalled-memory" not in last_user_text(group_turn)
             assert "4242" not in str(group_turn["messages"])
+            assert "7777" not in str(group_turn["messages"]), "her USER.md is not the group's"
+            assert "Friday" not in files.read(MemoryScope.USER, person(alice))
             # Her syncs are sent in order: once a later direct line arrived, a group line
             # would have arrived before it.
             r.chat.inject("alice", "I like green tea", sender_id="alice")
