@@ -28,7 +28,7 @@ from typing import Any
 import discord
 import yarl
 from discord.gateway import DiscordWebSocket
-from discord.http import HTTPClient, Route
+from discord.http import HTTPClient, Ratelimit, Route
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +74,19 @@ class RoutedHTTP(HTTPClient):
         self.api_base = api_base.rstrip("/")
         # The constructor clamps this to 30 s or more; Herald wants no sleeping at all.
         self.max_ratelimit_timeout = NO_RATELIMIT_WAIT
+
+    def get_ratelimit(self, key: str) -> Ratelimit:
+        """A bucket that waits for its own reset when it is empty instead of raising as soon
+        as any reset time is known: Discord sends a bucket's reset with every answer, so with
+        the tiny `max_ratelimit_timeout` every second send within a bucket's window was refused
+        as rate-limited. Buckets are per channel, so the wait holds only that chat; a 429
+        still raises (`discord.RateLimited`) and is left to the outbox."""
+        kept = self.max_ratelimit_timeout
+        self.max_ratelimit_timeout = None  # read by the bucket's constructor only
+        try:
+            return super().get_ratelimit(key)
+        finally:
+            self.max_ratelimit_timeout = kept
 
     async def request(self, route: Route, **kwargs: Any) -> Any:
         """`HTTPClient.request` at this client's base (rate limit buckets are unchanged)."""

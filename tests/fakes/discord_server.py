@@ -58,7 +58,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tests.fakes.params import read_params
+from tests.fakes.params import hang_up, read_params
 from tests.fakes.serving import LocalServer, Served, WebSocketListener
 from tests.fakes.waiting import Changes, Waitable
 
@@ -162,9 +162,19 @@ class _Gateway:
     """Payloads to send, in order (one writer per socket)."""
 
 
+REST_KINDS = ("post", "edit", "typing", "other")
+"""What a REST request does, for faults: post a message, edit one, show typing, or else."""
+
+
 @dataclass
 class _Faults:
-    rate_limits: dict[str, tuple[float, int]] = field(default_factory=dict)
+    rate_limits: dict[tuple[str, str], tuple[float, int]] = field(default_factory=dict)
+    """(channel, kind) -> (retry_after, times)."""
+    global_limit: tuple[float, int] = (0.0, 0)
+    failing: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """kind ("*": any) -> (status, times)."""
+    drops: dict[str, int] = field(default_factory=dict)
+    """kind ("*": any) -> times the connection is closed unanswered."""
     ack: bool = True
     silent: bool = False
     refuse: int = 0
@@ -174,6 +184,40 @@ class _Reject(Exception):
     def __init__(self, status: int, message: str, code: int = 0, **extra: Any) -> None:
         super().__init__(message)
         self.status, self.code, self.extra = status, code, extra
+
+
+def _kind(request: Request) -> str:
+    """Which of REST_KINDS a request is."""
+    path = request.url.path
+    if path.endswith("/typing"):
+        return "typing"
+    if request.method == "PATCH" and "/messages/" in path:
+        return "edit"
+    if request.method == "POST" and path.endswith("/messages"):
+        return "post"
+    return "other"
+
+
+def _countdown(counts: dict[str, int], kind: str) -> bool:
+    """Whether a counted fault for `kind` (or "*") applies now; counts it down."""
+    for key in (kind, "*"):
+        if counts.get(key, 0) > 0:
+            counts[key] -= 1
+            return True
+    return False
+
+
+def _bucket_headers(request: Request) -> dict[str, str]:
+    """Discord's rate limit headers on a success: a bucket per route with room to spare, so
+    discord.py's header-based limiter runs as it does against Discord."""
+    reset = time.time() + 1.0
+    return {
+        "X-RateLimit-Limit": "5",
+        "X-RateLimit-Remaining": "4",
+        "X-RateLimit-Reset": f"{reset:.3f}",
+        "X-RateLimit-Reset-After": "1.000",
+        "X-RateLimit-Bucket": f"fake-{request.method}-{request.url.path.rsplit('/', 1)[-1]}",
+    }
 
 
 def _action_row(row: Any) -> bool:
@@ -389,9 +433,31 @@ class FakeDiscordServer(Served, Waitable):
 
     # -- faults ---------------------------------------------------------------------------------
 
-    def rate_limit(self, channel_id: str, retry_after: float, times: int = 1) -> None:
-        """The next `times` message posts to the channel get 429 with `retry_after`."""
-        self._faults.rate_limits[channel_id] = (retry_after, times)
+    def rate_limit(
+        self,
+        channel_id: str,
+        retry_after: float,
+        times: int = 1,
+        kinds: Sequence[str] = ("post",),
+    ) -> None:
+        """The next `times` requests of each of `kinds` (post, edit, typing) in the channel
+        get 429 with `retry_after` (a per-route limit, `X-RateLimit-Scope: user`)."""
+        for kind in kinds:
+            self._faults.rate_limits[(channel_id, kind)] = (retry_after, times)
+
+    def rate_limit_globally(self, retry_after: float, times: int = 1) -> None:
+        """The next `times` REST requests, whatever they are, get the global 429
+        (`"global": true`, `X-RateLimit-Global: true`)."""
+        self._faults.global_limit = (retry_after, times)
+
+    def fail_rest(self, status: int = 500, times: int = 1, kind: str = "*") -> None:
+        """The next `times` REST requests of `kind` (post, edit, typing, other; "*": any)
+        answer `status` (a 5xx; discord.py retries 500, 502, 504 and 524 by itself)."""
+        self._faults.failing[kind] = (status, times)
+
+    def drop_rest(self, times: int = 1, kind: str = "*") -> None:
+        """The next `times` REST requests of `kind` get their connection closed unanswered."""
+        self._faults.drops[kind] = times
 
     def drop_connections(self) -> None:
         """Hang up every gateway socket without a close frame (the client sees 1006)."""
@@ -587,24 +653,63 @@ class FakeDiscordServer(Served, Waitable):
     def _rest(self, handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
         async def endpoint(request: Request) -> Response:
             self.rest_calls.append(f"{request.method} {request.url.path}")
+            kind = _kind(request)
             try:
                 if request.headers.get("authorization") != f"Bot {self.token}":
                     raise _Reject(401, "401: Unauthorized", 0)
+                if _countdown(self._faults.drops, kind):
+                    return await hang_up(request)
+                self._fault(request, kind)
                 answer = await handler(request)
             except _Reject as err:
                 headers = {"Via": "1.1 google"}
                 body: JSON = {"message": str(err), "code": err.code, **err.extra}
                 if err.status == 429:
                     headers["Retry-After"] = str(max(1, round(err.extra["retry_after"])))
-                    headers["X-RateLimit-Scope"] = "user"
+                    if err.extra.get("global"):
+                        headers["X-RateLimit-Global"] = "true"
+                        headers["X-RateLimit-Scope"] = "global"
+                    else:
+                        headers["X-RateLimit-Scope"] = "user"
                 return JSONResponse(body, status_code=err.status, headers=headers)
             finally:
                 self._changes.notify()
+            headers = _bucket_headers(request)
             if answer is None:
-                return Response(status_code=204)
-            return JSONResponse(answer)
+                return Response(status_code=204, headers=headers)
+            return JSONResponse(answer, headers=headers)
 
         return endpoint
+
+    def _fault(self, request: Request, kind: str) -> None:
+        """Raise the fault switched on for this request, if any."""
+        seconds, times = self._faults.global_limit
+        if times > 0:
+            self._faults.global_limit = (seconds, times - 1)
+            raise _Reject(
+                429, "You are being rate limited.", 0, retry_after=seconds, **{"global": True}
+            )
+        failing = self._faults.failing.get(kind) or self._faults.failing.get("*")
+        if failing is not None:
+            status, times = failing
+            key = kind if kind in self._faults.failing else "*"
+            if times <= 1:
+                del self._faults.failing[key]
+            else:
+                self._faults.failing[key] = (status, times - 1)
+            raise _Reject(status, f"{status}: Server Error", 0)
+        channel_id = request.path_params.get("cid")
+        retry = self._faults.rate_limits.get((str(channel_id), kind))
+        if retry is not None:
+            seconds, times = retry
+            if times <= 1:
+                del self._faults.rate_limits[(str(channel_id), kind)]
+            else:
+                self._faults.rate_limits[(str(channel_id), kind)] = (seconds, times - 1)
+            self.rate_limited.append((str(channel_id), time.monotonic()))
+            raise _Reject(
+                429, "You are being rate limited.", 0, retry_after=seconds, **{"global": False}
+            )
 
     async def _me(self, request: Request) -> JSON:
         return self._bot_user()
@@ -658,17 +763,6 @@ class FakeDiscordServer(Served, Waitable):
         channel = self._channel(request.path_params["cid"])
         if request.method == "GET":
             return self._history(channel, request)
-        retry = self._faults.rate_limits.get(channel.id)
-        if retry is not None:
-            seconds, times = retry
-            if times <= 1:
-                del self._faults.rate_limits[channel.id]
-            else:
-                self._faults.rate_limits[channel.id] = (seconds, times - 1)
-            self.rate_limited.append((channel.id, time.monotonic()))
-            raise _Reject(
-                429, "You are being rate limited.", 0, retry_after=seconds, **{"global": False}
-            )
         values, files = await read_params(
             request,
             max_part_size=MAX_PART,
@@ -740,6 +834,8 @@ class FakeDiscordServer(Served, Waitable):
             if message["id"] == message_id:
                 if message["author"]["id"] != BOT_ID:
                     raise _Reject(403, "Cannot edit a message authored by another user", 50005)
+                if len(body.get("content") or "") > 2000:
+                    raise _Reject(400, "Invalid Form Body", 50035)
                 message["content"] = body.get("content", message["content"])
                 self.edits.append(Edited(channel.id, message_id, message["content"]))
                 return dict(message)
