@@ -106,6 +106,13 @@ class APIConfig(Section):
                     f"{name!r} is not a host name with an optional port (like "
                     "'herald.example.com' or 'herald.example.com:8443'; no scheme, no path)"
                 )
+            lower = name.lower()
+            host = lower[: lower.find("]") + 1] if lower.startswith("[") else lower.split(":")[0]
+            if host in ("localhost", "127.0.0.1", "[::1]"):
+                raise ValueError(
+                    f"{name!r}: localhost, 127.0.0.1 and [::1] are this server's names already "
+                    "(at api.port only; as a public name they would match any port)"
+                )
         return tuple(name.lower() for name in names)
 
     @property

@@ -21,7 +21,14 @@ from starlette.datastructures import Headers
 from starlette.types import Scope
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
-FORWARDING_HEADERS = ("forwarded", "x-forwarded-for", "x-real-ip")
+FORWARDING_HEADERS = (
+    "forwarded",
+    "x-forwarded-for",
+    "x-real-ip",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "via",
+)
 DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
 _HOST = re.compile(r"\[[0-9a-f:.]+\]|[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?")
 
@@ -49,6 +56,8 @@ class Authority:
             host, _, port = text.partition(":")
         if not _HOST.fullmatch(host) or (text.startswith("[") and not _ipv6(host[1:-1])):
             return None
+        if host.startswith("["):  # one spelling of each address: [0:0:0:0:0:0:0:1] is [::1]
+            host = f"[{ipaddress.IPv6Address(host[1:-1])}]"
         if not port:
             return None if text.endswith(":") else cls(host, None)
         if not port.isdigit() or len(port) > 5 or not 0 < int(port) <= 65535:

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import ValidationError
 
 from agent_core.agent import Agent, AgentSettings
 from agent_core.llm import EchoProvider
@@ -182,6 +183,9 @@ HERE = {"host": "127.0.0.1:8642"}
         ("127.0.0.1", {**HERE, "x-forwarded-for": "203.0.113.9"}, False),
         ("127.0.0.1", {**HERE, "forwarded": "for=203.0.113.9"}, False),
         ("127.0.0.1", {**HERE, "x-real-ip": "203.0.113.9"}, False),
+        ("127.0.0.1", {**HERE, "x-forwarded-host": "herald.example.com"}, False),
+        ("127.0.0.1", {**HERE, "via": "1.1 proxy"}, False),
+        ("::1", {"host": "[0:0:0:0:0:0:0:1]:8642"}, True),
         # A page whose name rebinds to 127.0.0.1, and pages of other sites or ports.
         ("127.0.0.1", {"host": "rebind.attacker.example:8642"}, False),
         ("127.0.0.1", {"host": "localhost:9999"}, False),
@@ -205,6 +209,22 @@ def test_a_request_is_local_only_from_this_machine_addressed_to_this_server(
         "headers": [(k.encode(), v.encode()) for k, v in headers.items()],
     }
     assert names.is_local(scope) is local
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [
+        ("localhost", "names already"),  # would match localhost at any port: other local sites
+        ("127.0.0.1:3000", "names already"),
+        ("[::1]", "names already"),
+        ("https://herald.example.com", "not a host name"),
+        ("*.example.com", "not a host name"),
+        ("herald.example.com/console", "not a host name"),
+    ],
+)
+def test_a_careless_public_name_is_refused(name: str, error: str) -> None:
+    with pytest.raises(ValidationError, match=error):
+        HeraldConfig.model_validate({"api": {"public_names": [name]}})
 
 
 async def test_the_overview_is_served_locally_with_a_strict_policy(rig: Rig) -> None:
