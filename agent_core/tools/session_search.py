@@ -45,6 +45,12 @@ class SessionSearchTool:
         if ctx.user_id is None:
             # Without a known person, "all users" is never the right scope: that would leak.
             return "Past conversations are searchable only in a session of a known person."
+        if ctx.session is not None and ctx.session.group:
+            # One person's own session in a group: the others there read the answer.
+            return (
+                "Past conversations are not searched in a group chat: what a person said "
+                "elsewhere is not for the others here. Ask them in a direct chat."
+            )
         query = args.get("query")
         if query is not None and not isinstance(query, str):
             raise ToolError("query must be a string")

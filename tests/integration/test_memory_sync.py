@@ -206,8 +206,8 @@ async def test_a_persons_own_session_in_a_group_is_a_group_turn_for_memory(
     tmp_path: Path, provider: str
 ) -> None:
     """With `group_sessions: user`, Alice's turn in a group gets neither a recall of what she
-    told the agent privately nor her USER.md, and nothing of it is synced: not her lines, not
-    what the agent noted (in the group's memory files, not hers)."""
+    told the agent privately, nor her USER.md, nor a search of her conversations, and nothing
+    of it is synced: not her lines, not what the agent noted (in the group's files)."""
     fake: FakeMemoryService = FakeMem0() if provider == "mem0" else FakeHoncho()
     async with fake as service:
         memory = memory_section(service, provider)
@@ -230,7 +230,8 @@ async def test_a_persons_own_session_in_a_group_is_a_group_turn_for_memory(
             assert "Vault code 7777" in files.read(MemoryScope.USER, person(alice))
             # In the group the agent notes something about her (in her USER.md): not mirrored.
             note = {"action": "add", "target": "user", "content": "Meets the team on Friday"}
-            r.llm.script(Reply(tool_calls=[("memory", note)]), Reply(text="Noted."))
+            search = ("session_search", {"query": "locker code"})
+            r.llm.script(Reply(tool_calls=[("memory", note), search]), Reply(text="Noted."))
             r.chat.inject(
                 "g1",
                 "What is my locker code? We meet on Friday",
