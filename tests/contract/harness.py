@@ -163,6 +163,11 @@ class PlatformHarness(abc.ABC):
     def rate_limit(self, person: str, retry_after: int) -> None:
         """The next send to `person` is refused with the platform's 429 and `retry_after`."""
 
+    @abc.abstractmethod
+    def server_error(self, count: int) -> None:
+        """The next `count` sends are refused by a platform server that is failing (a 503,
+        or the mail server's transient 451)."""
+
     def outbound(self, adapter: Adapter, person: str, text: str) -> OutboundMessage:
         """One chunk of `text` to `person`'s chat."""
         return OutboundMessage(
@@ -231,6 +236,9 @@ class TelegramHarness(PlatformHarness):
     def rate_limit(self, person: str, retry_after: int) -> None:
         self.tg.rate_limit(int(person), count=1, retry_after=retry_after)
 
+    def server_error(self, count: int) -> None:
+        self.tg.fail("sendMessage", count, status=503)
+
 
 class SlackHarness(PlatformHarness):
     """Slack (Socket Mode) against the fake Slack; each person has a DM channel."""
@@ -289,6 +297,9 @@ class SlackHarness(PlatformHarness):
 
     def rate_limit(self, person: str, retry_after: int) -> None:
         self.slack.rate_limit(self.DMS[person], count=1, retry_after=retry_after)
+
+    def server_error(self, count: int) -> None:
+        self.slack.fail("chat.postMessage", count, status=503)
 
 
 class DiscordHarness(PlatformHarness):
@@ -360,6 +371,9 @@ class DiscordHarness(PlatformHarness):
 
     def rate_limit(self, person: str, retry_after: int) -> None:
         self.discord.rate_limit(self.DMS[person], float(retry_after))
+
+    def server_error(self, count: int) -> None:
+        self.discord.fail_rest(503, times=count, kind="post")
 
 
 class EmailHarness(PlatformHarness):
@@ -440,6 +454,9 @@ class EmailHarness(PlatformHarness):
 
     def rate_limit(self, person: str, retry_after: int) -> None:
         raise NotImplementedError(self.cannot["rate_limit"])
+
+    def server_error(self, count: int) -> None:
+        self.smtp.refusals.extend(["451 4.3.0 try again later"] * count)
 
 
 class TwilioHarness(PlatformHarness):
@@ -530,6 +547,9 @@ class TwilioHarness(PlatformHarness):
     def rate_limit(self, person: str, retry_after: int) -> None:
         self.twilio.rate_limit(1, float(retry_after), to=person)
 
+    def server_error(self, count: int) -> None:
+        self.twilio.fail(count, status=503)
+
 
 class WhatsAppHarness(TwilioHarness):
     """WhatsApp through the fake Twilio (the same adapter, its WhatsApp webhook)."""
@@ -593,6 +613,9 @@ class LoopbackHarness(PlatformHarness):
 
     def rate_limit(self, person: str, retry_after: int) -> None:
         self.chat.rate_limit(person, count=1, retry_after=float(retry_after))
+
+    def server_error(self, count: int) -> None:
+        self.chat.fail_sends(count, status=503)
 
 
 HARNESSES: dict[str, type[PlatformHarness]] = {

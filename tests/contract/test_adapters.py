@@ -2,7 +2,8 @@
 
 Every adapter: acknowledges a message to its platform only after the inbox committed it; a
 message the platform delivers twice is answered once; credentials the platform refuses are an
-`AuthError`; the platform's 429 is `RateLimited` carrying its `retry_after`; a long answer
+`AuthError`; the platform's 429 is `RateLimited` carrying its `retry_after`; a failing platform
+server (5xx) is `NotReady` within a bound; a long answer
 reaches the person in chunks each within the adapter's `SendLimits.max_chunk`. A case a platform
 cannot express is skipped with the reason its harness gives.
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gateway.contracts.adapter import Adapter, AdapterState
-from gateway.contracts.errors import AuthError, RateLimited
+from gateway.contracts.errors import AuthError, NotReady, RateLimited
 from tests.contract.harness import HARNESSES, WAIT, PlatformHarness, started
 from tests.e2e.daemon import free_port
 from tests.fakes.llm import FakeLLM, Reply
@@ -140,6 +141,22 @@ async def test_a_429_is_rate_limited_with_its_retry_after(name: str, tmp_path: P
             await platform.wait_texts(ann, 1)
         assert platform.texts_to(ann) == ["later it goes"]
         assert platform.texts_to(bob) == ["another chat is not limited"]
+
+
+@pytest.mark.parametrize("name", cases("server_error"))
+async def test_a_failing_platform_server_is_not_ready_within_a_bound(
+    name: str, tmp_path: Path
+) -> None:
+    """A 5xx (or the mail server's 451) is `NotReady`: the outbox retries it later. Raised
+    within WAIT: an SDK's own retries may take a while, but never hang the chat."""
+    async with started(name) as platform:
+        ann = platform.people[0]
+        async with platform.adapter(tmp_path / "files") as adapter:
+            platform.server_error(count=10)
+            with pytest.raises(NotReady):
+                async with asyncio.timeout(WAIT):
+                    await adapter.send(platform.outbound(adapter, ann, "server down"))
+            assert platform.texts_to(ann) == []
 
 
 @pytest.mark.parametrize("name", cases("chunks"))
