@@ -141,6 +141,18 @@ class Redactor:
         person reads: a reply may quote `Bearer` or a URL with `?key=` on purpose)."""
         return text if self._pattern is None else self._pattern.sub(MASK, text)
 
+    def partial_tail(self, text: str) -> int:
+        """How many characters at the end of `text` could begin a configured secret (0:
+        none): what a stream must hold back until the next piece shows whether it is one."""
+        if not self._secrets:
+            return 0
+        longest = len(self._secrets[0])
+        for k in range(min(len(text), longest - 1), 0, -1):
+            tail = text[-k:]
+            if any(s.startswith(tail) for s in self._secrets):
+                return k
+        return 0
+
     def data(self, value: Any) -> Any:
         """A copy of JSON-like `value` (dicts, lists, strings) with every string redacted."""
         if isinstance(value, str):
@@ -150,6 +162,27 @@ class Redactor:
         if isinstance(value, list | tuple):
             return [self.data(v) for v in value]
         return value
+
+
+class SecretStream:
+    """Takes the configured secrets out of text that arrives in pieces (streamed tokens): a
+    piece that may begin a secret is held until the next one shows whether it does."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        self.redactor = redactor
+        self._held = ""
+
+    def feed(self, piece: str) -> str:
+        """What of the text so far may be shown now, redacted ("" while all is held)."""
+        text = self.redactor.secrets(self._held + piece)
+        keep = self.redactor.partial_tail(text)
+        self._held = text[len(text) - keep :]
+        return text[: len(text) - keep]
+
+    def flush(self) -> str:
+        """The held rest, at the end of the stream."""
+        rest, self._held = self.redactor.secrets(self._held), ""
+        return rest
 
 
 class RedactingFilter(logging.Filter):

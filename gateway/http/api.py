@@ -31,7 +31,7 @@ from gateway.http.errors import error_body, error_response
 from gateway.http.local import require_local
 from gateway.http.middleware import RECEIVED_AT
 from gateway.media import session_dir
-from gateway.redact import Redactor
+from gateway.redact import Redactor, SecretStream
 from gateway.sessions import Finished, Token, TurnRequest, TurnStream
 
 SESSION_HEADERS = ("x-herald-session-id", "x-hermes-session-id")
@@ -509,6 +509,7 @@ async def _events(
 
     yield chunk({"role": "assistant", "content": ""})
     keepalive = deps.config.api.keepalive_seconds
+    shown = SecretStream(deps.redactor)  # a secret the model echoes never leaves, even split
     while True:
         try:
             event = await asyncio.wait_for(stream.next(), keepalive)
@@ -516,9 +517,12 @@ async def _events(
             yield b": keep-alive\n\n"
             continue
         if isinstance(event, Token):
-            yield chunk({"content": event.text})
+            if text := shown.feed(event.text):
+                yield chunk({"content": text})
             continue
         assert isinstance(event, Finished)
+        if rest := shown.flush():
+            yield chunk({"content": rest})
         if event.status == "completed":
             yield chunk({}, "stop")
             if include_usage:

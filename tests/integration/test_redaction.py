@@ -167,6 +167,18 @@ async def test_a_key_echoed_by_the_model_endpoint_reaches_nobody(
         assert "You said: is *** my token?" in shown
         assert_clean("the chat", json.dumps(shown))
         assert answer.json()["choices"][0]["message"]["content"] == "You said: is *** right?"
+        r.llm.script(Reply(text=f"You said: is {LLM_KEY} right?", chunks=20))
+        streamed = await r.api.post("/v1/chat/completions", json={**asked, "stream": True})
+        assert_clean("the streamed answer", streamed.text)
+        events = [
+            json.loads(line[6:])
+            for line in streamed.text.splitlines()
+            if line.startswith("data: {")
+        ]
+        said = "".join(
+            e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"]
+        )
+        assert said == "You said: is *** right?"
 
 
 async def test_a_tool_error_quoting_a_token_is_redacted_before_shown_stored_or_synced(

@@ -10,7 +10,14 @@ from collections.abc import Iterator
 import pytest
 
 from gateway.config import HeraldConfig
-from gateway.redact import URL_LOGGERS, RedactingFilter, Redactor, install, secrets_of
+from gateway.redact import (
+    URL_LOGGERS,
+    RedactingFilter,
+    Redactor,
+    SecretStream,
+    install,
+    secrets_of,
+)
 
 TOKEN = "8101123456789:AAH-unit-secret-telegram-token-0123456789"
 
@@ -170,3 +177,15 @@ def test_secrets_of_finds_the_keys_of_every_service_and_free_form_options() -> N
     # A header's token alone (a service quoting it without its scheme) is found too.
     assert redact("refused token unit-hdr") == "refused token ***"
     assert redact.data({"a": ["unit-mem0-key", 1], "b": None}) == {"a": ["***", 1], "b": None}
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 7, 64])
+def test_a_secret_split_over_streamed_pieces_never_leaves(size: int) -> None:
+    secret = "sk-streamed-secret-0123"
+    text = f"the key is {secret}, and {secret[:6]} alone is not a key: sk-"
+    stream = SecretStream(Redactor([secret]))
+    pieces = [text[i : i + size] for i in range(0, len(text), size)]
+    shown = [stream.feed(p) for p in pieces] + [stream.flush()]
+
+    assert "".join(shown) == "the key is ***, and sk-str alone is not a key: sk-"
+    assert not any(secret[:12] in "".join(shown[: n + 1]) for n in range(len(shown)))
