@@ -12,10 +12,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import RowMapping, insert, select, update
+from sqlalchemy import RowMapping, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gateway.store.tables import tool_approvals
+from gateway.store.tables import outbox, tool_approvals
 from gateway.store.types import aware
 
 
@@ -193,3 +193,28 @@ async def close_approval(
         .where(tool_approvals.c.id == approval_id, tool_approvals.c.decided_at.is_(None))
         .values(decided_at=now)
     )
+
+
+async def unsent_parts(conn: AsyncConnection, approval_id: int, asked: int) -> int:
+    """How many messages of a question asked over several (`approval:<id>:<asked>[:<n>]`),
+    the last one aside, have not been sent yet (pending, or dead)."""
+    base = f"approval:{approval_id}:{asked}"
+    rows = (
+        await conn.execute(
+            select(outbox.c.idempotency_key, outbox.c.status).where(
+                or_(
+                    outbox.c.idempotency_key == base,
+                    outbox.c.idempotency_key.like(base + ":%"),
+                )
+            )
+        )
+    ).all()
+    if len(rows) < 2:  # one message: the person answering has seen it
+        return 0
+
+    def index(key: str) -> int:
+        tail = key[len(base) :].lstrip(":")
+        return int(tail) if tail.isdigit() else 0
+
+    ordered = sorted(rows, key=lambda r: index(r.idempotency_key))
+    return sum(1 for r in ordered[:-1] if r.status != "sent")

@@ -370,13 +370,14 @@ class ChatApprovals:
         again = " (asked again after a restart)" if asked > 1 else ""
         who = f" by {sender}" if sender else ""
         legend = f" ({LEGEND})" if "\\" in body or "\u27e8" in body else ""
+        tool = "".join(_char(c) for c in request.tool)
         count = len(groups)
         texts = []
         for n, group in enumerate(groups, 1):
             if n == 1:
                 head = (
                     f"🔐 Approval needed #{approval_id}{again}\n"
-                    f"I want to run the tool {request.tool} with these arguments, shown in "
+                    f"I want to run the tool {tool} with these arguments, shown in "
                     f"full{legend}:\n"
                 )
             else:
@@ -476,6 +477,14 @@ class ChatApprovals:
                     f"{verb} #{row.id}.",
                     refused=True,
                     forbidden=True,
+                )
+            missing = await sql.unsent_parts(conn, row.id, row.asked) if approve else 0
+            if missing:
+                return Decided(
+                    f"Approval #{row.id} is not all here yet: {missing} of its messages did not "
+                    f"reach this chat, and a call is approved only once seen in full. Wait for "
+                    f"them, or /deny {row.id}.",
+                    True,
                 )
             status = ApprovalStatus.APPROVED if approve else ApprovalStatus.DENIED
             if not await sql.decide_approval(conn, row.id, status, by=sender, now=utcnow()):

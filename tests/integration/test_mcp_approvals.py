@@ -277,3 +277,25 @@ async def test_a_yes_given_to_other_arguments_is_not_used(store: Store, tmp_path
     assert stale is not None
     assert stale.status is ApprovalStatus.CANCELLED
     assert rig.tool_results() == ["[approved by test:c1]\necho: hi"]
+
+
+async def test_a_yes_before_every_part_arrived_is_refused(store: Store, tmp_path: Path) -> None:
+    words = " ".join(f"word{n}" for n in range(300)) + TAIL
+    llm = ScriptedProvider(use_tools(call("c1", "t__echo", {"text": words})), answer("done"))
+    servers = {"t": stdio_server(approval="always")}
+    async with mcp_rig(store, tmp_path, llm, servers, max_chunk=2000) as rig:
+        approvals = rig.manager.ctx.approvals
+        assert approvals is not None
+        rig.adapter.block("c1")  # no part reaches the chat
+        await rig.manager.accept(inbound("echo a lot", chat="c1"))
+        await until(lambda: len({k for c, k in rig.adapter.attempts if c == "c1"}) >= 3)
+        decided = await approvals.decide(
+            "test:acct:c1", "test:c1", "1", approve=True, operator=False
+        )
+        assert decided.refused
+        assert "not all here yet" in decided.text
+        async with rig.store.read() as conn:
+            row = await sql.get_approval(conn, 1)
+        assert row is not None
+        assert row.status is ApprovalStatus.PENDING
+    assert rig.tool_results() == []
