@@ -237,6 +237,9 @@ async def test_the_overview_is_served_locally_with_a_strict_policy(rig: Rig) -> 
     assert "script-src 'self'" in policy
     assert "unsafe-inline" not in policy
     assert page.headers["x-frame-options"] == "DENY"
+    # Under no-referrer a browser sends `Origin: null` with a form, which the console refuses.
+    assert page.headers["referrer-policy"] == "same-origin"
+    assert '<meta name="referrer" content="same-origin">' in page.text
     cookie = page.headers["set-cookie"]
     assert "herald_csrf=" in cookie
     assert "HttpOnly" in cookie
