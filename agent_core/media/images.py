@@ -22,6 +22,15 @@ from PIL import Image, UnidentifiedImageError
 
 SHOWN = {"JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif", "WEBP": "image/webp"}
 """Formats the OpenAI image input takes as they are; anything else is converted."""
+FORMATS = ("JPEG", "PNG", "GIF", "WEBP", "AVIF", "BMP", "TIFF")
+"""The formats read at all (a camera's MPO opens as JPEG): what cameras, phones, browsers and
+scanners make. Others (EPS, which runs Ghostscript; JPEG 2000; the rarities) are refused
+unread."""
+SCALED = ("JPEG", "MPO")
+"""Formats whose decoder can decode at 1/2, 1/4 or 1/8 scale (`draft`)."""
+DECODE_COST = {"WEBP": 4, "AVIF": 3}
+"""Four-byte pixels each pixel of these formats costs while decoding (measured: the
+decoder's own buffer and its copies); 1 for the others."""
 ORIENTATION = 0x0112
 """The EXIF tag saying how a camera held the picture."""
 UPRIGHT = {
@@ -90,10 +99,11 @@ def image_data_url(path: Path | bytes, max_pixels: int, *, max_decoded: int) -> 
 
 def _data_url_of(path: Path | bytes, max_pixels: int, max_decoded: int) -> str:
     try:
-        with Image.open(io.BytesIO(path) if isinstance(path, bytes) else path) as opened:
+        source = io.BytesIO(path) if isinstance(path, bytes) else path
+        with Image.open(source, formats=FORMATS) as opened:
             fmt = opened.format or ""
             width, height = opened.size
-            drafted = fmt == "JPEG" and width * height > max_pixels
+            drafted = fmt in SCALED and width * height > max_pixels
             if drafted:  # decode at a smaller scale: less memory, faster
                 scale = math.sqrt(max_pixels / (width * height))
                 opened.draft("RGB", (int(width * scale), int(height * scale)))
@@ -128,22 +138,24 @@ def _check_budget(opened: Image.Image, header: tuple[int, int], max_decoded: int
     """Raise ImageTooLarge when `opened` would take more memory to decode than
     `max_decoded` pixels of 4 bytes (or more pixels than Pillow's `MAX_IMAGE_PIXELS`).
 
-    A progressive JPEG is the exception to scaled decoding: its decoder keeps every
-    coefficient of the full-size picture (2 bytes each, per colour component as sampled),
-    whatever the scale asked for; that is counted too.
+    Some decoders cost more than the picture (`DECODE_COST`). A progressive JPEG is the
+    exception to scaled decoding: its decoder keeps every coefficient of the full-size picture
+    (2 bytes each, per colour component as sampled), whatever the scale asked for.
     """
     width, height = opened.size
     bomb = Image.MAX_IMAGE_PIXELS or max_decoded
-    limit = min(max_decoded, bomb)
-    cost = width * height + _coefficient_pixels(opened, header)
+    factor = DECODE_COST.get(opened.format or "", 1)
+    cost = width * height * factor + _coefficient_pixels(opened, header)
     if width * height <= bomb and cost <= max_decoded:
         return
-    progressive = " (a progressive JPEG, decoded whole)" if opened.info.get("progressive") else ""
+    why = f"{header[0]}×{header[1]} pixels"
+    if opened.info.get("progressive"):
+        why += " (a progressive JPEG, decoded whole)"
+    elif factor > 1:
+        why += f" ({opened.format} takes {factor} times the memory to decode)"
+    limit = min(max_decoded, bomb)
     raise ImageTooLarge(
-        _too_large(
-            f"{header[0]}×{header[1]} pixels{progressive}, more than the {limit:,} this "
-            "Herald decodes (media.max_image_pixels)"
-        )
+        _too_large(f"{why}, more than the {limit:,} this Herald decodes (media.max_image_pixels)")
     )
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from PIL import Image, UnidentifiedImageError
 
+from agent_core.media.images import FORMATS
 from gateway.contracts.messages import Attachment
 
 DATA_URL = re.compile(r"data:(?P<mime>[^;,]*)(?P<params>(?:;[^;,]*)*?);base64,(?P<data>.*)", re.S)
@@ -79,7 +80,7 @@ def picture(part: dict[str, Any], where: str, max_bytes: int) -> Picture:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data)) as opened:
+            with Image.open(io.BytesIO(data), formats=FORMATS) as opened:
                 fmt = opened.format or ""
     except (UnidentifiedImageError, Image.DecompressionBombError, Warning, OSError) as err:
         raise BadUpload(f"not a picture Herald can read ({type(err).__name__})", param) from err

@@ -153,6 +153,8 @@ async def test_refused_pictures_are_a_400_and_store_nothing(
         "type": data_url(b"hello", "text/plain"),
         "bytes": data_url(b"this is no picture at all"),
         "large": data_url(noise(100)),
+        # Only common formats are read: JPEG 2000 (or EPS, run by Ghostscript) is refused.
+        "format": data_url(picture(40, 30, "JPEG2000")),
     }
     async with FakeLLM() as llm, herald(tmp_path, telegram, llm, vision=True) as h:
         for why, url in bad.items():

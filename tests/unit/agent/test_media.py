@@ -160,6 +160,18 @@ def test_a_progressive_jpeg_counts_what_its_decoder_keeps(tmp_path: Path) -> Non
     assert decoded(image_data_url(progressive, 10_000, max_decoded=3_100_000)).width == 141
 
 
+def test_decoders_that_cost_more_are_counted_and_rare_formats_not_read(tmp_path: Path) -> None:
+    # Pillow's WebP decoder holds about four times the picture while decoding.
+    webp = save_picture(tmp_path / "a.webp", (2000, 1000), "WEBP")
+    with pytest.raises(ImageTooLarge, match=r"2000×1000 pixels \(WEBP takes 4 times"):
+        image_data_url(webp, 10_000, max_decoded=5_000_000)
+    assert decoded(image_data_url(webp, 10_000, max_decoded=8_000_000)).width == 141
+    # JPEG 2000 (like EPS, which Pillow hands to Ghostscript) is not read at all.
+    jp2 = save_picture(tmp_path / "a.jp2", (30, 30), "JPEG2000")
+    with pytest.raises(UnreadableImage, match="not a picture that can be shown"):
+        image_data_url(jp2, 10_000, max_decoded=BUDGET)
+
+
 def test_shrinking_keeps_colours_transparency_and_turns_upright(tmp_path: Path) -> None:
     # A transparent left half, a blue right half; shrunk by 7.3 (strips of whole boxes, then
     # resampled), it stays half transparent, half blue.
