@@ -361,7 +361,8 @@ class Store:
         """Make two platform identities one user; return (kept user, merged-away user).
 
         The first identity's user is kept (created when unknown); the second identity, every
-        other identity of its user and its sessions move to it, and its user row is deleted.
+        other identity of its user, its sessions and its jobs move to it, and its user row is
+        deleted.
         """
         keep = await self.resolve_user(*first)
         async with self.write() as conn:
@@ -384,6 +385,12 @@ class Store:
             )
             await conn.execute(
                 update(sessions).where(sessions.c.user_id == other).values(user_id=keep)
+            )
+            # Its jobs too (their rights stay those of the identity that made them).
+            await conn.execute(
+                update(jobs)
+                .where(jobs.c.user_id == other)
+                .values(user_id=keep, updated_at=utcnow())
             )
             # One person to the memory provider too: their queued syncs go to the kept user.
             await memory_sync_sql.reassign(conn, UserId(str(other)), keep)

@@ -19,14 +19,16 @@ import pytest
 from sqlalchemy import func, select, update
 
 from agent_core.memory import MemoryFiles, MemoryScope, person
-from gateway.access import CODE_ALPHABET, CODE_LENGTH, Pairings
+from gateway.access import CODE_ALPHABET, CODE_LENGTH, Access, Pairings
 from gateway.config import AccessConfig
 from gateway.contracts.config import GroupSessions, PlatformSection
 from gateway.contracts.history import Role
 from gateway.contracts.ids import SessionKey, UserId
 from gateway.contracts.messages import utcnow
+from gateway.cron.service import JobService, JobSpec
 from gateway.store import Store
 from gateway.store.inbox import Outcome
+from gateway.store.jobs import JobStore
 from gateway.store.outbox import OutboxRow
 from gateway.store.tables import pairings, users
 from tests.fakes.platform import inbound
@@ -555,6 +557,32 @@ async def test_linking_two_existing_users_merges_them(store: Store) -> None:
     async with store.read() as conn:
         ids = set((await conn.execute(select(users.c.id))).scalars())
     assert ids == {first}
+
+
+async def test_jobs_follow_a_link_and_an_unlinked_identity_takes_back_its_own(
+    store: Store,
+) -> None:
+    """Linking moves the merged user's jobs to the kept one (its row is deleted); unlinking
+    gives the identity back the jobs it made, and their rights are its own."""
+    service = JobService(store, configured=("test",))
+    bob = await store.resolve_user("test", "bob")
+    spec = JobSpec(prompt="report", schedule="every 1h", targets=("test:bob",))
+    made = await service.create(spec, created_by="test:bob", user_id=bob)
+    kept, merged = await store.link_identities(("test", "alice"), ("test", "bob"))
+    assert merged == bob
+    linked = await JobStore(store).get(made.id)
+    assert linked is not None
+    assert linked.user_id == kept
+
+    await store.unlink_identity(("test", "bob"))
+    own = await store.user_of("test", "bob")
+    assert own not in (None, kept, bob)
+    unlinked = await JobStore(store).get(made.id)
+    assert unlinked is not None
+    assert unlinked.user_id == own
+    access = Access(store, {}, AccessConfig(operators=("test:alice",)))
+    assert not await access.job_operator(unlinked.user_id, unlinked.created_by)
+    assert await access.job_operator(kept, "test:alice"), "an operator's own job"
 
 
 async def test_a_linked_identity_talks_as_the_kept_user(store: Store, tmp_path: Path) -> None:
