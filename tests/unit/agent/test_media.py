@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
+from pydantic import ValidationError
 
+from agent_core.config import MediaConfig
 from agent_core.loop import TurnProgress, run_tool_loop
 from agent_core.media import Destination, TurnMedia, Vision, VisionSettings
 from agent_core.media.images import ImageTooLarge, UnreadableImage, image_data_url
@@ -193,6 +195,13 @@ def test_shrinking_keeps_colours_transparency_and_turns_upright(tmp_path: Path) 
     turned = tmp_path / "turned.jpg"
     sideways.save(turned, "JPEG", exif=exif)
     assert decoded(image_data_url(turned, 10_000, max_decoded=BUDGET)).size == (57, 173)
+
+
+def test_the_budget_is_checked_once_in_config() -> None:
+    assert MediaConfig().max_image_pixels == VisionSettings().max_decoded == 32_000_000
+    for bad in (999_999, 90_000_000):  # decoding nothing; past Pillow's own limit
+        with pytest.raises(ValidationError, match="max_image_pixels"):
+            MediaConfig(max_image_pixels=bad)
 
 
 def test_references_round_trip(tmp_path: Path) -> None:
