@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import time
 from collections.abc import Awaitable
 from pathlib import Path
@@ -68,6 +69,8 @@ from gateway.contracts.messages import (
 )
 
 logger = logging.getLogger(__name__)
+_ANGLE_SYNTAX = re.compile(r"<(?=[@#:/]|a:|t:|id:)")
+"""Where Discord turns `<…>` into a mention, channel, time, emoji or command."""
 
 T = TypeVar("T")
 MAX_CHUNK = 2000
@@ -558,9 +561,11 @@ class DiscordAdapter(TrackedSends):
 
     @staticmethod
     def _render(message: OutboundMessage) -> str:
-        # Discord reads Markdown itself; plain text has its markup escaped.
+        # Discord reads Markdown itself; plain text has its markup escaped, and its
+        # `<@id>`, `<#id>`, `<t:…>` and `<:emoji:id>` too: shown as typed, not as a mention,
+        # a time or an emoji (an approval must show the text a tool gets).
         if message.format is TextFormat.PLAIN:
-            return escape_markdown(message.text)
+            return _ANGLE_SYNTAX.sub(r"\\<", escape_markdown(message.text))
         return message.text
 
     def _connected(self) -> HeraldClient:

