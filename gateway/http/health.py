@@ -1,9 +1,10 @@
 """`GET /health` and `GET /ready`: liveness and readiness, for probes and operators.
 
-Anyone may ask; only the key holder sees why. With `api.key` set, a request without it gets
-the status alone (`status` / `ready`): the details name the model endpoint, adapters and
-services, and their errors quote what those services answered. Every body passes the
-daemon's redactor, so a configured secret echoed by a service never leaves in it.
+Anyone may ask; only the key holder (or, without `api.key`, a request made on this machine)
+sees why. Anyone else gets the status alone (`status` / `ready`): the details name the model
+endpoint, adapters and services, and their errors quote what those services answered.
+Every body passes the daemon's redactor, so a configured secret echoed by a service never
+leaves in it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from fastapi.responses import JSONResponse
 from gateway import __version__
 from gateway.contracts.adapter import AdapterState
 from gateway.http.deps import AppDeps
+from gateway.http.local import ServerNames
 
 OFFLINE_WARNING = "no LLM configured: replies come from the offline echo provider"
 
@@ -24,11 +26,13 @@ router = APIRouter(tags=["operations"])
 
 
 def may_see_details(request: Request, deps: AppDeps) -> bool:
-    """Whether `request` may read the details: no `api.key` is configured, or it carries
-    `Authorization: Bearer <api.key>` (compared in constant time)."""
+    """Whether `request` may read the details: it carries `Authorization: Bearer <api.key>`
+    (compared in constant time), or no key is configured and the request is local (see
+    `gateway.http.local`: not forwarded, naming this server)."""
     key = deps.config.api.key
     if key is None:
-        return True
+        names: ServerNames | None = getattr(request.app.state, "names", None)
+        return names is None or names.is_local(request.scope)
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     expected = key.get_secret_value().encode()
     return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), expected)
