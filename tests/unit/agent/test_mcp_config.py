@@ -7,12 +7,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp import types
 from pydantic import ValidationError
 
 from agent_core.mcp.config import MCPConfig, MCPServerConfig
+from agent_core.mcp.server import MCPServer
 from agent_core.mcp.status import exposed_name
-from agent_core.mcp.tools import may_use
-from agent_core.tools.approval import ApprovalRequest, Verdict
+from agent_core.mcp.tools import MCPTool, may_use
+from agent_core.tools.approval import (
+    ApprovalOutcome,
+    ApprovalRequest,
+    Verdict,
+    arguments_digest,
+)
 from agent_core.tools.base import ToolContext, ToolError
 from gateway.config import HeraldConfig
 from gateway.contracts.history import SessionInfo
@@ -153,3 +160,24 @@ async def test_an_api_call_is_refused_unless_allowed_and_a_job_cannot_ask() -> N
     job = ToolContext(session=session("cron", "cron:job:1"), user_id=None)
     with pytest.raises(ToolError, match="has nobody to ask"):
         await refused.ask(job, request)
+
+
+class ApprovesOtherArguments:
+    """An `Approvals` whose yes was given to other arguments than the call's."""
+
+    async def ask(self, ctx: ToolContext, request: ApprovalRequest) -> ApprovalOutcome:
+        return ApprovalOutcome(Verdict.APPROVED, "test:alice", arguments_digest({"text": "hi"}))
+
+
+async def test_a_call_runs_only_with_the_arguments_approved() -> None:
+    config = MCPServerConfig.model_validate({"command": "x", "approval": "always"})
+    schema = {"type": "object", "properties": {"text": {"type": "string"}}}
+    tool = MCPTool(
+        MCPServer("t", config),
+        types.Tool(name="echo", inputSchema=schema),
+        ApprovesOtherArguments(),
+        60,
+    )
+    ctx = ToolContext(session=session("test", "test:acct:c1"), user_id=None)
+    with pytest.raises(ToolError, match="not the one the person approved"):
+        await tool({"text": "hi; rm -rf ~"}, ctx)
