@@ -20,8 +20,16 @@ import pytest
 
 from adapters.email import authres
 from adapters.email.config import EmailConfig
-from adapters.email.convert import html_to_text, over_limits, strip_quoted
+from adapters.email.convert import (
+    HeaderTooLong,
+    html_to_text,
+    over_limits,
+    strip_quoted,
+    to_received,
+)
 from gateway.chunking import markdown_to_plain, split_chunks
+from gateway.contracts.ids import AccountId
+from gateway.contracts.messages import utcnow
 
 N = 200_000
 BOUND = 10.0
@@ -230,6 +238,24 @@ def test_inbound_conversions_are_linear_on_hostile_input(
     what: str, convert: Callable[[str], object], text: str
 ) -> None:
     assert _elapsed(lambda: convert(text)) < WHOLE_BOUND, what
+
+
+@pytest.mark.parametrize(
+    ("name", "fragment"),
+    [("From", '"'), ("From", "a@"), ("Content-Type", ";"), ("Content-Type", '"'), ("Date", "(")],
+)
+def test_a_hostile_structured_header_is_refused_not_parsed(name: str, fragment: str) -> None:
+    """The standard library's address and parameter parsers are quadratic or worse: a
+    20,000-character `From` of quotes took 40 s. Such a header is refused unparsed."""
+    data = f"{name}: {fragment * 10_000}\r\nTo: h@x.test\r\n\r\nhi\r\n".encode()
+
+    def read() -> None:
+        with pytest.raises(HeaderTooLong):
+            to_received(
+                data, config=CONFIG, account=AccountId("a"), uidvalidity=1, uid=1, now=utcnow()
+            )
+
+    assert _elapsed(read) < BOUND
 
 
 def test_mail_limits_are_checked_in_linear_time() -> None:
