@@ -486,6 +486,10 @@ def shape(message: EmailMessage) -> tuple[int, int]:
 
 def _refusal(message: EmailMessage, sender: str, config: EmailConfig) -> str | None:
     """Why this mail must not reach the agent (see `to_received`), or None."""
+    froms = sum(1 for name, _ in message.raw_items() if name.strip().lower() == "from")
+    if froms > 1:
+        # RFC 5322 allows one; a second one on top of a signed mail would borrow its DKIM pass.
+        return f"{froms} From headers"
     refused = automated(message, config.address)
     if refused is None and config.require_authentication_results:
         authserv_id = config.authserv_id or ""

@@ -238,6 +238,14 @@ def test_a_comment_cannot_hide_or_forge_a_clause() -> None:
     assert parsed.results[0].properties == (("smtp.mailfrom", "evil.example"),)
 
 
+def test_a_second_from_header_cannot_borrow_a_signed_mails_pass() -> None:
+    genuine = "Authentication-Results: mx.example.test; dkim=pass header.d=example.com"
+    signed = _with_results(genuine, MX_RECEIVED)
+    assert _strict(signed) is None
+    replayed = b"From: Boss <boss@example.com>\r\n" + signed
+    assert _strict(replayed) == "2 From headers"
+
+
 def test_require_authentication_results_needs_an_authserv_id() -> None:
     with pytest.raises(ValueError, match="require_authentication_results needs authserv_id"):
         config(require_authentication_results=True)
