@@ -193,7 +193,10 @@ class ServerNames:
             )
         if not self.origin_ok(scope):
             origin = Headers(scope=scope).get("origin", "")[:100]
-            return f"a page of another site (Origin {origin!r}) may not use this server"
+            return (
+                f"a page of another site (Origin {origin!r}) may not use this server; if that "
+                "name is yours (a reverse proxy's), add it to api.public_names"
+            )
         return None
 
     def not_local(self, scope: Scope) -> str | None:
