@@ -459,7 +459,7 @@ class Supervisor:
                     store,
                     sections,
                     allow_api=cfg.api.allow_approval_tools,
-                    redact=self.redactor,
+                    redact=self.redactor.secrets,
                     limits=channels.limits,
                 )
                 hub = await stack.enter_async_context(MCPHub(cfg.mcp, redact=self.redactor))

@@ -38,7 +38,6 @@ from agent_core.tools.base import ToolContext, ToolError
 from gateway.contracts.config import PlatformSection
 from gateway.contracts.ids import Origin, SessionId, TurnId
 from gateway.contracts.messages import Button, SendLimits, TextFormat, utcnow
-from gateway.redact import Redactor
 from gateway.store import Store
 from gateway.store import approvals as sql
 from gateway.store.approvals import ApprovalRow, ApprovalStatus
@@ -175,7 +174,7 @@ class ChatApprovals:
         allow_api: bool = False,
         on_outbox: Callable[[], None] = lambda: None,
         poll: float = POLL,
-        redact: Callable[[str], str] | None = None,
+        redact: Callable[[str], str] = lambda text: text,
         limits: Callable[[str, str], SendLimits] = lambda platform, account: SendLimits(),
     ) -> None:
         self.store = store
@@ -183,8 +182,9 @@ class ChatApprovals:
         self.allow_api = allow_api
         self.on_outbox = on_outbox
         self.poll = poll
-        self.redact = redact or Redactor()
-        """Herald's one redaction: a call with anything it would mask cannot be shown."""
+        self.redact = redact
+        """Masks the configured secrets (as every message to a person is masked): a call
+        with anything it masks cannot be shown in full."""
         self.limits = limits
         """What one message may hold, by (platform, account)."""
         self._events: dict[int, asyncio.Event] = {}
@@ -313,10 +313,7 @@ class ChatApprovals:
         """Why the call cannot be shown in full here, or None."""
         texts = (body, *_strings(request.arguments))
         if any(self.redact(text) != text for text in texts):
-            return (
-                "its arguments contain a configured secret or a credential, which every "
-                "message masks"
-            )
+            return "its arguments contain a configured secret, which every message masks"
         if len(groups) > MAX_PARTS:
             return (
                 f"its arguments ({len(body)} characters shown) do not fit in {MAX_PARTS} "

@@ -137,7 +137,7 @@ async def mcp_rig(
         allow_api=allow_api,
         on_outbox=worker.wake,
         poll=0.2,
-        redact=Redactor(secrets),
+        redact=Redactor(secrets).secrets,
         limits=channels.limits,
     )
     places = Places(store, platforms, homes=homes, allowed=send_targets)

@@ -42,7 +42,13 @@ async def test_the_asker_approves_and_another_person_in_the_group_cannot(
     store: Store, tmp_path: Path
 ) -> None:
     llm = ScriptedProvider(
-        use_tools(call("c1", "t__echo", {"text": "hi", "api_key": "sk-live-1234567890"})),
+        use_tools(
+            call(
+                "c1",
+                "t__echo",
+                {"text": "hi", "api_key": "sk-live-1234567890", "header": "Bearer abc.def"},
+            )
+        ),
         answer("sent it"),
     )
     servers = {"t": stdio_server(approval="always", tools={"add": {"approval": "never"}})}
@@ -53,6 +59,7 @@ async def test_the_asker_approves_and_another_person_in_the_group_cannot(
         assert 'text: "hi"' in question
         # Shaped like a token but no configured secret: the person sees what the tool gets.
         assert 'api_key: "sk-live-1234567890"' in question
+        assert 'header: "Bearer abc.def"' in question
         await rig.manager.accept(inbound("/approve", chat=GROUP, sender="bob", direct=False))
         refusal = await rig.said(GROUP, "Only the person who asked")
         assert "test:alice" in refusal
@@ -65,7 +72,9 @@ async def test_the_asker_approves_and_another_person_in_the_group_cannot(
     assert row.decided_by == "test:alice"
     assert row.requester == "test:alice"
     assert row.turn_id is not None
-    assert row.arguments == '{"api_key":"sk-live-1234567890","text":"hi"}'
+    assert row.arguments == (
+        '{"api_key":"sk-live-1234567890","header":"Bearer abc.def","text":"hi"}'
+    )
 
 
 async def test_an_operator_in_the_chat_may_decide_for_the_asker(
