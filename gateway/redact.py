@@ -29,6 +29,9 @@ logger = logging.getLogger(__name__)
 MASK = "***"
 MIN_SECRET_LENGTH = 4
 """Shorter values are not searched for: they would blank out ordinary words."""
+MIN_READ_LENGTH = 8
+"""In what people read (replies, previews, streamed answers) shorter secrets stay: there a
+short word-like secret would blank out the word everywhere."""
 
 URL_LOGGERS = (
     "httpx",
@@ -122,6 +125,14 @@ class Redactor:
         self._pattern = (
             re.compile("|".join(re.escape(s) for s in self._secrets)) if self._secrets else None
         )
+        # What people read: only secrets long enough not to be words (`api.key: herald`
+        # must not blank out every "herald" in the replies; the log still hides it).
+        self._read_secrets = tuple(s for s in self._secrets if len(s) >= MIN_READ_LENGTH)
+        self._read_pattern = (
+            re.compile("|".join(re.escape(s) for s in self._read_secrets))
+            if self._read_secrets
+            else None
+        )
 
     @classmethod
     def of(cls, config: HeraldConfig) -> Redactor:
@@ -137,19 +148,20 @@ class Redactor:
         return text
 
     def secrets(self, text: str) -> str:
-        """`text` with the configured secrets replaced by `***`, and nothing else (for what a
-        person reads: a reply may quote `Bearer` or a URL with `?key=` on purpose)."""
-        return text if self._pattern is None else self._pattern.sub(MASK, text)
+        """`text` with the configured secrets of `MIN_READ_LENGTH` characters or more replaced
+        by `***`, and nothing else (for what a person reads: a reply may quote `Bearer` or a
+        URL with `?key=` on purpose)."""
+        return text if self._read_pattern is None else self._read_pattern.sub(MASK, text)
 
     def partial_tail(self, text: str) -> int:
         """How many characters at the end of `text` could begin a configured secret (0:
         none): what a stream must hold back until the next piece shows whether it is one."""
-        if not self._secrets:
+        if not self._read_secrets:
             return 0
-        longest = len(self._secrets[0])
+        longest = len(self._read_secrets[0])
         for k in range(min(len(text), longest - 1), 0, -1):
             tail = text[-k:]
-            if any(s.startswith(tail) for s in self._secrets):
+            if any(s.startswith(tail) for s in self._read_secrets):
                 return k
         return 0
 

@@ -189,3 +189,12 @@ def test_a_secret_split_over_streamed_pieces_never_leaves(size: int) -> None:
 
     assert "".join(shown) == "the key is ***, and sk-str alone is not a key: sk-"
     assert not any(secret[:12] in "".join(shown[: n + 1]) for n in range(len(shown)))
+
+
+def test_what_people_read_keeps_words_a_careless_short_secret_matches() -> None:
+    redact = Redactor(["herald", "a-long-enough-secret"])
+
+    assert redact("herald says a-long-enough-secret") == "*** says ***"  # the log
+    assert redact.secrets("herald says a-long-enough-secret") == "herald says ***"
+    stream = SecretStream(redact)
+    assert stream.feed("herald ") == "herald "  # not held back as a secret's beginning
