@@ -17,10 +17,9 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_core.media.images import UnreadableImage, image_data_url
+from agent_core.media.images import Pictures, UnreadableImage
 from agent_core.media.refs import reference
 from agent_core.media.vision import BLIND_NOTE
-from gateway.config import HeraldConfig
 from gateway.contracts.errors import Overloaded, ShuttingDown
 from gateway.contracts.history import ChatMessage, Role, ToolCall
 from gateway.contracts.ids import API_ACCOUNT, Origin, SessionKey, UserId, session_key
@@ -239,9 +238,9 @@ async def chat_completions(
     else:
         key = SessionKey(f"api:stateless:{uuid.uuid4().hex}")
         if _with_parts(body.messages):
-            history = await asyncio.to_thread(_history, body.messages, max_bytes, deps.config)
+            history = await asyncio.to_thread(_history, body.messages, max_bytes, deps)
         else:
-            history = _history(body.messages, max_bytes, deps.config)
+            history = _history(body.messages, max_bytes, deps)
         turn = TurnRequest(key, str(Origin.API), "", None, history=history, stream=body.stream)
 
     try:
@@ -369,13 +368,12 @@ def _new_input(messages: list[MessageIn], max_bytes: int) -> tuple[str, list[upl
     return text, found
 
 
-def _history(
-    messages: list[MessageIn], max_bytes: int, config: HeraldConfig
-) -> tuple[ChatMessage, ...]:
+def _history(messages: list[MessageIn], max_bytes: int, deps: AppDeps) -> tuple[ChatMessage, ...]:
     """A stateless request's conversation; its pictures as image parts (scaled like received
     pictures, at most `llm.max_images_per_turn`, none over `media.max_image_pixels` decoded)
     or, without vision, a note. Blocking."""
-    llm = config.llm
+    llm = deps.config.llm
+    pictures = deps.pictures or Pictures(llm.image_max_pixels, deps.config.media.max_image_pixels)
     if messages[-1].role not in ("user", "tool"):
         raise HTTPException(400, "messages: the last message must be from the user")
     found = {
@@ -397,11 +395,7 @@ def _history(
                 text += f"\n[a picture not shown: more than {llm.max_images_per_turn} pictures]"
                 continue
             try:
-                images.append(
-                    image_data_url(
-                        p.data, llm.image_max_pixels, max_decoded=config.media.max_image_pixels
-                    )
-                )
+                images.append(pictures.data_url(p.data))
             except UnreadableImage as err:
                 text += f"\n[a picture not shown: {err}]"
         budget -= len(images)
