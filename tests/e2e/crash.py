@@ -50,7 +50,7 @@ def crash_daemon(
             "database_url": database_url,
             "log_level": "INFO",
             "llm": {"base_url": llm.base_url, "api_key": "k", "memory_pass": False},
-            "sessions": {"max_concurrent_turns": 8, "drain_timeout": 1},
+            "sessions": {"max_concurrent_turns": MAX_CONCURRENT_TURNS, "drain_timeout": 1},
             "platforms": platforms,
         },
     )
@@ -58,14 +58,29 @@ def crash_daemon(
     return daemon
 
 
+MAX_CONCURRENT_TURNS = 8
+"""`sessions.max_concurrent_turns` of the crash daemon: how many turns one kill can cut off."""
+
+
+def max_dropped(kills: int) -> int:
+    """The most messages the crash tests may see `dropped`: only a message whose turn was cut
+    off three times is dropped, and one kill cuts off at most MAX_CONCURRENT_TURNS turns."""
+    return kills * MAX_CONCURRENT_TURNS // 3
+
+
 async def kill_during_bursts(
     daemon: Daemon,
     rng: random.Random,
     kills: int,
     burst: Callable[[int], Coroutine[Any, Any, None]],
+    url: str | None = None,
 ) -> None:
     """`kills` rounds of: start the daemon, start `burst(round)`, SIGKILL the daemon at a
-    random moment while the burst runs on, wait for the burst. Then start it once more."""
+    random moment while the burst runs on, wait for the burst. Then start it once more.
+
+    With the database's `url`, each kill waits (after its random delay) until the store holds
+    work in flight (a message not done, a chunk not sent), and the store read after the kill
+    must still hold it: every kill is proven to have met work, not an idle daemon."""
     arriving: asyncio.Task[None] | None = None
     try:
         for round_ in range(kills):
@@ -73,14 +88,27 @@ async def kill_during_bursts(
             # The burst runs on while the daemon is killed at a random moment: some
             # messages arrive mid-flight, some while it is down.
             arriving = asyncio.create_task(burst(round_))
-            await asyncio.sleep(rng.uniform(0.2, 1.5))
+            if url is None:
+                await asyncio.sleep(rng.uniform(0.2, 1.5))
+            else:  # a random moment while the burst's messages are being handled
+                await asyncio.sleep(rng.uniform(0.05, 0.6))
+                await _until_work_in_flight(url)
             daemon.signal(signal.SIGKILL)
             assert await daemon.wait() == -signal.SIGKILL
+            if url is not None:
+                async with Store.open(url, migrate=False) as store:
+                    assert await work_left(store), f"kill {round_ + 1} met no work in flight"
             await arriving
     finally:
         if arriving is not None and not arriving.done():
             arriving.cancel()
     await daemon.start()
+
+
+async def _until_work_in_flight(url: str, timeout: float = 30.0) -> None:
+    async with Store.open(url, migrate=False) as store, asyncio.timeout(timeout):
+        while not await work_left(store):
+            await asyncio.sleep(0.01)
 
 
 async def kill_leftover(daemon: Daemon) -> None:
@@ -131,15 +159,16 @@ async def read_results(
 
 
 def check_accepted_once(
-    rows: Sequence[RowMapping], injected: Mapping[str, tuple[str, str]]
+    rows: Sequence[RowMapping], injected: Mapping[str, tuple[str, str]], *, kills: int
 ) -> None:
     """Every injected message (platform message id → chat id, text) was accepted exactly once,
-    as injected, and has exactly one outcome."""
+    as injected, and has exactly one outcome; at most `max_dropped(kills)` were dropped."""
     by_message = Counter(str(r["platform_message_id"]) for r in rows)
     assert set(by_message) == set(injected)
     assert set(by_message.values()) == {1}
     outcomes = Counter(str(r["outcome"]) for r in rows)
     assert set(outcomes) <= {"answered", "dropped"}, outcomes
+    assert outcomes["dropped"] <= max_dropped(kills), outcomes
     for r in rows:
         assert r["status"] == "done"
         assert (r["chat_id"], r["text"]) == injected[str(r["platform_message_id"])]

@@ -290,7 +290,11 @@ class TelegramCrash(CrashScenario):
         by_message = Counter(str(r["platform_message_id"]) for r in rows)
         lost = sorted(set(injected) - set(by_message), key=lambda k: injected[k][0])
         assert not lost, f"confirmed to Telegram but never stored: {[injected[k] for k in lost]}"
-        check_accepted_once(rows, {k: (str(chat), text) for k, (_, chat, text) in injected.items()})
+        check_accepted_once(
+            rows,
+            {k: (str(chat), text) for k, (_, chat, text) in injected.items()},
+            kills=self.kills,
+        )
 
         answered, _ = check_turns_once(rows, turn_status)
 
@@ -388,7 +392,9 @@ class SlackCrash(CrashScenario):
         by_message = Counter(str(r["platform_message_id"]) for r in rows)
         lost = sorted(set(injected) - set(by_message))
         assert not lost, f"acknowledged to Slack but never stored: {[injected[k] for k in lost]}"
-        check_accepted_once(rows, {k: (chat, text) for k, (_, chat, text) in injected.items()})
+        check_accepted_once(
+            rows, {k: (chat, text) for k, (_, chat, text) in injected.items()}, kills=self.kills
+        )
 
         answered, _ = check_turns_once(rows, turn_status)
 
@@ -487,7 +493,7 @@ class DiscordCrash(CrashScenario):
     async def check(self, store: Store) -> None:
         rows, turn_status, chunks = await read_results(store, "discord")
         assert len(self.injected) == self.messages + self.USERS
-        check_accepted_once(rows, self.injected)
+        check_accepted_once(rows, self.injected, kills=self.kills)
         answered, _ = check_turns_once(rows, turn_status)
         received: defaultdict[tuple[str, str], list[DiscordPosted]] = defaultdict(list)
         for p in self.discord.posted:
@@ -559,7 +565,7 @@ class EmailCrash(CrashScenario):
         injected = self.injected
         rows, turn_status, chunks = await read_results(store, "email")
         assert len(injected) == self.messages
-        check_accepted_once(rows, injected)
+        check_accepted_once(rows, injected, kills=self.kills)
         answered, _ = check_turns_once(rows, turn_status)
         received: defaultdict[tuple[str, str], list[Received]] = defaultdict(list)
         for r in self.smtp.received:
@@ -677,7 +683,7 @@ class TwilioCrash(CrashScenario):
         rows, turn_status, chunks = await read_results(store, "twilio")
         assert len(deliveries.injected) == self.messages
         assert deliveries.answered == set(deliveries.injected)
-        check_accepted_once(rows, deliveries.injected)
+        check_accepted_once(rows, deliveries.injected, kills=self.kills)
         answered, _ = check_turns_once(rows, turn_status)
         received: defaultdict[tuple[str, str], list[TwilioSent]] = defaultdict(list)
         for sent in self.twilio.sent:

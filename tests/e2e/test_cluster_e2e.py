@@ -658,7 +658,9 @@ async def _check_messages(
 
     # Every message was accepted once, as sent, and has exactly one outcome; no message was
     # answered by two turns, and no turn answered two messages.
-    check_accepted_once(rows, {**traffic.injected["telegram"], **traffic.injected["twilio"]})
+    check_accepted_once(
+        rows, {**traffic.injected["telegram"], **traffic.injected["twilio"]}, kills=2
+    )
     answered, _ = check_turns_once(rows, turn_status)
 
     # Every answered message's reply reached its own chat once (twice only if its chunk was

@@ -56,7 +56,7 @@ async def test_sigkill_during_bursts_loses_and_duplicates_nothing(
         daemon = crash_daemon(tmp_path, url, llm, {crash.section_name: crash.section()})
         try:
             await crash.before(daemon)
-            await kill_during_bursts(daemon, crash.rng, crash.kills, crash.burst)
+            await kill_during_bursts(daemon, crash.rng, crash.kills, crash.burst, url)
             async with Store.open(url, migrate=False) as store:
                 await crash.settle(store, daemon)
                 await crash.check(store)
