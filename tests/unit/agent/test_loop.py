@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from agent_core.context import build_context
-from agent_core.llm import LLMProvider, Usage
+from agent_core.llm import Usage
 from agent_core.loop import ITERATION_CAP_NOTE, SteerSource, TurnProgress, run_tool_loop
 from agent_core.tools import ToolContext, ToolRegistry
 from gateway.contracts.errors import LLMUnavailable
@@ -55,11 +55,6 @@ async def run(
         on_token=tokens,
         steer=steer,
     )
-
-
-def test_the_scripted_provider_is_an_llm_provider() -> None:
-    provider: LLMProvider = ScriptedProvider()
-    assert provider.name == "scripted"
 
 
 async def test_a_plain_answer_is_one_call() -> None:
