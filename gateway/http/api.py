@@ -307,10 +307,30 @@ async def _session_user(
             return user_id
     elif existing.user_id is not None and owned:
         return existing.user_id
-    raise HTTPException(
-        409,
-        f"session {session_id!r} belongs to another user; name a session of your own "
-        "(or send the user it belongs to)",
+    raise HTTPException(409, await _conflict(deps, existing.user_id, identity, session_id))
+
+
+async def _conflict(
+    deps: AppDeps, owner: UserId | None, identity: tuple[str, str], session_id: str
+) -> str:
+    """What a 409 says: whose the session is, and the three ways on."""
+    held = [] if owner is None else await deps.store.identities_of(owner)
+    api_names = [name for platform, name in held if platform == str(Origin.API)]
+    you = ":".join(identity)
+    if not held:
+        return (
+            f"session {session_id!r} belongs to another user; name a session of your own "
+            "(another X-Herald-Session-Id or user)"
+        )
+    theirs = ":".join(held[0])
+    hint = (
+        f"send it as that user (X-Herald-User-Id: {api_names[0]}, or user={api_names[0]!r}), "
+        if api_names
+        else ""
+    )
+    return (
+        f"session {session_id!r} belongs to {theirs}, not {you}: {hint}make the two one "
+        f"person with `herald users link {you} {theirs}`, or name a session of your own"
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from sqlalchemy import func, select
 
 from gateway.store import Store
 from gateway.store.tables import identities, messages, sessions, turns
-from tests.e2e.daemon import Daemon, running
+from tests.e2e.daemon import HERALD, Daemon, running
 from tests.e2e.test_bad_input_e2e import raw_request, request_head
 from tests.fakes.llm import FakeLLM, Reply
 
@@ -71,11 +72,15 @@ async def test_a_session_used_with_another_users_header_is_refused(tmp_path: Pat
             assert refused.status_code == 409
             error = refused.json()["error"]
             assert error["type"] == "conflict_error"
-            assert "belongs to another user" in error["message"]
+            # The refusal says whose the session is and the ways on.
+            assert "session 'plans' belongs to api:alice, not api:bob" in error["message"]
+            assert "X-Herald-User-Id: alice" in error["message"]
+            assert "`herald users link api:bob api:alice`" in error["message"]
             # The key holder without a user header is the owner: not alice either.
             owner = {**AUTH, "X-Herald-Session-Id": "plans"}
             as_owner = await http.post("/v1/chat/completions", json=ask("me?"), headers=owner)
             assert as_owner.status_code == 409
+            assert "herald users link local:owner api:alice" in as_owner.json()["error"]["message"]
             streamed = await http.post(
                 "/v1/chat/completions", json=ask("stream?", stream=True), headers=bob
             )
@@ -88,6 +93,18 @@ async def test_a_session_used_with_another_users_header_is_refused(tmp_path: Pat
             assert (
                 await http.post("/v1/chat/completions", json=ask("hi"), headers=mine)
             ).is_success
+
+            # As the refusal said: once the two are one person, the owner goes on with it.
+            link = await asyncio.create_subprocess_exec(
+                str(HERALD),
+                *("users", "link", "local:owner", "api:alice", "--config", str(daemon.config_path)),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            out, err = await asyncio.wait_for(link.communicate(), 60)
+            assert link.returncode == 0, (out + err).decode()
+            again = await http.post("/v1/chat/completions", json=ask("me?"), headers=owner)
+            assert again.status_code == 200, again.text
         assert await daemon.stop() == 0
 
 
