@@ -449,7 +449,8 @@ def _failure(done: Finished, headers: dict[str, str], redact: Redactor) -> JSONR
     if done.status == "interrupted":
         return error_response(503, "the turn was interrupted; retry", headers=headers)
     if done.retryable:
-        message = redact(f"the model could not answer ({done.error}); retry later")
+        cause = (done.error or "unknown").removesuffix("; retry later")  # said once, below
+        message = redact(f"the model could not answer ({cause}); retry later")
         return error_response(503, message, headers={**headers, "Retry-After": "10"})
     message = redact(f"the model refused the request: {done.error}")
     return error_response(502, message, headers=headers)
@@ -552,7 +553,8 @@ async def _events(
         else:
             status = 502 if event.status == "failed" and not event.retryable else 503
             status = event.code or status
-            message = deps.redactor(f"the turn ended {event.status}: {event.error}")
+            ended = "was interrupted" if event.status == "interrupted" else str(event.status)
+            message = deps.redactor(f"the turn {ended}: {event.error}")
             yield b"data: " + json.dumps(error_body(status, message)).encode() + b"\n\n"
         yield b"data: [DONE]\n\n"
         return

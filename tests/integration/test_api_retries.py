@@ -89,7 +89,11 @@ def ask(text: str, session: str, **headers: str) -> dict[str, Any]:
 
 async def test_the_sdks_retry_after_a_503_asks_the_question_once(tmp_path: Path) -> None:
     async with rig(tmp_path) as r:
-        await r.api.post("/v1/chat/completions", **ask("warm up", "s1"))  # refused: model down
+        refused = await r.api.post("/v1/chat/completions", **ask("warm up", "s1"))  # model down
+        assert refused.status_code == 503
+        message = refused.json()["error"]["message"]
+        assert message.endswith("; retry later"), message
+        assert message.count("retry later") == 1, message  # said once
         assert await r.history("s1") == []  # refused, so nothing of it is kept
         sdk = openai.AsyncOpenAI(
             base_url=f"{r.herald.url}/v1", api_key=API_KEY, max_retries=2, timeout=30.0
