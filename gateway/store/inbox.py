@@ -23,6 +23,7 @@ from gateway.contracts.ids import (
     ChatId,
     ExternalUserId,
     InboxId,
+    Origin,
     PlatformMessageId,
     SessionKey,
     ThreadId,
@@ -32,7 +33,7 @@ from gateway.contracts.ids import (
 from gateway.contracts.messages import Attachment, InboundMessage, utcnow
 from gateway.store import Store
 from gateway.store.sql import insert_ignore
-from gateway.store.tables import inbox
+from gateway.store.tables import inbox, messages, sessions, turns
 from gateway.store.types import aware
 
 
@@ -52,6 +53,17 @@ class Status(StrEnum):
     PENDING = "pending"
     RUNNING = "running"
     DONE = "done"
+
+
+@dataclass(frozen=True, slots=True)
+class ApiMessage:
+    """A question asked through the HTTP API or the terminal (stored in history only)."""
+
+    received_at: datetime
+    text: str
+    session_key: SessionKey
+    turn_status: str | None
+    """Its turn's status (`completed`, `running`, `failed`, …), None before it started."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,6 +374,30 @@ class Inbox:
                 .all()
             )
         return [_row(r) for r in rows]
+
+    async def recent_api(self, *, limit: int = 10) -> list[ApiMessage]:
+        """The newest questions of HTTP API and terminal sessions (they skip the inbox: their
+        words go straight to the session's history), newest first, with their turn's status."""
+        async with self.store.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(
+                        messages.c.created_at,
+                        messages.c.content,
+                        sessions.c.key,
+                        turns.c.status,
+                    )
+                    .join(sessions, sessions.c.id == messages.c.session_id)
+                    .outerjoin(turns, turns.c.id == messages.c.turn_id)
+                    .where(sessions.c.platform == str(Origin.API), messages.c.role == "user")
+                    .order_by(messages.c.id.desc())
+                    .limit(limit)
+                )
+            ).all()
+        return [
+            ApiMessage(aware(at), str(text), SessionKey(str(key)), None if st is None else str(st))
+            for at, text, key, st in rows
+        ]
 
     async def last_received(self) -> dict[str, datetime]:
         """When the newest inbound message of each platform was received."""

@@ -657,6 +657,41 @@ async def test_sessions_are_listed_searched_and_shown_with_outcomes(rig: Rig) ->
         assert missing.status_code == 404
 
 
+async def test_api_and_terminal_questions_show_and_each_conversation_has_its_own_link(
+    rig: Rig,
+) -> None:
+    """API and `herald chat` questions skip the inbox; the overview shows them too, and
+    the Sessions page links each conversation (epoch) of a session to itself."""
+    key = SessionKey("api:default:cli-ann")
+    first = await rig.store.open_session(key, platform="api", user_id=None, snapshot=_no_snapshot)
+    turn, _ = await start_turn(rig.store, first.id, ChatMessage(Role.USER, "first question"))
+    await finish_turn(
+        rig.store, first.id, turn, TurnResult("completed", (ChatMessage(Role.ASSISTANT, "a1"),))
+    )
+    second = await rig.store.open_session(
+        key, platform="api", user_id=None, snapshot=_no_snapshot, new_epoch=True
+    )
+    turn, _ = await start_turn(rig.store, second.id, ChatMessage(Role.USER, "second question"))
+    async with rig.client() as http:
+        overview = await http.get("/console")
+        assert "first question" in overview.text
+        assert "second question" in overview.text
+        assert "cli-ann" in overview.text
+        assert "answered" in overview.text
+        listing = await http.get("/console/sessions")
+        for conversation, question in ((first, "first question"), (second, "second question")):
+            assert f"conversation={conversation.id}" in listing.text
+            view = await http.get(
+                "/console/sessions/view",
+                params={"key": str(key), "conversation": str(conversation.id)},
+            )
+            assert question in view.text
+        other = await http.get(
+            "/console/sessions/view", params={"key": "test:acct:c1", "conversation": first.id}
+        )
+        assert other.status_code == 404
+
+
 async def test_the_live_stream_sends_the_overview_and_ends_when_the_daemon_drains(
     store: Store, manager: SessionManager
 ) -> None:

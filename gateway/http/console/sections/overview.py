@@ -16,7 +16,7 @@ from fastapi.responses import HTMLResponse, Response, StreamingResponse
 from gateway.http.console.page import Console, ConsoleDep, Who
 from gateway.http.console.section import Section
 from gateway.http.deps import AppDeps
-from gateway.store.inbox import Inbox, InboxRow
+from gateway.store.inbox import ApiMessage, Inbox, InboxRow
 from gateway.store.outbox import Outbox
 
 logger = logging.getLogger("gateway.console")
@@ -39,6 +39,49 @@ class AdapterLine:
     name: str
     state: str
     last_inbound: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class RecentLine:
+    """One of the latest messages, from a platform (the inbox) or the API and terminal."""
+
+    received_at: datetime
+    platform: str
+    session_key: str
+    sender: str
+    text: str
+    outcome: str
+
+
+API_OUTCOMES = {"completed": "answered", None: "pending"}
+"""An API question's outcome, read from its turn's status (else the status itself)."""
+
+
+def _recent(inbound: list[InboxRow], api: list[ApiMessage]) -> list[RecentLine]:
+    """The newest RECENT messages of both sources, newest first."""
+    lines = [
+        RecentLine(
+            r.received_at,
+            r.platform,
+            r.session_key,
+            r.sender_name or r.sender_id,
+            r.text,
+            str(r.outcome or r.status),
+        )
+        for r in inbound
+    ] + [
+        RecentLine(
+            m.received_at,
+            "api",
+            m.session_key,
+            m.session_key.split(":", 2)[-1],
+            m.text,
+            API_OUTCOMES.get(m.turn_status, m.turn_status or "pending"),
+        )
+        for m in api
+    ]
+    lines.sort(key=lambda line: line.received_at, reverse=True)
+    return lines[:RECENT]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +110,7 @@ async def gather(deps: AppDeps) -> dict[str, Any]:
             jobs.append(JobLine(job.id, job.name, deps.jobs.next_run(job), job.enabled))
         far = datetime.max.replace(tzinfo=UTC)
         jobs.sort(key=lambda j: (j.next_run is None, j.next_run or far))
-    recent: list[InboxRow] = await inbox.recent(limit=RECENT)
+    recent = _recent(await inbox.recent(limit=RECENT), await inbox.recent_api(limit=RECENT))
     health = deps.llm_health
     return {
         "status": "draining" if deps.state.draining else "serving",

@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
+from gateway.contracts.ids import SessionId
 from gateway.http.console.page import ConsoleDep, Refused, Who
 from gateway.http.console.section import Section
 from gateway.store.inbox import Inbox
@@ -50,10 +51,17 @@ async def session(
     console: ConsoleDep,
     who: Who,
     key: Annotated[str, Query(min_length=1, max_length=1000)],
+    conversation: Annotated[int | None, Query(ge=1, le=2**62)] = None,
 ) -> Response:
-    """One session: its inbound messages with their outcomes, and its transcript."""
+    """One session: its inbound messages with their outcomes, and its transcript (of its
+    current conversation, or of the one whose session row id is `conversation`)."""
     store = console.deps.store
-    info = await store.get_session(key)
+    if conversation is None:
+        info = await store.get_session(key)
+    else:
+        info = await store.get_session_by_id(SessionId(conversation))
+        if info is None or info.key != key:
+            raise Refused(404, f"Session {key!r} has no such conversation.")
     inbound = await Inbox(store).for_session(key, limit=TRANSCRIPT)
     if info is None and not inbound:
         raise Refused(404, f"There is no session {key!r}.")
