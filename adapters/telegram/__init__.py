@@ -41,7 +41,7 @@ SPEC = PlatformSpec(
     validate=_validate,
     secret_patterns=(
         # A Bot API path: /bot<id>:<token>/method.
-        re.compile(r"(bot\d+:)[A-Za-z0-9_-]+"),
+        re.compile(r"(/bot\d+:)[A-Za-z0-9_-]+"),
         # A token anywhere (a base_url without /bot puts it after the port).
         re.compile(r"\b(\d{5,}:)[A-Za-z0-9_-]{30,}"),
     ),

@@ -64,9 +64,13 @@ EXTRA = {"cron": {"poll_interval": 0.1}, "console": {"live_interval": 0.2}}
 
 
 @contextlib.asynccontextmanager
-async def daemon(tmp: Path) -> AsyncIterator[Rig]:
+async def daemon(tmp: Path, *, drain_timeout: float = 2) -> AsyncIterator[Rig]:
     port = free_port()
-    extra = {**EXTRA, "api": {"host": "127.0.0.1", "port": port, "key": KEY}}
+    extra = {
+        **EXTRA,
+        "api": {"host": "127.0.0.1", "port": port, "key": KEY},
+        "sessions": {"drain_timeout": drain_timeout, "ack_interval": 0},
+    }
     async with (
         FakeLLM() as llm,
         FakeChatServer(TOKEN) as chat,
@@ -313,11 +317,12 @@ async def test_the_overview_reads_on_a_phone(browser: Browser, rig: Rig) -> None
 async def test_an_open_live_overview_does_not_hold_up_the_drain(
     browser: Browser, tmp_path: Path
 ) -> None:
-    async with daemon(tmp_path) as rig, visitor(browser) as context:
+    async with daemon(tmp_path, drain_timeout=40) as rig, visitor(browser) as context:
         page = await logged_in(context, rig.herald.url)
         await expect(page.locator("body")).to_have_attribute("data-live", "on")
         started = time.monotonic()
         rig.herald.supervisor.stop()
-        await expect(page.locator("body")).to_have_attribute("data-live", "off")
-    # Were the stream left open, the HTTP server would wait `drain_timeout + 5` = 7 s for it.
-    assert time.monotonic() - started < 6.5
+        await expect(page.locator("body")).to_have_attribute("data-live", "off", timeout=60_000)
+    # Were the stream left open, the HTTP server would wait `drain_timeout + 5` = 45 s for it
+    # before closing it; a closed stream ends within a few seconds even on a stalled machine.
+    assert time.monotonic() - started < 45 / 2

@@ -12,6 +12,9 @@ from tests.unit.doctor_harness import run_doctor
 
 pytestmark = pytest.mark.timeout(90)
 
+TOOLS = Path(SERVER_SCRIPT).read_text(encoding="utf-8").count("@server.tool(")
+"""The fake MCP server's tools, as its script declares them."""
+
 
 async def test_doctor_shows_each_server_state_and_tool_count(tmp_path: Path) -> None:
     mcp = {
@@ -23,7 +26,7 @@ async def test_doctor_shows_each_server_state_and_tool_count(tmp_path: Path) -> 
     }
     doctor = await run_doctor(tmp_path, {}, {"mcp": mcp})
     verdicts = doctor.verdicts
-    assert verdicts["mcp.good"] == ("OK", "stdio, 9 tools"), doctor.stdout
+    assert verdicts["mcp.good"] == ("OK", f"stdio, {TOOLS} tools"), doctor.stdout
     verdict, detail = verdicts["mcp.broken"]
     assert verdict == "FAIL"
     assert detail.startswith("stdio, not ready: ")

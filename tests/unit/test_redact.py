@@ -95,6 +95,8 @@ def test_the_config_redactor_hides_each_form(text: str, expected: str) -> None:
             "GET https://llm/v1/models?api-key=***&x=1",
         ),
         ("nothing secret here: 12:30, bot 5", "nothing secret here: 12:30, bot 5"),
+        # An account named bot1 in a session key is not a Bot API path.
+        ("Session test:bot1:c-ann:u=u-ann", "Session test:bot1:c-ann:u=u-ann"),
     ],
 )
 def test_credential_shapes_are_hidden_without_a_config(text: str, expected: str) -> None:
