@@ -78,7 +78,12 @@ class Access:
         """Per platform, when strangers were last told that too many codes are pending."""
 
     def is_operator(self, platform: str, external_id: str) -> bool:
-        """Whether this sender operates Herald (listed in `access.operators`)."""
+        """Whether this sender operates Herald: listed in `access.operators`, on a platform
+        that vouches for its senders' ids (a mail's `From` is only a claim unless its
+        authentication results are required)."""
+        section = self.sections.get(platform)
+        if section is not None and not section.verified_senders:
+            return False
         return f"{platform}:{external_id}" in self.config.operators
 
     async def is_operator_user(self, user_id: UserId | None) -> bool:

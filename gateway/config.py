@@ -500,10 +500,19 @@ class HeraldConfig(BaseSettings):
     @model_validator(mode="after")
     def _platform_rules(self) -> HeraldConfig:
         host = Host(http_enabled=self.api.enabled)
-        for name, section in self.platforms.sections().items():
+        sections = self.platforms.sections()
+        for name, section in sections.items():
             validate = platforms.spec(name).validate
             if validate is not None:
                 validate(section, host)
+        for operator in self.access.operators:
+            vouching = sections.get(operator.partition(":")[0])
+            if vouching is not None and not vouching.verified_senders:
+                raise ValueError(
+                    f"access.operators: {operator!r} is an identity its platform does not "
+                    "vouch for (anyone can write a mail's From): turn on "
+                    "require_authentication_results (with authserv_id) for it, or remove it"
+                )
         return self
 
     @property

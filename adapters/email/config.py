@@ -139,6 +139,12 @@ class EmailConfig(PlatformSection):
         """One IMAP IDLE connection per mailbox across instances."""
         return True
 
+    @property
+    def verified_senders(self) -> bool:
+        """A mail's `From` is vouched for only by the receiving server's authentication
+        results (`require_authentication_results`); otherwise anyone can write it."""
+        return self.require_authentication_results
+
     def admits(self, message: InboundMessage) -> bool:
         """Whether the mail's sender is allowed (see `admits_address`)."""
         return self.admits_address(str(message.sender.id))

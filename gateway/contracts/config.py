@@ -129,6 +129,13 @@ class PlatformSection(Section):
         gateway connection); it then runs under a lease. Webhook receivers run everywhere."""
         return False
 
+    @property
+    def verified_senders(self) -> bool:
+        """Whether a sender's id on this platform is vouched for by the platform (a chat
+        account), not merely claimed by the sender (an unauthenticated mail's `From`). Only a
+        vouched-for id may carry operator rights."""
+        return True
+
     def admits(self, message: InboundMessage) -> bool:
         """Whether the section's own rules let this sender in: listed in `allowed_users` by
         id, or a platform's rule on top (mail domains, server roles)."""

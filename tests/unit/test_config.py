@@ -13,7 +13,8 @@ from adapters.discord.config import DiscordConfig
 from adapters.slack.config import SlackConfig
 from adapters.telegram.config import TelegramConfig
 from adapters.twilio.config import TwilioConfig
-from gateway.config import HeraldConfig, load_config, masked
+from gateway.access import Access
+from gateway.config import AccessConfig, HeraldConfig, load_config, masked
 from gateway.contracts.errors import ConfigError
 
 
@@ -628,3 +629,31 @@ def test_unquoted_phone_numbers_in_yaml_keep_their_plus(tmp_path: Path) -> None:
     assert twilio.from_number == "+15550001111"
     assert twilio.allowed_numbers == ("+15551234567",)
     assert "+15551234567" in twilio.allowed_users
+
+
+EMAIL = (
+    "platforms:\n  email:\n    imap_host: imap.example.test\n    smtp_host: smtp.example.test\n"
+    "    username: herald@example.com\n    password: pw\n    address: herald@example.com\n"
+)
+
+
+def test_an_email_operator_needs_authenticated_mail(tmp_path: Path) -> None:
+    """Anyone can write a mail's From: an email identity is an operator only where the
+    receiving server's authentication results are required."""
+    operators = "access: {operators: ['email:boss@example.com']}\n"
+    message = load_error(config_file(tmp_path, EMAIL + operators))
+    assert "access.operators: 'email:boss@example.com'" in message
+    assert "require_authentication_results" in message
+
+    vouched = EMAIL + (
+        "    require_authentication_results: true\n    authserv_id: mx.example.com\n"
+    )
+    loaded = load_config(config_file(tmp_path, vouched + operators))
+    assert loaded.access.operators == ("email:boss@example.com",)
+    access = Access(None, loaded.platforms.sections(), loaded.access)  # type: ignore[arg-type]
+    assert access.is_operator("email", "boss@example.com")
+
+    unvouched = load_config(config_file(tmp_path, EMAIL))
+    config = AccessConfig(operators=("email:boss@example.com",))
+    access = Access(None, unvouched.platforms.sections(), config)  # type: ignore[arg-type]
+    assert not access.is_operator("email", "boss@example.com")  # a claim, never operator
