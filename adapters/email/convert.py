@@ -165,14 +165,33 @@ def id_list(value: str | None) -> list[str]:
 
 def sender_of(message: EmailMessage) -> tuple[str, str]:
     """(address lowercased, display name) of the mail's author (From, else Sender)."""
-    for header in ("From", "Sender"):
-        value = message.get(header)
+    raw = {name.strip().lower(): value for name, value in reversed(list(message.raw_items()))}
+    for header in ("from", "sender"):
+        value = raw.get(header)
         if value is None:
             continue
-        name, address = parseaddr(str(value))
-        if address and "@" in address:
-            return address.strip().lower(), name.strip()
+        address = _one_address(value.replace("\r", "").replace("\n", ""))
+        if not address:
+            return "", ""
+        name, decoded = parseaddr(str(message.get(header)))
+        return address, (name.strip() if decoded.strip().lower() == address else "")
     return "", ""
+
+
+def _one_address(value: str) -> str:
+    """The one address of a raw From/Sender value, lowercased; '' when it names none, more
+    than one, or reads two ways (`boss@example.com <att@evil.com>`: the standard library
+    takes the first, a mail server the bracketed one, which its DKIM and SPF vouch for)."""
+    found = [addr for _, addr in getaddresses([value]) if addr]
+    if len(found) != 1 or "@" not in found[0]:
+        return ""
+    address = found[0].strip().lower()
+    bracketed = re.findall(r"<([^<>]*)>", value)
+    if len(bracketed) > 1 or (bracketed and bracketed[0].strip().lower() != address):
+        return ""
+    if not bracketed and "<" in value:
+        return ""
+    return address
 
 
 def thread_root(message: EmailMessage) -> str:

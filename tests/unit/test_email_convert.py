@@ -370,3 +370,45 @@ def test_inline_images_of_an_html_body_are_attachments_too() -> None:
         ("a.pdf", "application/pdf", b"%PDF"),
         ("p.png", "image/png", b"\x89PNG"),
     ]
+
+
+def test_a_from_that_reads_two_ways_names_nobody() -> None:
+    """`From: ann@example.com <mallory@example.com>`: a mail server (and its DKIM and SPF)
+    takes the bracketed address, the standard library's parseaddr the first one. Mallory,
+    signing as example.com, must not be taken for Ann."""
+    genuine = "Authentication-Results: mx.example.test; dkim=pass header.d=example.com"
+    for sender in (
+        "ann@example.com <mallory@example.com>",
+        "<ann@example.com> mallory@example.com",
+        "ann@example.com, mallory@example.com",
+    ):
+        data = _with_results(genuine, MX_RECEIVED).replace(
+            b"From: Ann <ann@example.com>", f"From: {sender}".encode()
+        )
+        mail = to_received(
+            data,
+            config=config(**STRICT),
+            account=AccountId("default"),
+            uidvalidity=7,
+            uid=3,
+            now=NOW,
+        )
+        assert mail.message.sender.id != "ann@example.com", sender
+        assert mail.message.raw.get("refused"), sender
+    # A display name holding an address (quoted or encoded) is only a name.
+    for sender in (
+        '"ann@example.com" <mallory@example.com>',
+        "=?utf-8?q?ann=40example.com?= <mallory@example.com>",
+    ):
+        data = _with_results(genuine, MX_RECEIVED).replace(
+            b"From: Ann <ann@example.com>", f"From: {sender}".encode()
+        )
+        mail = to_received(
+            data,
+            config=config(**STRICT),
+            account=AccountId("default"),
+            uidvalidity=7,
+            uid=3,
+            now=NOW,
+        )
+        assert mail.message.sender.id == "mallory@example.com", sender
