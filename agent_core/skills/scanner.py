@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import html
 import re
 import unicodedata
 from collections.abc import Iterator, Mapping
@@ -245,8 +246,9 @@ def reveal(text: str) -> str:
 
 def normalise(text: str) -> str:
     """`text` as a reader sees it: hidden characters dropped, compatibility forms folded
-    (NFKC), accents removed and look-alike letters mapped to Latin."""
-    decomposed = unicodedata.normalize("NFKD", strip_hidden(text))
+    (NFKC), accents removed and look-alike letters mapped to Latin; HTML character
+    references (`Ig&#110;ore`) read as the characters they stand for, as a model reads them."""
+    decomposed = unicodedata.normalize("NFKD", strip_hidden(html.unescape(text)))
     return unicodedata.normalize("NFKC", _MARKS.sub("", decomposed).translate(_FOLD))
 
 
