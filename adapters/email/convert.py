@@ -170,6 +170,8 @@ def sender_of(message: EmailMessage) -> tuple[str, str]:
         value = raw.get(header)
         if value is None:
             continue
+        if len(value) > MAX_STRUCTURED:  # read raw here, so bounded here as the policy does
+            raise HeaderTooLong(f"a {header} header of {len(value)} characters")
         address = _one_address(value.replace("\r", "").replace("\n", ""))
         if not address:
             return "", ""
