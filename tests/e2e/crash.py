@@ -79,8 +79,10 @@ async def kill_during_bursts(
     random moment while the burst runs on, wait for the burst. Then start it once more.
 
     With the database's `url`, each kill waits (after its random delay) until the store holds
-    work in flight (a message not done, a chunk not sent), and the store read after the kill
-    must still hold it: every kill is proven to have met work, not an idle daemon."""
+    work in flight (a message not done, a chunk not sent) and is sent at once after that
+    look: every kill is sent into work, not to an idle daemon. (A look after the kill is no
+    proof either way: a loaded machine may let the process finish its last chunk before the
+    signal lands.)"""
     arriving: asyncio.Task[None] | None = None
     try:
         for round_ in range(kills):
@@ -95,9 +97,6 @@ async def kill_during_bursts(
                 await _until_work_in_flight(url)
             daemon.signal(signal.SIGKILL)
             assert await daemon.wait() == -signal.SIGKILL
-            if url is not None:
-                async with Store.open(url, migrate=False) as store:
-                    assert await work_left(store), f"kill {round_ + 1} met no work in flight"
             await arriving
     finally:
         if arriving is not None and not arriving.done():
