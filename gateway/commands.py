@@ -32,19 +32,121 @@ class Command(StrEnum):
 WITH_TEXT = frozenset({Command.QUEUE, Command.STEER, Command.INTERRUPT})
 """Commands that carry a message: it is queued, steered or interrupts, whatever the mode."""
 
-HELP_TEXT = f"""Commands:
-/stop — stop the current answer and clear the queue
-/new or /reset — start a fresh conversation
-/queue TEXT — answer TEXT after the current answer
-/steer TEXT — add TEXT to the answer being written
-/interrupt TEXT — stop the current answer and answer TEXT instead
-/mode [{"|".join(BusyMode)}] — what happens to messages sent while I'm busy
-/status — what I'm doing and what is waiting
-/sethome — send scheduled reports to this chat (operators)
-/cron — the scheduled jobs of this chat and yours
-/approve [N] or /deny [N] — answer a tool's request for approval
-/skills — the skills I can follow; /SKILL-NAME TEXT runs one
-/help — this list"""
+
+class Surface(StrEnum):
+    """Where a command is typed."""
+
+    CHAT = "chat"
+    """A platform chat (Telegram, Slack, Discord, email, SMS, WhatsApp)."""
+    API = "api"
+    """A named session of the HTTP API, and `herald chat` (which talks through it)."""
+
+
+EVERYWHERE = frozenset(Surface)
+CHAT_ONLY = frozenset({Surface.CHAT})
+
+
+@dataclass(frozen=True, slots=True)
+class CommandSpec:
+    """One row of the command table: how it is written, what it does, where it applies."""
+
+    usage: str
+    summary: str
+    surfaces: frozenset[Surface]
+    elsewhere: str = ""
+    """Why it does not apply on the other surfaces, and what to do there instead."""
+
+
+_NO_QUEUE = "over the API each request waits for its answer (close the request to stop it)"
+TABLE: dict[Command, CommandSpec] = {
+    Command.STOP: CommandSpec(
+        "/stop", "stop the current answer and clear the queue", CHAT_ONLY, _NO_QUEUE
+    ),
+    Command.NEW: CommandSpec("/new or /reset", "start a fresh conversation", EVERYWHERE),
+    Command.QUEUE: CommandSpec(
+        "/queue TEXT", "answer TEXT after the current answer", CHAT_ONLY, _NO_QUEUE
+    ),
+    Command.STEER: CommandSpec(
+        "/steer TEXT", "add TEXT to the answer being written", CHAT_ONLY, _NO_QUEUE
+    ),
+    Command.INTERRUPT: CommandSpec(
+        "/interrupt TEXT",
+        "stop the current answer and answer TEXT instead",
+        CHAT_ONLY,
+        _NO_QUEUE,
+    ),
+    Command.MODE: CommandSpec(
+        f"/mode [{'|'.join(BusyMode)}]",
+        "what happens to messages sent while I'm busy",
+        CHAT_ONLY,
+        _NO_QUEUE,
+    ),
+    Command.STATUS: CommandSpec("/status", "what I'm doing and what is waiting", EVERYWHERE),
+    Command.SETHOME: CommandSpec(
+        "/sethome",
+        "send scheduled reports to this chat (operators)",
+        CHAT_ONLY,
+        "scheduled reports go to a chat; choose one with `herald setup --home PLATFORM:CHAT`",
+    ),
+    Command.CRON: CommandSpec("/cron", "the scheduled jobs of this chat and yours", EVERYWHERE),
+    Command.APPROVE: CommandSpec(
+        "/approve [N] or /deny [N]",
+        "answer a tool's request for approval",
+        CHAT_ONLY,
+        "an API session never waits for an approval (a tool that needs one does not run there "
+        "unless api.allow_approval_tools is set)",
+    ),
+    Command.SKILLS: CommandSpec(
+        "/skills", "the skills I can follow; /SKILL-NAME TEXT runs one", EVERYWHERE
+    ),
+    Command.HELP: CommandSpec("/help", "this list", EVERYWHERE),
+}
+"""Every command, once, for every surface: help texts and "not here" answers come from it."""
+TABLE[Command.RESET] = TABLE[Command.NEW]
+TABLE[Command.DENY] = TABLE[Command.APPROVE]
+
+_SURFACE_NAMES = {
+    Surface.CHAT: "in a platform chat",
+    Surface.API: "over the API and in `herald chat`",
+}
+_NOT_NAMES = {
+    Surface.CHAT: "in a platform chat",
+    Surface.API: "over the API or in `herald chat`",
+}
+
+
+def applies(command: Command, surface: Surface) -> bool:
+    """Whether `command` acts on `surface`."""
+    return surface in TABLE[command].surfaces
+
+
+def not_here(command: Command, surface: Surface) -> str:
+    """The answer to a command typed where it does not apply: where it does, and why not here."""
+    spec = TABLE[command]
+    where = " and ".join(_SURFACE_NAMES[s] for s in Surface if s in spec.surfaces)
+    because = f": {spec.elsewhere}" if spec.elsewhere else ""
+    return f"/{command} works {where}, not {_NOT_NAMES[surface]}{because}. /help lists what does."
+
+
+def help_text(surface: Surface) -> str:
+    """The command list for `surface`, then the commands that act elsewhere."""
+    seen: list[CommandSpec] = []
+    for spec in TABLE.values():
+        if spec not in seen:
+            seen.append(spec)
+    here = [f"{s.usage} — {s.summary}" for s in seen if surface in s.surfaces]
+    other = [s.usage.split(" ")[0] for s in seen if surface not in s.surfaces]
+    lines = ["Commands:", *here]
+    if other:
+        elsewhere = " and ".join(_SURFACE_NAMES[s] for s in Surface if s is not surface)
+        lines.append(f"({', '.join(other)} work only {elsewhere}.)")
+    return "\n".join(lines)
+
+
+HELP_TEXT = help_text(Surface.CHAT)
+"""The command list of a platform chat."""
+API_HELP_TEXT = help_text(Surface.API)
+"""The command list of an API session and `herald chat`."""
 
 
 @dataclass(frozen=True, slots=True)

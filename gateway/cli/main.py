@@ -31,7 +31,7 @@ from gateway.cli.skills import skills_app
 from gateway.commands import Command, parse_command
 from gateway.config import HeraldConfig, masked
 from gateway.contracts.errors import HeraldError
-from gateway.contracts.ids import API_ACCOUNT, Origin, SessionKey, UserId
+from gateway.contracts.ids import API_ACCOUNT, Origin, SessionKey
 from gateway.contracts.messages import utcnow
 from gateway.cron.targets import home_problems
 from gateway.redact import Redactor
@@ -165,10 +165,12 @@ def chat(
     session_key = SessionKey(f"{Origin.API}:{API_ACCOUNT}:{name}")
 
     async def say(client: Any, text: str, extra: dict[str, Any]) -> None:
-        if parse_command(text) is not None:
-            await _chat_command(cfg, session_key, text, console)
-        else:
-            await _send(client, cfg.api.model_name, text, extra, console)
+        # Commands go to the daemon like any message: it answers them from the one command
+        # table every surface shares (gateway/commands.py), without a model call.
+        await _send(client, cfg.api.model_name, text, extra, console)
+        parsed = parse_command(text)
+        if parsed is not None and parsed.command is Command.HELP:
+            console.print(QUIT_HELP, markup=False)
 
     async def talk() -> None:
         client = openai.AsyncOpenAI(base_url=base, api_key=key or "none", max_retries=1)
@@ -243,57 +245,7 @@ async def _send(
     console.print()
 
 
-CHAT_HELP = """Commands in the terminal:
-/new or /reset — start a fresh conversation (earlier messages stay searchable)
-/status — this session: its key, conversation number and messages
-/help — this list
-/quit or Ctrl-D — leave
-(/mode, /stop, /queue, /steer, /interrupt and /sethome act in platform chats; here each
-message waits for its answer. Scheduled jobs: `herald jobs list`.)"""
-
-
-async def _chat_command(cfg: HeraldConfig, key: SessionKey, text: str, console: Console) -> None:
-    """A chat command typed in `herald chat`, acted on in the daemon's database."""
-    parsed = parse_command(text)
-    assert parsed is not None
-    if parsed.command not in (Command.NEW, Command.RESET, Command.STATUS):
-        reply = (
-            CHAT_HELP
-            if parsed.command is Command.HELP
-            else (f"/{parsed.command} does not apply in the terminal; /help lists what does.")
-        )
-        console.print(reply, markup=False)
-        return
-    async with Store.open(cfg.effective_database_url) as store:
-        session = await store.get_session(key)
-        if parsed.command is Command.STATUS:
-            if session is None:
-                console.print(f"Session {key}: no messages yet.", markup=False)
-            else:
-                console.print(
-                    f"Session {key}\nConversation #{session.epoch + 1}, "
-                    f"{session.message_count} messages",
-                    markup=False,
-                )
-            return
-        from agent_core.agent import session_snapshot  # noqa: PLC0415
-        from gateway.supervisor import build_skills  # noqa: PLC0415
-
-        owner = await store.resolve_user("local", "owner")
-        memory = MemoryFiles(cfg.state_dir, group_memory=cfg.memory.group_memory)
-        skills = build_skills(cfg, None)
-
-        async def snapshot(key: SessionKey, user_id: UserId | None) -> tuple[str, ...]:
-            return await session_snapshot(memory, skills, key, user_id)
-
-        await store.open_session(
-            key,
-            platform=str(Origin.API),
-            user_id=session.user_id if session is not None else owner,
-            snapshot=snapshot,
-            new_epoch=True,
-        )
-    console.print("✨ Started a new conversation. Earlier messages stay searchable.")
+QUIT_HELP = "/quit or Ctrl-D — leave the terminal"
 
 
 def _client_host(host: str) -> str:

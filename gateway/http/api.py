@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agent_core.media.images import Pictures, UnreadableImage
 from agent_core.media.refs import reference
 from agent_core.media.vision import BLIND_NOTE
+from gateway.commands import parse_command
 from gateway.contracts.errors import Overloaded, ShuttingDown
 from gateway.contracts.history import ChatMessage, Role, ToolCall
 from gateway.contracts.ids import API_ACCOUNT, Origin, SessionKey, UserId, session_key
@@ -220,6 +221,10 @@ async def chat_completions(
         else:
             text, found = _new_input(body.messages, max_bytes)
         user_id = await _session_user(deps, key, identity, session_id)
+        if not found and (command := parse_command(text)) is not None:
+            reply = await deps.manager.api_command(key, user_id, command)
+            headers = {"X-Herald-Session-Id": _echo(session_id)}
+            return _command_reply(body, reply, headers, deps)
         if found:  # kept in the session's folder; the history keeps a reference line
             folder = session_dir(deps.config.state_dir / "files", key)
             kept = await asyncio.to_thread(uploads.keep, found, folder)
@@ -236,6 +241,10 @@ async def chat_completions(
             retry_window=deps.config.api.retry_window,
         )
     else:
+        last = body.messages[-1]
+        if last.role == "user" and (command := parse_command(last.text())) is not None:
+            reply = await deps.manager.api_command(None, None, command)
+            return _command_reply(body, reply, {}, deps)
         key = SessionKey(f"api:stateless:{uuid.uuid4().hex}")
         if _with_parts(body.messages):
             history = await asyncio.to_thread(_history, body.messages, max_bytes, deps)
@@ -266,22 +275,67 @@ async def chat_completions(
     headers["Server-Timing"] = _server_timing(request, done, deps)
     if done.status != "completed":
         return _failure(done, headers, deps.redactor)
-    return JSONResponse(
-        {
+    content = deps.redactor.secrets(done.text)
+    return JSONResponse(_completion(completion_id, model, content, _usage(done)), headers=headers)
+
+
+def _completion(
+    completion_id: str, model: str, content: str, usage: dict[str, int]
+) -> dict[str, Any]:
+    """A `chat.completion` object answering `content`."""
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": usage,
+    }
+
+
+def _command_reply(
+    body: ChatCompletionRequest, reply: str, headers: dict[str, str], deps: AppDeps
+) -> Response:
+    """A command's answer as a completion (streamed when asked): no model call, no usage."""
+    model = body.model or deps.config.api.model_name
+    completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+    usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    content = deps.redactor.secrets(reply)
+    if not body.stream:
+        return JSONResponse(_completion(completion_id, model, content, usage), headers=headers)
+    created = int(time.time())
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+
+    def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+        data = {
             "id": completion_id,
-            "object": "chat.completion",
-            "created": int(time.time()),
+            "object": "chat.completion.chunk",
+            "created": created,
             "model": model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": deps.redactor.secrets(done.text)},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": _usage(done),
-        },
-        headers=headers,
+            "choices": choices,
+            **extra,
+        }
+        return b"data: " + json.dumps(data).encode() + b"\n\n"
+
+    async def events() -> AsyncIterator[bytes]:
+        yield event(
+            [{"index": 0, "delta": {"role": "assistant", "content": content}, "finish_reason": None}]
+        )
+        yield event([{"index": 0, "delta": {}, "finish_reason": "stop"}])
+        if include_usage:
+            yield event([], usage=usage)
+        yield b"data: [DONE]\n\n"
+
+    return StreamingResponse(
+        events(),
+        media_type="text/event-stream",
+        headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 
 

@@ -7,13 +7,13 @@ commit. A handler says what to answer and whether the running turn is to be canc
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from gateway.cluster.bus import SignalAction
 from gateway.commands import HELP_TEXT, WITH_TEXT, Command, ParsedCommand, parse_command
 from gateway.contracts.config import BusyMode, PlatformSection
-from gateway.contracts.ids import SessionKey
+from gateway.contracts.ids import SessionKey, UserId
 from gateway.contracts.messages import TextFormat
 from gateway.cron.service import JobService, describe
 from gateway.cron.targets import HOME_SETTING, chat_target
@@ -22,6 +22,7 @@ from gateway.sessions.signals import ClusterSignals
 from gateway.sessions.state import Lane, Running
 from gateway.store import inbox as inbox_sql
 from gateway.store.inbox import InboxRow, Outcome
+from gateway.store.jobs import Job
 from gateway.store.outbox import Chunk, Target, enqueue
 from gateway.store.store import set_setting
 
@@ -239,28 +240,13 @@ class Commands:
             for j in await service.find()
             if (user_id is not None and j.user_id == user_id) or j.id in reporting
         ]
-        if not found:
-            return Answer(
-                "No scheduled jobs here. Ask me to schedule one, e.g. “every weekday at 9…”."
-            )
-        lines = [f"Scheduled jobs ({len(found)}):"]
-        lines.extend(f"• {describe(j, service.next_run(j))}" for j in found)
-        return Answer("\n".join(lines))
+        return Answer(jobs_answer(service, found))
 
     async def _skills(self, asked: Asked) -> Answer:
         """The skills a turn of this session may use (the sender's own included)."""
         ctx, row = self.ctx, asked.row
-        agent = ctx.agent
-        if agent.skills is None:
-            return Answer("Skills are turned off here.")
         user_id = await ctx.owner(row)
-        owner = agent.memory.owner(row.session_key, user_id)
-        found = agent.skills.store.visible(owner)
-        if not found:
-            return Answer("No skills yet. When a task works out, I may save it as one.")
-        lines = [f"Skills ({len(found)}): send /NAME TEXT to use one."]
-        lines.extend(f"• /{s.name} — {_first_sentence(s.description)}" for s in found)
-        return Answer("\n".join(lines))
+        return Answer(skills_answer(ctx, row.session_key, user_id))
 
     async def _sethome(self, asked: Asked) -> Answer:
         ctx, row = self.ctx, asked.row
@@ -321,6 +307,28 @@ HANDLERS: dict[Command, Handler] = {
     **{c: Commands._usage for c in WITH_TEXT},
 }
 """Every command's handler (a command with a text never reaches here with one)."""
+
+
+def skills_answer(ctx: SessionContext, key: SessionKey, user_id: UserId | None) -> str:
+    """What `/skills` answers: the skills a turn of session `key` for `user_id` may use."""
+    agent = ctx.agent
+    if agent.skills is None:
+        return "Skills are turned off here."
+    found = agent.skills.store.visible(agent.memory.owner(key, user_id))
+    if not found:
+        return "No skills yet. When a task works out, I may save it as one."
+    lines = [f"Skills ({len(found)}): send /NAME TEXT to use one."]
+    lines.extend(f"• /{s.name} — {_first_sentence(s.description)}" for s in found)
+    return "\n".join(lines)
+
+
+def jobs_answer(service: JobService, found: Sequence[Job]) -> str:
+    """What `/cron` answers for the jobs `found`."""
+    if not found:
+        return "No scheduled jobs here. Ask me to schedule one, e.g. “every weekday at 9…”."
+    lines = [f"Scheduled jobs ({len(found)}):"]
+    lines.extend(f"• {describe(j, service.next_run(j))}" for j in found)
+    return "\n".join(lines)
 
 
 def _first_sentence(text: str, limit: int = 100) -> str:

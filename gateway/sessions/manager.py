@@ -22,14 +22,16 @@ from gateway.access import Access
 from gateway.channels import Channels
 from gateway.cluster.bus import LocalBus
 from gateway.cluster.lanes import Lanes, SoloLanes
+from gateway.commands import ParsedCommand
 from gateway.config import SessionsConfig
 from gateway.contracts.config import PlatformSection
-from gateway.contracts.ids import AccountId, Platform, PlatformMessageId, SessionKey
+from gateway.contracts.ids import AccountId, Platform, PlatformMessageId, SessionKey, UserId
 from gateway.contracts.messages import InboundMessage
 from gateway.memory_sync import SyncQueue
 from gateway.metrics import Metrics
 from gateway.sessions.admission import Admission
 from gateway.sessions.api import ApiTurns
+from gateway.sessions.api_commands import ApiCommands
 from gateway.sessions.commands import Commands
 from gateway.sessions.context import SessionContext, SnapshotReader
 from gateway.sessions.feedback import Feedback
@@ -98,6 +100,7 @@ class SessionManager:
         ctx.wake = self.workers.wake
         self.admission = Admission(ctx, self.commands.run)
         self.api = ApiTurns(ctx, self.workers)
+        self.api_commands = ApiCommands(ctx)
         self._recovered: list[SessionKey] = []
 
     @property
@@ -229,6 +232,12 @@ class SessionManager:
     def submit(self, request: TurnRequest) -> TurnStream:
         """See `ApiTurns.submit`. Raises ShuttingDown or Overloaded."""
         return self.api.submit(request)
+
+    async def api_command(
+        self, key: SessionKey | None, user_id: UserId | None, command: ParsedCommand
+    ) -> str:
+        """See `ApiCommands.answer`."""
+        return await self.api_commands.answer(key, user_id, command)
 
     async def drain(self, grace: float) -> None:
         """Stop accepting; wait up to `grace` seconds for turns, then cancel what is left.

@@ -58,7 +58,7 @@ async def test_chat_commands_and_the_short_session_name(tmp_path: Path) -> None:
         assert code == 0, out
         assert "/new or /reset" in out
         code, out = await cli(config, "chat", "--session", "ada", "-m", "/mode steer")
-        assert "/mode does not apply in the terminal" in out
+        assert "/mode works in a platform chat, not over the API or in `herald chat`" in out
 
         code, out = await cli(config, "sessions", "show", "ada")
         assert code == 0, out
