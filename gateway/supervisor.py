@@ -19,6 +19,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 import uvicorn
@@ -364,6 +365,22 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 """Each starts the drain."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Core:
+    """What the agent phase of `Supervisor.run` made, for the phases after it."""
+
+    store: Store
+    sections: dict[str, PlatformSection]
+    provider: LLMProvider
+    health: ModelHealth
+    jobs: JobService
+    channels: Channels
+    approvals: ChatApprovals
+    hub: MCPHub
+    sender: OutboxChannels
+    agent: Agent
+
+
 class Supervisor:
     """Runs the daemon until SIGTERM / SIGINT / SIGHUP (or `stop()`), then drains and returns."""
 
@@ -397,6 +414,8 @@ class Supervisor:
         """`run`'s task until Herald serves: a stop signal cancels it."""
         self._stopped_starting = False
         self._menu: Callable[[], Sequence[tuple[str, str]]] | None = None
+        self._access: Access
+        """Who may do what, made by the sessions phase."""
 
     def stop(self) -> None:
         """Begin the drain (what SIGTERM does)."""
@@ -416,181 +435,22 @@ class Supervisor:
 
         Raises SetupError (a state directory it cannot make, a port in use, a database it
         cannot open or that a newer Herald migrated) and ConfigError before serving.
+
+        The daemon is built in phases, each handing the next what it made: the store and the
+        node, the agent, the channels, delivery, the sessions, cron, then HTTP (`_serve`).
+        Every resource a phase opens is entered on the one exit stack, so it is closed in
+        reverse order however far the start got.
         """
-        cfg = self.config
         loop = self._begin()
         try:
             async with AsyncExitStack() as stack:
-                store = await stack.enter_async_context(Store.open(cfg.effective_database_url))
-                self.metrics.watch_store(store.stats)
-                node = await stack.enter_async_context(
-                    Node(
-                        store,
-                        cfg.effective_instance_id,
-                        cfg.cluster,
-                        cfg.effective_database_url,
-                    )
-                )
-                health = ModelHealth()
-                failed_calls = self.metrics.model_calls_failed
-                provider: LLMProvider = ObservedProvider(
-                    make_provider(cfg.llm),
-                    health,
-                    lambda kind: failed_calls.labels(kind=kind).inc(),
-                    redact=self.redactor,
-                )
-                stack.push_async_callback(provider.aclose)
-                if provider.name == "echo":
-                    logger.warning("*** %s ***", OFFLINE_WARNING.upper())
-                sections = cfg.platforms.sections()
-                jobs = JobService(
-                    store,
-                    configured=sections,
-                    default_timezone=cfg.cron.timezone,
-                    clock=self.cron_clock,
-                )
-                self.memory = await open_external(
-                    cfg.memory, cfg.state_dir, store, self.metrics, stack, redact=self.redactor
-                )
-                if cfg.skills.enabled and cfg.skills.bundled:
-                    _install_bundled(cfg.state_dir / "skills")
-                channels = Channels()
-                approvals = ChatApprovals(
-                    store,
-                    sections,
-                    allow_api=cfg.api.allow_approval_tools,
-                    redact=self.redactor.secrets,
-                    limits=channels.limits,
-                )
-                hub = await stack.enter_async_context(MCPHub(cfg.mcp, redact=self.redactor))
-                mcp_tools = MCPTools(
-                    list(hub.servers.values()),
-                    StorePeople(store),
-                    approvals,
-                    approval_timeout=cfg.mcp.approval_timeout,
-                )
-                places = Places(
-                    store,
-                    sections,
-                    homes=cfg.home.targets,
-                    allowed=cfg.tools.send_message.targets,
-                )
-                agent, _memory = build_agent(
-                    cfg,
-                    provider,
-                    store,
-                    jobs,
-                    self.memory,
-                    channels=channels,
-                    sender=(sender := OutboxChannels(store, places, channels)),
-                    sources=[mcp_tools],
-                    places=places,
-                    redact=self.redactor,
-                )
-                if agent.transcriber is not None:
-                    stack.push_async_callback(agent.transcriber.aclose)
-                skills = agent.skills
-                self._menu = lambda: chat_menu(skills)
-                self.links = (
-                    MediaLinks(cfg.state_dir, cfg.files.link_ttl) if cfg.api.enabled else None
-                )
-                for name, section in sections.items():
-                    runner = self._runner(
-                        name, section, StoreCheckpoints(store, name, section.account)
-                    )
-                    channels.register(name, section.account, runner.limits, runner.live)
-                    if section.singleton:
-                        lease = node.lease(f"adapter:{name}:{section.account}")
-                        self.receiver_leases[name] = lease
-                delivery = DeliveryWorker(
-                    Outbox(store, listeners=[record_report]),
-                    channels,
-                    cfg.delivery,
-                    self.metrics,
-                    owner=node.id,
-                    lease_ttl=None if node.solo else cfg.cluster.lease_ttl,
-                    redactor=self.redactor,
-                )
-
-                def on_outbox() -> None:
-                    delivery.wake()
-                    node.announce_outbox()
-
-                def on_signal(signal: Signal) -> None:
-                    if signal.action in (SignalAction.OUTBOX, SignalAction.RESYNC):
-                        delivery.wake()
-
-                approvals.on_outbox = sender.on_outbox = on_outbox
-                node.bus.subscribe(on_signal)
-                access = Access(store, sections, cfg.access)
-                manager = await stack.enter_async_context(
-                    SessionManager(
-                        store,
-                        agent,
-                        cfg.sessions,
-                        self.metrics,
-                        agent.snapshot,
-                        channels=channels,
-                        access=access,
-                        platforms=sections,
-                        on_outbox=on_outbox,
-                        lanes=node.lanes,
-                        bus=node.bus,
-                        scan_interval=cfg.cluster.scan_interval,
-                        approvals=approvals,
-                        memory_sync=None if self.memory is None else self.memory.queue,
-                        files_dir=cfg.state_dir / "files",
-                        homes=cfg.home.targets,
-                        redact=self.redactor.secrets,
-                    )
-                )
-                for runner in self.runners.values():
-                    runner.sink = manager
-                scheduler = CronScheduler(
-                    store,
-                    agent,
-                    cfg.cron,
-                    homes=cfg.home.targets,
-                    sections=sections,
-                    state_dir=cfg.state_dir,
-                    channels=channels,
-                    snapshot=agent.snapshot,
-                    clock=self.cron_clock,
-                    instance=cfg.effective_instance_id,
-                    on_outbox=on_outbox,
-                    right=LeaseRight(node.lease("cron"), None if node.solo else node.leases)
-                    if cfg.cron.enabled
-                    else None,
-                    lease_ttl=cfg.cluster.lease_ttl,
-                    operator=access.job_operator,
-                )
-                jobs.on_change = scheduler.wake
-                deps = AppDeps(
-                    config=cfg,
-                    store=store,
-                    manager=manager,
-                    metrics=self.metrics,
-                    llm_provider=provider.name,
-                    llm_model=provider.model,
-                    adapters=self.adapter_states,
-                    state=self.state,
-                    webhooks=self._webhook_adapter,
-                    jobs=jobs,
-                    llm_health=health,
-                    mcp=lambda: {n: st.as_dict() for n, st in hub.status().items()},
-                    links=self.links,
-                    skills=skills,
-                    mcp_servers=hub.servers,
-                    cluster=lambda: {
-                        "mode": "single" if node.solo else "cluster",
-                        "holds": node.holds(),
-                        "sessions_here": manager.lanes,
-                        "signals": "connected" if node.bus.connected else "reconnecting",
-                    },
-                    memory=self._memory_health,
-                    pictures=pictures_of(agent.vision),
-                    redactor=self.redactor,
-                )
+                store, node = await self._store_and_node(stack)
+                core = await self._agent(stack, store)
+                self._channels(core, node)
+                delivery, on_outbox = self._delivery(core, node)
+                manager = await self._sessions(stack, core, node, on_outbox)
+                scheduler = self._cron(core, node, manager, on_outbox)
+                deps = self._http(core, node, manager)
                 await self._serve(deps, manager, delivery, scheduler, node)
         except asyncio.CancelledError:
             if not self._stopped_while_starting():
@@ -599,6 +459,205 @@ class Supervisor:
             self._end(loop)
         logger.info("stopped")
         return self.exit_code
+
+    # The phases of `run` ---------------------------------------------------------------------
+
+    async def _store_and_node(self, stack: AsyncExitStack) -> tuple[Store, Node]:
+        """The store (migrated) and this instance's node: leases, lanes and the signal bus."""
+        cfg = self.config
+        store = await stack.enter_async_context(Store.open(cfg.effective_database_url))
+        self.metrics.watch_store(store.stats)
+        node = await stack.enter_async_context(
+            Node(store, cfg.effective_instance_id, cfg.cluster, cfg.effective_database_url)
+        )
+        return store, node
+
+    async def _agent(self, stack: AsyncExitStack, store: Store) -> _Core:
+        """The model, jobs, external memory, skills, approvals, MCP servers and the agent."""
+        cfg = self.config
+        health = ModelHealth()
+        failed_calls = self.metrics.model_calls_failed
+        provider: LLMProvider = ObservedProvider(
+            make_provider(cfg.llm),
+            health,
+            lambda kind: failed_calls.labels(kind=kind).inc(),
+            redact=self.redactor,
+        )
+        stack.push_async_callback(provider.aclose)
+        if provider.name == "echo":
+            logger.warning("*** %s ***", OFFLINE_WARNING.upper())
+        sections = cfg.platforms.sections()
+        jobs = JobService(
+            store, configured=sections, default_timezone=cfg.cron.timezone, clock=self.cron_clock
+        )
+        self.memory = await open_external(
+            cfg.memory, cfg.state_dir, store, self.metrics, stack, redact=self.redactor
+        )
+        if cfg.skills.enabled and cfg.skills.bundled:
+            _install_bundled(cfg.state_dir / "skills")
+        channels = Channels()
+        approvals = ChatApprovals(
+            store,
+            sections,
+            allow_api=cfg.api.allow_approval_tools,
+            redact=self.redactor.secrets,
+            limits=channels.limits,
+        )
+        hub = await stack.enter_async_context(MCPHub(cfg.mcp, redact=self.redactor))
+        mcp_tools = MCPTools(
+            list(hub.servers.values()),
+            StorePeople(store),
+            approvals,
+            approval_timeout=cfg.mcp.approval_timeout,
+        )
+        places = Places(
+            store, sections, homes=cfg.home.targets, allowed=cfg.tools.send_message.targets
+        )
+        sender = OutboxChannels(store, places, channels)
+        agent, _memory = build_agent(
+            cfg,
+            provider,
+            store,
+            jobs,
+            self.memory,
+            channels=channels,
+            sender=sender,
+            sources=[mcp_tools],
+            places=places,
+            redact=self.redactor,
+        )
+        if agent.transcriber is not None:
+            stack.push_async_callback(agent.transcriber.aclose)
+        skills = agent.skills
+        self._menu = lambda: chat_menu(skills)
+        return _Core(
+            store, sections, provider, health, jobs, channels, approvals, hub, sender, agent
+        )
+
+    def _channels(self, core: _Core, node: Node) -> None:
+        """A runner per configured platform, registered with the channels (and leased when
+        its receiver runs on one instance at a time); the media-link signer with HTTP."""
+        cfg = self.config
+        self.links = MediaLinks(cfg.state_dir, cfg.files.link_ttl) if cfg.api.enabled else None
+        for name, section in core.sections.items():
+            runner = self._runner(
+                name, section, StoreCheckpoints(core.store, name, section.account)
+            )
+            core.channels.register(name, section.account, runner.limits, runner.live)
+            if section.singleton:
+                self.receiver_leases[name] = node.lease(f"adapter:{name}:{section.account}")
+
+    def _delivery(self, core: _Core, node: Node) -> tuple[DeliveryWorker, Callable[[], None]]:
+        """The delivery worker, and `on_outbox`: what everything that queues a chunk calls
+        (it wakes delivery here and tells the other instances)."""
+        delivery = DeliveryWorker(
+            Outbox(core.store, listeners=[record_report]),
+            core.channels,
+            self.config.delivery,
+            self.metrics,
+            owner=node.id,
+            lease_ttl=None if node.solo else self.config.cluster.lease_ttl,
+            redactor=self.redactor,
+        )
+
+        def on_outbox() -> None:
+            delivery.wake()
+            node.announce_outbox()
+
+        def on_signal(signal: Signal) -> None:
+            if signal.action in (SignalAction.OUTBOX, SignalAction.RESYNC):
+                delivery.wake()
+
+        core.approvals.on_outbox = core.sender.on_outbox = on_outbox
+        node.bus.subscribe(on_signal)
+        return delivery, on_outbox
+
+    async def _sessions(
+        self, stack: AsyncExitStack, core: _Core, node: Node, on_outbox: Callable[[], None]
+    ) -> SessionManager:
+        """The session manager (access, lanes, turns), made every runner's sink."""
+        cfg = self.config
+        self._access = Access(core.store, core.sections, cfg.access)
+        manager = await stack.enter_async_context(
+            SessionManager(
+                core.store,
+                core.agent,
+                cfg.sessions,
+                self.metrics,
+                core.agent.snapshot,
+                channels=core.channels,
+                access=self._access,
+                platforms=core.sections,
+                on_outbox=on_outbox,
+                lanes=node.lanes,
+                bus=node.bus,
+                scan_interval=cfg.cluster.scan_interval,
+                approvals=core.approvals,
+                memory_sync=None if self.memory is None else self.memory.queue,
+                files_dir=cfg.state_dir / "files",
+                homes=cfg.home.targets,
+                redact=self.redactor.secrets,
+            )
+        )
+        for runner in self.runners.values():
+            runner.sink = manager
+        return manager
+
+    def _cron(
+        self, core: _Core, node: Node, manager: SessionManager, on_outbox: Callable[[], None]
+    ) -> CronScheduler:
+        """The scheduler (leased in a cluster), woken when a job changes."""
+        cfg = self.config
+        scheduler = CronScheduler(
+            core.store,
+            core.agent,
+            cfg.cron,
+            homes=cfg.home.targets,
+            sections=core.sections,
+            state_dir=cfg.state_dir,
+            channels=core.channels,
+            snapshot=core.agent.snapshot,
+            clock=self.cron_clock,
+            instance=cfg.effective_instance_id,
+            on_outbox=on_outbox,
+            right=LeaseRight(node.lease("cron"), None if node.solo else node.leases)
+            if cfg.cron.enabled
+            else None,
+            lease_ttl=cfg.cluster.lease_ttl,
+            operator=self._access.job_operator,
+        )
+        core.jobs.on_change = scheduler.wake
+        return scheduler
+
+    def _http(self, core: _Core, node: Node, manager: SessionManager) -> AppDeps:
+        """What the HTTP app reads: the API, health, console and webhooks."""
+        hub = core.hub
+        return AppDeps(
+            config=self.config,
+            store=core.store,
+            manager=manager,
+            metrics=self.metrics,
+            llm_provider=core.provider.name,
+            llm_model=core.provider.model,
+            adapters=self.adapter_states,
+            state=self.state,
+            webhooks=self._webhook_adapter,
+            jobs=core.jobs,
+            llm_health=core.health,
+            mcp=lambda: {n: st.as_dict() for n, st in hub.status().items()},
+            links=self.links,
+            skills=core.agent.skills,
+            mcp_servers=hub.servers,
+            cluster=lambda: {
+                "mode": "single" if node.solo else "cluster",
+                "holds": node.holds(),
+                "sessions_here": manager.lanes,
+                "signals": "connected" if node.bus.connected else "reconnecting",
+            },
+            memory=self._memory_health,
+            pictures=pictures_of(core.agent.vision),
+            redactor=self.redactor,
+        )
 
     def _begin(self) -> asyncio.AbstractEventLoop:
         """Make the state directory, take the HTTP port, and catch the stop signals; the loop."""
