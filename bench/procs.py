@@ -20,7 +20,7 @@ import yaml
 from sqlalchemy import NullPool
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from tests.fakes.telegram_server import TelegramServerClient
+from tests.fakes.telegram import TelegramServerClient
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = Path(sys.executable)
@@ -267,7 +267,7 @@ async def telegram_fake(work: Path, token: str) -> AsyncIterator[TelegramServerC
         process(
             sys.executable,
             "-m",
-            "tests.fakes.telegram_server",
+            "tests.fakes.telegram",
             "--port",
             str(port),
             "--token",

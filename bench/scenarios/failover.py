@@ -30,7 +30,7 @@ from bench.procs import Herald, database, fake_llm, telegram_fake
 from bench.stats import fmt_spread, spread
 from gateway.store import Store
 from gateway.store.tables import leases
-from tests.fakes.telegram_server import TelegramServerClient
+from tests.fakes.telegram import TelegramServerClient
 
 NAME = "failover"
 TITLE = "Failover between three instances (PostgreSQL)"

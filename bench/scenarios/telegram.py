@@ -19,7 +19,7 @@ import httpx
 from bench.context import Context
 from bench.procs import database, fake_llm, herald, telegram_fake
 from bench.stats import fmt_spread, percentile, spread
-from tests.fakes.telegram_server import TelegramServerClient
+from tests.fakes.telegram import TelegramServerClient
 
 NAME = "telegram"
 TITLE = "Through the Telegram adapter (inbound to reply)"

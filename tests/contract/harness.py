@@ -48,10 +48,10 @@ from tests.fakes.discord_server import DEFAULT_TOKEN as DISCORD_TOKEN
 from tests.fakes.discord_server import QUIET_HEARTBEAT, FakeDiscordServer
 from tests.fakes.dovecot import USER as MAILBOX
 from tests.fakes.dovecot import Dovecot
-from tests.fakes.slack_server import DEFAULT_APP_TOKEN, DEFAULT_BOT_TOKEN, FakeSlackServer
-from tests.fakes.slack_server import Injected as SlackInjected
+from tests.fakes.slack import DEFAULT_APP_TOKEN, DEFAULT_BOT_TOKEN, FakeSlackServer
+from tests.fakes.slack import Injected as SlackInjected
 from tests.fakes.smtp_server import SmtpServer
-from tests.fakes.telegram_server import FakeTelegramServer, Injected
+from tests.fakes.telegram import FakeTelegramServer, Injected
 from tests.fakes.twilio_server import (
     DEFAULT_ACCOUNT_SID,
     DEFAULT_AUTH_TOKEN,

@@ -23,7 +23,7 @@ from tests.contract.harness import HARNESSES, WAIT, PlatformHarness, started
 from tests.e2e.daemon import free_port
 from tests.fakes.llm import FakeLLM, Reply
 from tests.fakes.sink import ListSink, receiving, run_until_error
-from tests.fakes.telegram_server import utf16_len
+from tests.fakes.telegram import utf16_len
 from tests.integration.inproc import Herald, running_daemon
 
 pytestmark = pytest.mark.timeout(60)

@@ -61,14 +61,14 @@ from tests.fakes.discord_server import DEFAULT_TOKEN as DISCORD_TOKEN
 from tests.fakes.discord_server import FakeDiscordServer
 from tests.fakes.discord_server import Posted as DiscordPosted
 from tests.fakes.dovecot import USER, Dovecot
-from tests.fakes.slack_server import (
+from tests.fakes.slack import (
     DEFAULT_APP_TOKEN,
     DEFAULT_BOT_TOKEN,
     FakeSlackServer,
     Posted,
 )
 from tests.fakes.smtp_server import Received, SmtpServer
-from tests.fakes.telegram_server import FakeTelegramServer, Sent
+from tests.fakes.telegram import FakeTelegramServer, Sent
 from tests.fakes.twilio_server import (
     DEFAULT_ACCOUNT_SID,
     DEFAULT_AUTH_TOKEN,

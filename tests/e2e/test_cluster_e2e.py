@@ -64,8 +64,8 @@ from tests.e2e.crash import (
 )
 from tests.e2e.daemon import Daemon
 from tests.fakes.llm import FakeLLM, Reply, last_user_text
-from tests.fakes.telegram_server import FakeTelegramServer
-from tests.fakes.telegram_server import Sent as TelegramSent
+from tests.fakes.telegram import FakeTelegramServer
+from tests.fakes.telegram import Sent as TelegramSent
 from tests.fakes.twilio_server import (
     DEFAULT_ACCOUNT_SID,
     DEFAULT_AUTH_TOKEN,

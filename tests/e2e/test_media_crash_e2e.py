@@ -17,7 +17,7 @@ from gateway.store import Store
 from gateway.store.tables import outbox
 from tests.e2e.daemon import Daemon
 from tests.fakes.llm import FakeLLM, Reply
-from tests.fakes.telegram_server import FakeTelegramServer
+from tests.fakes.telegram import FakeTelegramServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 

@@ -22,7 +22,7 @@ from gateway.store import Store
 from gateway.store.tables import inbox
 from tests.e2e.daemon import Daemon, free_port
 from tests.fakes.llm import FakeLLM, last_user_text
-from tests.fakes.telegram_server import FakeTelegramServer
+from tests.fakes.telegram import FakeTelegramServer
 from tests.integration.test_model_failures import OUTAGE_NOTICE, llm_section, sessions_section
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]

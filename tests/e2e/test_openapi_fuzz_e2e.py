@@ -35,8 +35,8 @@ from schemathesis.specs.openapi.schemas import OpenApiSchema  # noqa: F401
 
 from tests.e2e.daemon import Daemon
 from tests.fakes.llm import FakeLLM
-from tests.fakes.slack_server import DEFAULT_BOT_TOKEN, DEFAULT_SIGNING_SECRET, FakeSlackServer
-from tests.fakes.telegram_server import FakeTelegramServer
+from tests.fakes.slack import DEFAULT_BOT_TOKEN, DEFAULT_SIGNING_SECRET, FakeSlackServer
+from tests.fakes.telegram import FakeTelegramServer
 from tests.fakes.twilio_server import (
     DEFAULT_ACCOUNT_SID,
     DEFAULT_AUTH_TOKEN,

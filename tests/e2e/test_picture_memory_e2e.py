@@ -21,7 +21,7 @@ import pytest
 
 from tests.e2e.daemon import Daemon
 from tests.fakes.llm import FakeLLM, Reply, last_user_text
-from tests.fakes.telegram_server import FakeTelegramServer
+from tests.fakes.telegram import FakeTelegramServer
 from tests.integration.media_rig import image_parts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]

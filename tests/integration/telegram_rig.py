@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.fakes.llm import FakeLLM
-from tests.fakes.telegram_server import FakeTelegramServer
+from tests.fakes.telegram import FakeTelegramServer
 from tests.integration.inproc import Herald, running_daemon
 
 TOKEN = "123456:herald-test-token"

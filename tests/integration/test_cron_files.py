@@ -31,7 +31,7 @@ from gateway.store.jobs import DeliveryStatus, RunStatus
 from gateway.store.tables import outbox
 from tests.contract.harness import TelegramHarness, started
 from tests.fakes.clock import FakeClock
-from tests.fakes.telegram_server import FakeTelegramServer
+from tests.fakes.telegram import FakeTelegramServer
 from tests.integration.cron_rig import CronRig, ScriptLLM, cron_rig
 
 pytestmark = pytest.mark.timeout(60)

@@ -12,7 +12,7 @@ import pytest
 
 from tests.fakes.chat_server import FakeChatServer
 from tests.fakes.llm import FakeLLM
-from tests.fakes.telegram_server import FakeTelegramServer
+from tests.fakes.telegram import FakeTelegramServer
 from tests.integration.inproc import running_daemon
 from tests.integration.telegram_rig import ANN, running_herald
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.fakes.llm import FakeLLM, Reply, last_user_text, you_said
-from tests.fakes.telegram_server import FakeTelegramServer
+from tests.fakes.telegram import FakeTelegramServer
 from tests.integration.inproc import running_daemon
 from tests.integration.mcp_rig import SERVER_SCRIPT, until
 from tests.integration.telegram_rig import ANN, BOB, TOKEN

@@ -14,7 +14,7 @@ import pytest
 
 from gateway.media import session_dir
 from tests.fakes.llm import FakeLLM, Reply
-from tests.fakes.telegram_server import FakeTelegramServer
+from tests.fakes.telegram import FakeTelegramServer
 from tests.integration.telegram_rig import ANN, BOB, BOT_USERNAME, TOKEN, running_herald
 
 pytestmark = pytest.mark.timeout(90)

@@ -20,7 +20,7 @@ import pytest
 
 from tests.e2e.daemon import free_port
 from tests.fakes.llm import FakeLLM, Reply, you_said
-from tests.fakes.telegram_server import FakeTelegramServer, Sent
+from tests.fakes.telegram import FakeTelegramServer, Sent
 from tests.integration.inproc import Herald, running_daemon
 from tests.integration.telegram_rig import ANN, BOB, TOKEN
 

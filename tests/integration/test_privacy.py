@@ -13,7 +13,7 @@ import pytest
 
 from gateway.cron.targets import HOME_SETTING
 from tests.fakes.llm import FakeLLM, Reply
-from tests.fakes.telegram_server import FakeTelegramServer
+from tests.fakes.telegram import FakeTelegramServer
 from tests.integration.inproc import running_daemon
 from tests.integration.telegram_rig import ANN, BOB, BOT_USERNAME, TOKEN, running_herald
 

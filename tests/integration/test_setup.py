@@ -23,9 +23,9 @@ from tests.fakes.dovecot import PASSWORD as DOVECOT_PASSWORD
 from tests.fakes.dovecot import USER as DOVECOT_USER
 from tests.fakes.dovecot import Dovecot
 from tests.fakes.llm import FakeLLM
-from tests.fakes.slack_server import DEFAULT_APP_TOKEN, DEFAULT_BOT_TOKEN, FakeSlackServer
+from tests.fakes.slack import DEFAULT_APP_TOKEN, DEFAULT_BOT_TOKEN, FakeSlackServer
 from tests.fakes.smtp_server import SmtpServer
-from tests.fakes.telegram_server import FakeTelegramServer
+from tests.fakes.telegram import FakeTelegramServer
 from tests.fakes.twilio_server import FakeTwilioServer
 
 pytestmark = pytest.mark.timeout(90)

@@ -15,7 +15,7 @@ from agent_core.memory import person
 from agent_core.skills.review import REVIEW_MARKER
 from gateway.contracts.ids import UserId
 from tests.fakes.llm import FakeLLM, Reply
-from tests.fakes.telegram_server import FakeTelegramServer
+from tests.fakes.telegram import FakeTelegramServer
 from tests.integration.inproc import running_daemon
 from tests.integration.telegram_rig import ANN, BOB, BOT_USERNAME, TOKEN
 from tests.unit.skills.helpers import skill_text

@@ -15,7 +15,7 @@ import pytest
 from gateway.contracts.adapter import AdapterState
 from tests.e2e.daemon import free_port
 from tests.fakes.llm import FakeLLM, Reply, last_user_text
-from tests.fakes.slack_server import (
+from tests.fakes.slack import (
     DEFAULT_APP_TOKEN,
     DEFAULT_BOT_TOKEN,
     DEFAULT_SIGNING_SECRET,

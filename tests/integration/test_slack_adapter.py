@@ -36,7 +36,7 @@ from gateway.contracts.messages import (
     TextFormat,
 )
 from tests.fakes.sink import ListSink, receiving, refusing_socket, run_until_error, until_or_ended
-from tests.fakes.slack_server import (
+from tests.fakes.slack import (
     DEFAULT_APP_TOKEN,
     DEFAULT_BOT_TOKEN,
     DEFAULT_SIGNING_SECRET,

@@ -18,7 +18,7 @@ from gateway.contracts.errors import NotReady
 from gateway.contracts.ids import AccountId, ChatId, ThreadId
 from gateway.contracts.messages import Button, OutboundMessage, TextFormat
 from tests.fakes.sink import ListSink, receiving, run_until_error
-from tests.fakes.slack_server import DEFAULT_APP_TOKEN, DEFAULT_BOT_TOKEN, FakeSlackServer
+from tests.fakes.slack import DEFAULT_APP_TOKEN, DEFAULT_BOT_TOKEN, FakeSlackServer
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -33,7 +33,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from tests.fakes.serving import LocalServer
-from tests.fakes.slack_server import (
+from tests.fakes.slack import (
     DEFAULT_USER,
     MAX_TEXT_LENGTH,
     FakeSlackServer,
@@ -937,7 +937,7 @@ async def test_standalone_server_is_usable_from_another_process() -> None:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "tests.fakes.slack_server",
+        "tests.fakes.slack",
         "--port",
         "0",
         "--bot-token",

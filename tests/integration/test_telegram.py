@@ -14,7 +14,7 @@ import pytest
 from gateway.contracts.adapter import AdapterState
 from tests.e2e.daemon import free_port
 from tests.fakes.llm import FakeLLM, Reply, last_user_text
-from tests.fakes.telegram_server import FakeTelegramServer, utf16_len
+from tests.fakes.telegram import FakeTelegramServer, utf16_len
 from tests.integration.telegram_rig import (
     ANN,
     BOB,

@@ -45,7 +45,7 @@ from gateway.contracts.messages import (
     TextFormat,
 )
 from tests.fakes.sink import ListSink, receiving, refusing_socket, run_until_error, until_or_ended
-from tests.fakes.telegram_server import (
+from tests.fakes.telegram import (
     CANT_PARSE,
     EDIT_NOT_FOUND,
     NOT_MODIFIED,

@@ -27,7 +27,7 @@ from telegram.error import (
 )
 
 import adapters.telegram  # noqa: F401  (sets PTB_TIMEDELTA before python-telegram-bot is used)
-from tests.fakes.telegram_server import (
+from tests.fakes.telegram import (
     NOT_MODIFIED,
     FakeTelegramServer,
     TelegramServerClient,
@@ -775,7 +775,7 @@ async def test_standalone_server_is_usable_from_another_process() -> None:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "tests.fakes.telegram_server",
+        "tests.fakes.telegram",
         "--port",
         "0",
         "--token",

@@ -13,7 +13,7 @@ from telegram.request import HTTPXRequest
 
 import adapters.telegram  # noqa: F401  (sets PTB_TIMEDELTA before python-telegram-bot is used)
 from adapters.telegram.pools import SplitPools, is_poll
-from tests.fakes.telegram_server import FakeTelegramServer
+from tests.fakes.telegram import FakeTelegramServer
 
 pytestmark = pytest.mark.timeout(60)
 

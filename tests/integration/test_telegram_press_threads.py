@@ -18,7 +18,7 @@ from adapters.telegram.config import TelegramConfig
 from gateway.contracts.config import GroupSessions
 from gateway.sessions.keys import derive_session_key
 from tests.fakes.sink import ListSink, receiving
-from tests.fakes.telegram_server import FakeTelegramServer
+from tests.fakes.telegram import FakeTelegramServer
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -23,7 +23,7 @@ from gateway.cron.service import JobService, JobSpec
 from gateway.sessions import SessionManager
 from gateway.store.jobs import JobStore
 from tests.fakes.llm import FakeLLM, Reply
-from tests.fakes.telegram_server import FakeTelegramServer
+from tests.fakes.telegram import FakeTelegramServer
 from tests.integration.inproc import Herald, running_daemon
 from tests.integration.telegram_rig import ANN, BOB, BOT_USERNAME, TOKEN
 from tests.unit.skills.helpers import skill_text

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.slack_server import (
+from tests.fakes.slack import (
     DEFAULT_APP_TOKEN,
     DEFAULT_BOT_TOKEN,
     DEFAULT_SIGNING_SECRET,

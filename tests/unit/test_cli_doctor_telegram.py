@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.telegram_server import FakeTelegramServer
+from tests.fakes.telegram import FakeTelegramServer
 from tests.unit.doctor_harness import Doctor, run_doctor
 
 TOKEN = "123456:doctor-test-token"

@@ -64,7 +64,7 @@ In tests: `async with FakeSlackServer() as slack:`, then `slack.inject_message(.
 counted ones count down) and records (`posted`, `updates`, `deleted`, `reactions`, `uploads`,
 `calls`, `rejected`, `envelopes`, `acks`, `sockets`, `open_sockets`, `max_open_sockets`,
 `texts_in()`, waits). Another process drives the server through `/control/*` (see
-`SlackServerClient`). Standalone: `python -m tests.fakes.slack_server --port 8102 --bot-token
+`SlackServerClient`). Standalone: `python -m tests.fakes.slack --port 8102 --bot-token
 xoxb-... --app-token xapp-...` serves until SIGTERM / SIGINT; its first line on stdout ends
 with the root URL."""
 

@@ -133,7 +133,7 @@ async def _main(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Serve on `--port` (0: any free port, printed) until SIGINT or SIGTERM."""
     parser = standalone.parser(
-        "tests.fakes.slack_server",
+        "tests.fakes.slack",
         __doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

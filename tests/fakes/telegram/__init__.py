@@ -37,7 +37,7 @@ faults (`tg.rate_limit(...)`, `tg.fail(...)`, `tg.drop(...)`, ...; each counts d
 inspection (`tg.sent`, `tg.edits`, `tg.actions`, `tg.confirmed`, `await tg.wait_for_sent(1)`).
 Another process drives the server through `/control/*` routes (see `TelegramServerClient`).
 Standalone (crash tests, manual runs):
-`python -m tests.fakes.telegram_server --port 8101 --token T [--bot-username U]` serves until
+`python -m tests.fakes.telegram --port 8101 --token T [--bot-username U]` serves until
 SIGTERM / SIGINT; its first line on stdout ends with the root URL.
 """
 

@@ -116,7 +116,7 @@ async def _main(port: int, token: str, bot_username: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Serve on `--port` (0: any free port, printed) until SIGINT or SIGTERM."""
     parser = standalone.parser(
-        "tests.fakes.telegram_server",
+        "tests.fakes.telegram",
         __doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
