@@ -239,13 +239,6 @@ class FakeChatServer(Served, Waitable):
     # -- where it listens -------------------------------------------------------------------
 
     @property
-    def port(self) -> int:
-        """The bound TCP port."""
-        if self._local is None:
-            raise RuntimeError("the server is not started")
-        return self._local.port
-
-    @property
     def base_url(self) -> str:
         """`http://127.0.0.1:<port>`: the loopback config's `url`."""
         return f"http://127.0.0.1:{self.port}"

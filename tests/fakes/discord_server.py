@@ -301,8 +301,7 @@ class FakeDiscordServer(Served, Waitable):
 
     @property
     def base_url(self) -> str:
-        assert self._local is not None
-        return f"http://127.0.0.1:{self._local.port}"
+        return self.url
 
     @property
     def api_base(self) -> str:

@@ -166,13 +166,6 @@ class FakeLLM(Served):
         self._local: LocalServer | None = None
 
     @property
-    def port(self) -> int:
-        """The bound TCP port."""
-        if self._local is None:
-            raise RuntimeError("the server is not started")
-        return self._local.port
-
-    @property
     def base_url(self) -> str:
         """The OpenAI base URL of this server, `http://127.0.0.1:<port>/v1`."""
         return f"http://127.0.0.1:{self.port}/v1"

@@ -112,7 +112,24 @@ class LocalServer:
 
 
 class Served:
-    """`async with fake:` runs `_start`, then `_stop` on the way out (also when `_start` fails)."""
+    """`async with fake:` runs `_start`, then `_stop` on the way out (also when `_start` fails).
+
+    A fake serving HTTP keeps its `LocalServer` in `_local`; `port` and `url` read it.
+    """
+
+    _local: LocalServer | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound TCP port (of the HTTP server, where a fake has more than one)."""
+        if self._local is None:
+            raise RuntimeError("the server is not started")
+        return self._local.port
+
+    @property
+    def url(self) -> str:
+        """`http://127.0.0.1:<port>`: the root, where a fake's `/control/*` routes live."""
+        return f"http://127.0.0.1:{self.port}"
 
     async def __aenter__(self) -> Self:
         try:

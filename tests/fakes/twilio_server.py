@@ -173,8 +173,7 @@ class FakeTwilioServer(Served, Waitable):
     @property
     def base_url(self) -> str:
         """The REST base to configure in place of `https://api.twilio.com`."""
-        assert self._local is not None
-        return f"http://127.0.0.1:{self._local.port}"
+        return self.url
 
     async def _start(self) -> None:
         self._http = httpx.AsyncClient(timeout=10.0, trust_env=False)

@@ -209,23 +209,11 @@ class FakeSlackServer(Served, Waitable):
     # -- where it listens -------------------------------------------------------------------------
 
     @property
-    def port(self) -> int:
-        """The Web API's TCP port."""
-        if self._local is None:
-            raise RuntimeError("the server is not started")
-        return self._local.port
-
-    @property
     def ws_port(self) -> int:
         """The Socket Mode listener's TCP port."""
         if self._listener is None:
             raise RuntimeError("the server is not started")
         return self._listener.port
-
-    @property
-    def url(self) -> str:
-        """`http://127.0.0.1:<port>`: the root, where `/control/*` lives."""
-        return f"http://127.0.0.1:{self.port}"
 
     @property
     def base_url(self) -> str:

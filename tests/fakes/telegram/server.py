@@ -176,18 +176,6 @@ class FakeTelegramServer(Served, Waitable):
     # -- where it listens -------------------------------------------------------------------------
 
     @property
-    def port(self) -> int:
-        """The bound TCP port."""
-        if self._local is None:
-            raise RuntimeError("the server is not started")
-        return self._local.port
-
-    @property
-    def url(self) -> str:
-        """`http://127.0.0.1:<port>`: the root, where `/control/*` lives."""
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
     def base_url(self) -> str:
         """`Bot(base_url=...)`: python-telegram-bot appends the token."""
         return f"{self.url}/bot"
