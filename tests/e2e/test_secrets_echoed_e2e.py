@@ -1,0 +1,104 @@
+"""A server that echoes a platform's secret in its error does not get it into the log, for
+every platform: each adapter starts against a server that puts the credentials it was sent
+into the error it answers (`tests/fakes/echoing.py`). The positive control is that the server
+did send the secret back and that its error text reached the log, so the secret would be
+there without redaction; the log (at DEBUG) holds the error, masked, and never the secret.
+Telegram's own case (the SDK putting the token in an InvalidURL) is in test_secrets_e2e.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.daemon import Daemon, free_port
+from tests.e2e.test_secrets_e2e import (
+    API_KEY,
+    DISCORD_TOKEN,
+    EMAIL_PASSWORD,
+    LLM_KEY,
+    SLACK_APP_TOKEN,
+    SLACK_BOT_TOKEN,
+    TWILIO_AUTH_TOKEN,
+    closed_url,
+    run_until_retried,
+)
+from tests.fakes.echoing import EchoingHTTP, EchoingIMAP
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+SID = "AC" + "2e" * 16
+
+
+def section(platform: str, port: int) -> tuple[dict[str, Any], str, str]:
+    """The platform's section against the echoing server on `port`, its secret, and words of
+    the server's error that must reach the log."""
+    url = f"http://127.0.0.1:{port}"
+    if platform == "slack":
+        return (
+            {"bot_token": SLACK_BOT_TOKEN, "app_token": SLACK_APP_TOKEN, "base_url": f"{url}/api/"},
+            SLACK_BOT_TOKEN,
+            "invalid_auth",
+        )
+    if platform == "discord":
+        return (
+            {"token": DISCORD_TOKEN, "api_base": f"{url}/api/v10"},
+            DISCORD_TOKEN,
+            "Missing Access",
+        )
+    if platform == "twilio":
+        return (
+            {
+                "account_sid": SID,
+                "auth_token": TWILIO_AUTH_TOKEN,
+                "from_number": "+15550000001",
+                "public_url": "http://127.0.0.1:9",
+                "base_url": url,
+            },
+            TWILIO_AUTH_TOKEN,
+            "Authenticate",
+        )
+    assert platform == "email"
+    return (
+        {
+            "imap_host": "127.0.0.1",
+            "imap_port": port,
+            "imap_security": "none",
+            "smtp_host": "127.0.0.1",
+            "smtp_port": free_port(),
+            "smtp_security": "none",
+            "username": "herald@example.com",
+            "address": "herald@example.com",
+            "password": EMAIL_PASSWORD,
+        },
+        EMAIL_PASSWORD,
+        "AUTHENTICATIONFAILED",
+    )
+
+
+@pytest.mark.parametrize("platform", ["slack", "discord", "twilio", "email"])
+async def test_a_secret_echoed_by_the_platform_stays_out_of_the_log(
+    tmp_path: Path, platform: str
+) -> None:
+    server = EchoingIMAP() if platform == "email" else EchoingHTTP(platform)
+    async with server:
+        platform_section, secret, error_words = section(platform, server.port)
+        daemon = Daemon(
+            tmp_path / "state",
+            {
+                "log_level": "DEBUG",
+                "llm": {"base_url": closed_url() + "/v1", "api_key": LLM_KEY},
+                "api": {"key": API_KEY},
+                "platforms": {platform: platform_section},
+            },
+        )
+        output = await run_until_retried(daemon, platform)
+
+    # The positive control: the secret came back from the server, and its error was logged.
+    assert any(secret in sent for sent in server.sent), server.sent
+    # The error's line holds the echo, masked where the secret stood.
+    echoed = [line for line in output.splitlines() if error_words in line]
+    assert echoed, output[-3000:]
+    assert any("***" in line for line in echoed), echoed
+    assert secret not in output, output[output.find(secret) - 300 : output.find(secret) + 100]
