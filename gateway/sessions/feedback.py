@@ -72,6 +72,9 @@ class Feedback:
                 async with asyncio.timeout(TYPING_TIMEOUT):
                     await adapter.working(target.chat_id, answering)
                 marked = True
+            except RateLimited as err:  # any 429 of the chat holds its replies
+                self.hold(target.chat, err.retry_after)
+                logger.debug("working indicator rate-limited: %s", err)
             except Exception as err:
                 logger.debug("working indicator failed: %s", err)
         try:
@@ -97,6 +100,9 @@ class Feedback:
                 try:
                     async with asyncio.timeout(5.0):
                         await adapter.done(target.chat_id, answering)
+                except RateLimited as err:
+                    self.hold(target.chat, err.retry_after)
+                    logger.debug("working indicator not removed, rate-limited: %s", err)
                 except Exception as err:
                     logger.debug("working indicator not removed: %s", err)
 

@@ -2,7 +2,8 @@
 
 Every adapter: acknowledges a message to its platform only after the inbox committed it; a
 message the platform delivers twice is answered once; credentials the platform refuses are an
-`AuthError`; the platform's 429 is `RateLimited` carrying its `retry_after`; a failing platform
+`AuthError`; the platform's 429 is `RateLimited` carrying its `retry_after`, and through the
+daemon a chat that met it (on any request) waits while another chat's answer goes; a failing platform
 server (5xx) is `NotReady` within a bound; a long answer
 reaches the person in chunks each within the adapter's `SendLimits.max_chunk`. A case a platform
 cannot express is skipped with the reason its harness gives.
@@ -13,12 +14,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from gateway.contracts.adapter import Adapter, AdapterState
 from gateway.contracts.errors import AuthError, NotReady, RateLimited
+from gateway.contracts.messages import utcnow
+from gateway.store.outbox import Outbox, OutboxStatus
 from tests.contract.harness import HARNESSES, WAIT, PlatformHarness, started
 from tests.e2e.daemon import free_port
 from tests.fakes.llm import FakeLLM, Reply
@@ -141,6 +145,33 @@ async def test_a_429_is_rate_limited_with_its_retry_after(name: str, tmp_path: P
             await platform.wait_texts(ann, 1)
         assert platform.texts_to(ann) == ["later it goes"]
         assert platform.texts_to(bob) == ["another chat is not limited"]
+
+
+HELD = 600
+"""Seconds a rate-limited chat is told to wait in the test below: far longer than the test, so
+the other chat's answer can only have come while that chat was held."""
+
+
+@pytest.mark.parametrize("name", cases("rate_limit"))
+async def test_a_rate_limited_chat_does_not_hold_up_another(name: str, tmp_path: Path) -> None:
+    """Through the whole daemon: Ann's chat gets the platform's 429 (on whichever request of
+    her turn meets it first: typing, a preview or the answer), Bob's answer goes out while
+    hers waits out the platform's time, and hers is kept for then, not dropped."""
+    async with started(name) as platform, FakeLLM() as llm, daemon(tmp_path, platform, llm) as h:
+        ann, bob = platform.people
+        platform.rate_limit(ann, HELD)
+        await platform.send(h, ann, "first")
+        await h.answered(1)
+        await platform.send(h, bob, "second")
+        assert await platform.wait_texts(bob, 1) == ["You said: second"]
+        assert platform.texts_to(ann) == []
+        waiting = [
+            r
+            for r in await Outbox(h.store).list()
+            if r.target.chat_id == platform.chat_of(ann) and r.status is not OutboxStatus.SENT
+        ]
+        assert [r.text for r in waiting] == ["You said: first"]
+        assert waiting[0].next_attempt_at > utcnow() + timedelta(seconds=HELD / 2)
 
 
 @pytest.mark.parametrize("name", cases("server_error"))

@@ -179,22 +179,6 @@ async def test_a_long_answer_is_chunked_with_code_blocks_intact(
         assert holders[0].count("```") == 2
 
 
-async def test_a_rate_limited_channel_does_not_hold_up_another(
-    tmp_path: Path, discord: FakeDiscordServer, llm: FakeLLM
-) -> None:
-    async with running_herald(tmp_path, discord, llm):
-        discord.rate_limit(DM, retry_after=2.0)
-        discord.inject_message(DM, "first", author=ANN)
-        await discord.wait_for(lambda: bool(discord.rate_limited))
-        discord.inject_message(BOB_DM, "second", author=BOB)
-        [bob] = await discord.wait_for_posted(lambda p: p.channel_id == BOB_DM)
-        [ann] = await discord.wait_for_posted(lambda p: p.channel_id == DM)
-        assert bob.at < ann.at
-        (_, refused_at), *_ = discord.rate_limited
-        assert ann.at - refused_at >= 1.9
-        assert ann.content == "You said: first"
-
-
 async def test_a_dropped_connection_during_a_burst_loses_nothing_and_answers_once(
     tmp_path: Path, llm: FakeLLM
 ) -> None:

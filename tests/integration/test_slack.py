@@ -136,21 +136,6 @@ async def test_a_long_answer_is_chunked_with_code_blocks_intact(
         assert holders[0].count("```") == 2
 
 
-async def test_a_rate_limited_channel_does_not_hold_up_another(
-    tmp_path: Path, slack: FakeSlackServer, llm: FakeLLM
-) -> None:
-    async with running_herald(tmp_path, slack, llm):
-        slack.rate_limit(DM, count=2, retry_after=2)  # its reaction and its first post
-        slack.inject_message(DM, "first", user=ANN)
-        slack.inject_message("D0BOB", "second", user=BOB)
-        [bob] = await slack.wait_for_posted(lambda p: p.channel == "D0BOB")
-        [ann] = await slack.wait_for_posted(lambda p: p.channel == DM)
-        assert bob.received_at < ann.received_at
-        refused = [r for r in slack.rejected if r.method == "chat.postMessage"]
-        assert refused
-        assert ann.received_at - refused[0].received_at >= 1.9
-
-
 async def test_a_dropped_socket_reconnects_without_losing_events_or_keeping_two(
     tmp_path: Path, slack: FakeSlackServer, llm: FakeLLM
 ) -> None:

@@ -177,23 +177,6 @@ async def test_markup_refused_by_telegram_is_resent_as_plain_text(
         assert "can't parse entities" in refused[0].description
 
 
-async def test_a_rate_limited_chat_does_not_hold_up_another(
-    tmp_path: Path, tg: FakeTelegramServer, llm: FakeLLM
-) -> None:
-    async with running_herald(tmp_path, tg, llm):
-        tg.rate_limit(ANN, count=2, retry_after=2)  # its typing and its first send
-        tg.inject_message(ANN, "first", sender_id=ANN)
-        tg.inject_message(BOB, "second", sender_id=BOB)
-        [bob] = await tg.wait_for_sent(to(BOB))
-        assert not [s for s in tg.sent if s.chat_id == ANN]
-        [ann] = await tg.wait_for_sent(to(ANN))
-        assert ann.plain_text == "You said: first"
-        refused = [r for r in tg.rejected if r.status == 429 and r.method == "sendMessage"]
-        assert refused, tg.rejected
-        assert ann.received_at - refused[0].received_at >= 1.9  # retry_after was honoured
-        assert bob.received_at < ann.received_at
-
-
 async def test_an_update_delivered_twice_is_answered_once(
     tmp_path: Path, tg: FakeTelegramServer, llm: FakeLLM
 ) -> None:

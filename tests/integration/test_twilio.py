@@ -306,21 +306,6 @@ async def test_429_is_retried(tmp_path: Path, twilio: FakeTwilioServer, llm: Fak
         assert row.attempts == 1  # waiting out a rate limit does not use up tries
 
 
-async def test_a_rate_limited_number_does_not_hold_up_another(
-    tmp_path: Path, twilio: FakeTwilioServer, llm: FakeLLM
-) -> None:
-    # Ann waits 10 s: room for Bob's turn, his 503 and its retry even on a loaded machine.
-    twilio.rate_limit(1, retry_after=10, to=ANN)
-    twilio.fail(1, status=503)
-    async with running_herald(tmp_path, twilio, llm) as herald:
-        await twilio.post_inbound(webhook(herald), ANN, "first")
-        await twilio.wait_for(lambda: len(twilio.refused) >= 1)
-        await twilio.post_inbound(webhook(herald), BOB, "second")
-        await twilio.wait_for_sent(2, timeout=30)
-        assert [s.to for s in twilio.sent] == [BOB, ANN]
-        assert [(r.status, r.to) for r in twilio.refused] == [(429, ANN), (503, BOB)]
-
-
 async def test_permanent_errors_are_dead_lettered(
     tmp_path: Path, twilio: FakeTwilioServer, llm: FakeLLM
 ) -> None:
