@@ -168,6 +168,17 @@ class PlatformHarness(abc.ABC):
         """The next `count` sends are refused by a platform server that is failing (a 503,
         or the mail server's transient 451)."""
 
+    stranger: ClassVar[str] = ""
+    """Someone not allowed to talk to Herald, as the platform addresses them (a direct chat)."""
+
+    async def send_file(self, herald: Herald, person: str, content: bytes) -> None:
+        """Deliver a direct message from `person` carrying one PDF file of `content`."""
+        raise NotImplementedError(self.cannot["stranger_files"])
+
+    def downloads(self) -> int:
+        """How many files the platform served to Herald so far."""
+        raise NotImplementedError(self.cannot["stranger_files"])
+
     def outbound(self, adapter: Adapter, person: str, text: str) -> OutboundMessage:
         """One chunk of `text` to `person`'s chat."""
         return OutboundMessage(
@@ -239,13 +250,22 @@ class TelegramHarness(PlatformHarness):
     def server_error(self, count: int) -> None:
         self.tg.fail("sendMessage", count, status=503)
 
+    stranger = "333333333"
+
+    async def send_file(self, herald: Herald, person: str, content: bytes) -> None:
+        doc = self.tg.add_file(content, file_name="d.pdf", mime_type="application/pdf")
+        self.tg.inject_message(int(person), "", sender_id=int(person), document=doc)
+
+    def downloads(self) -> int:
+        return len(self.tg.downloads)
+
 
 class SlackHarness(PlatformHarness):
     """Slack (Socket Mode) against the fake Slack; each person has a DM channel."""
 
     platform = "slack"
     people = ("U0ANN", "U0BOB")
-    DMS: ClassVar[dict[str, str]] = {"U0ANN": "D0ANN", "U0BOB": "D0BOB"}
+    DMS: ClassVar[dict[str, str]] = {"U0ANN": "D0ANN", "U0BOB": "D0BOB", "U0EVE": "D0EVE"}
 
     def __init__(self) -> None:
         super().__init__()
@@ -301,6 +321,15 @@ class SlackHarness(PlatformHarness):
     def server_error(self, count: int) -> None:
         self.slack.fail("chat.postMessage", count, status=503)
 
+    stranger = "U0EVE"
+
+    async def send_file(self, herald: Herald, person: str, content: bytes) -> None:
+        file = self.slack.add_file(content, name="d.pdf", mimetype="application/pdf")
+        self.slack.inject_message(self.DMS[person], "look", user=person, files=[file])
+
+    def downloads(self) -> int:
+        return len(self.slack.downloads)
+
 
 class DiscordHarness(PlatformHarness):
     """Discord against the fake gateway and REST API; each person has a DM channel."""
@@ -310,6 +339,7 @@ class DiscordHarness(PlatformHarness):
     DMS: ClassVar[dict[str, str]] = {
         "2000000000000000001": "3000000000000000001",
         "2000000000000000002": "3000000000000000005",
+        "2000000000000000009": "3000000000000000009",
     }
 
     def __init__(self) -> None:
@@ -322,7 +352,7 @@ class DiscordHarness(PlatformHarness):
         self.discord = await stack.enter_async_context(
             FakeDiscordServer(heartbeat_interval=QUIET_HEARTBEAT)
         )
-        for person, name in zip(self.people, ("ann", "bob"), strict=True):
+        for person, name in zip((*self.people, self.stranger), ("ann", "bob", "eve"), strict=True):
             self.discord.add_user(person, name)
             self.discord.add_channel(self.DMS[person], dm=True)
 
@@ -374,6 +404,24 @@ class DiscordHarness(PlatformHarness):
 
     def server_error(self, count: int) -> None:
         self.discord.fail_rest(503, times=count, kind="post")
+
+    stranger = "2000000000000000009"
+
+    async def send_file(self, herald: Herald, person: str, content: bytes) -> None:
+        url = self.discord.add_file(content)
+        attachment = {
+            "id": str(len(self.discord.downloads) + 100),
+            "filename": "d.pdf",
+            "size": len(content),
+            "url": url,
+            "content_type": "application/pdf",
+        }
+        self.discord.inject_message(
+            self.DMS[person], "look", author=person, attachments=[attachment]
+        )
+
+    def downloads(self) -> int:
+        return len(self.discord.downloads)
 
 
 class EmailHarness(PlatformHarness):
@@ -430,6 +478,10 @@ class EmailHarness(PlatformHarness):
     cannot: ClassVar[dict[str, str]] = {
         "rate_limit": "SMTP has no 429: a server that wants less answers 4xx without a time "
         "to wait, which is NotReady (retried with backoff), never RateLimited",
+        "stranger_files": "IMAP has no download to count apart from the message: a stranger's "
+        "body is never fetched (tests/integration/test_email.py::"
+        "test_a_strangers_body_is_never_fetched and test_a_strangers_attachments_are_not_"
+        "written_to_disk)",
     }
 
     def adapter(self, files: Path, *, bad_token: bool = False) -> Adapter:
@@ -550,6 +602,18 @@ class TwilioHarness(PlatformHarness):
     def server_error(self, count: int) -> None:
         self.twilio.fail(count, status=503)
 
+    stranger = "+15550000000"
+
+    async def send_file(self, herald: Herald, person: str, content: bytes) -> None:
+        whatsapp = self.webhook == "whatsapp" and not person.startswith("whatsapp:")
+        number = f"whatsapp:{person}" if whatsapp else person
+        await self._post(
+            herald, self.twilio.message_form(number, "look", media=[(content, "application/pdf")])
+        )
+
+    def downloads(self) -> int:
+        return len(self.twilio.media_fetches)
+
 
 class WhatsAppHarness(TwilioHarness):
     """WhatsApp through the fake Twilio (the same adapter, its WhatsApp webhook)."""
@@ -565,6 +629,10 @@ class LoopbackHarness(PlatformHarness):
     platform = "test"
     people = ("u-ann", "u-bob")
     TOKEN = "4242:loopback-secret"
+
+    cannot: ClassVar[dict[str, str]] = {
+        "stranger_files": "the loopback chat server carries text only",
+    }
 
     def __init__(self) -> None:
         super().__init__()

@@ -3,10 +3,11 @@
 Every adapter: acknowledges a message to its platform only after the inbox committed it; a
 message the platform delivers twice is answered once; credentials the platform refuses are an
 `AuthError`; the platform's 429 is `RateLimited` carrying its `retry_after`, and through the
-daemon a chat that met it (on any request) waits while another chat's answer goes; a failing platform
-server (5xx) is `NotReady` within a bound; a long answer
-reaches the person in chunks each within the adapter's `SendLimits.max_chunk`. A case a platform
-cannot express is skipped with the reason its harness gives.
+daemon a chat that met it (on any request) waits while another chat's answer goes; a
+stranger's file is never downloaded; a failing platform server (5xx) is `NotReady` within a
+bound; a long answer reaches the person in chunks each within the adapter's
+`SendLimits.max_chunk`. A case a platform cannot express is skipped with the reason its
+harness gives.
 """
 
 from __future__ import annotations
@@ -172,6 +173,27 @@ async def test_a_rate_limited_chat_does_not_hold_up_another(name: str, tmp_path:
         ]
         assert [r.text for r in waiting] == ["You said: first"]
         assert waiting[0].next_attempt_at > utcnow() + timedelta(seconds=HELD / 2)
+
+
+@pytest.mark.parametrize("name", cases("stranger_files"))
+async def test_a_strangers_files_are_never_downloaded(name: str, tmp_path: Path) -> None:
+    """A file from someone not allowed is refused with its message, never fetched from the
+    platform nor written to disk; an allowed person's file is fetched once."""
+    content = b"%PDF-1.4 " + bytes(range(256)) * 8
+    async with started(name) as platform, FakeLLM() as llm, daemon(tmp_path, platform, llm) as h:
+        for _ in range(3):
+            await platform.send_file(h, platform.stranger, content)
+        rows = await h.answered(3)
+        assert [r["outcome"] for r in rows] == ["rejected"] * 3
+        assert all("not downloaded: the sender is not allowed" in r["text"] for r in rows), rows
+        assert platform.downloads() == 0
+        assert not (tmp_path / "state" / "files").exists()
+        ann = platform.people[0]
+        await platform.send_file(h, ann, content)
+        await platform.wait_texts(ann, 1)
+        assert platform.downloads() == 1
+        saved = list((tmp_path / "state" / "files").rglob("*"))
+        assert [p.read_bytes() for p in saved if p.is_file()] == [content]
 
 
 @pytest.mark.parametrize("name", cases("server_error"))

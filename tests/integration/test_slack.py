@@ -197,23 +197,6 @@ async def test_files_are_downloaded_with_the_bot_token(
         assert [p.read_bytes() for p in saved] == [pdf]
 
 
-async def test_a_strangers_files_are_never_downloaded(
-    tmp_path: Path, slack: FakeSlackServer, llm: FakeLLM
-) -> None:
-    pdf = b"%PDF-1.7 " + bytes(range(256)) * 4
-    files = [slack.add_file(pdf, name=f"d{n}.pdf", mimetype="application/pdf") for n in range(5)]
-    mine = slack.add_file(pdf, name="mine.pdf", mimetype="application/pdf")
-    async with running_herald(tmp_path, slack, llm) as herald:
-        slack.inject_message("D0EVE", "look", user="U0EVE", files=files)
-        [row] = await herald.answered(1)
-        assert row["outcome"] == "rejected"
-        assert slack.downloads == []
-        assert not (tmp_path / "state" / "files").exists()
-        slack.inject_message(DM, "mine", user=ANN, files=[mine])
-        await slack.wait_for_posted(lambda p: p.channel == DM)
-        assert len(slack.downloads) == 1
-
-
 async def test_answers_stream_by_updating_the_message(
     tmp_path: Path, slack: FakeSlackServer, llm: FakeLLM
 ) -> None:

@@ -302,34 +302,6 @@ async def test_too_large_documents_are_not_downloaded(
         assert not (tmp_path / "state" / "files").exists()
 
 
-async def test_a_strangers_documents_are_never_downloaded(
-    tmp_path: Path, tg: FakeTelegramServer, llm: FakeLLM
-) -> None:
-    stranger = 333333333
-    docs = [
-        tg.add_file(b"%PDF" + bytes([n]) * 4000, file_name=f"d{n}.pdf", mime_type="application/pdf")
-        for n in range(5)
-    ]
-    mine = tg.add_file(b"%PDF mine", file_name="mine.pdf", mime_type="application/pdf")
-    async with running_herald(tmp_path, tg, llm) as herald:
-        for doc in docs:
-            tg.inject_message(stranger, "", sender_id=stranger, document=doc)
-        [pairing] = await tg.wait_for_sent(to(stranger))
-        assert "pairing code" in pairing.plain_text
-        rows = await herald.answered(5)
-        assert [r["outcome"] for r in rows] == ["rejected"] * 5
-        assert "not downloaded: the sender is not allowed" in rows[0]["text"]
-        assert not [c for c in tg.calls if c.method == "getFile"]
-        assert tg.downloads == []
-        assert not (tmp_path / "state" / "files").exists()
-        # An allowed person's file still arrives.
-        tg.inject_message(ANN, "mine", sender_id=ANN, document=mine)
-        await tg.wait_for_sent(to(ANN))
-        assert len(tg.downloads) == 1
-        saved = list((tmp_path / "state" / "files").rglob("*.pdf"))
-        assert [p.read_bytes() for p in saved] == [b"%PDF mine"]
-
-
 async def test_a_group_that_became_a_supergroup_is_followed(
     tmp_path: Path, tg: FakeTelegramServer, llm: FakeLLM
 ) -> None:

@@ -245,21 +245,6 @@ async def test_mms_media_reach_the_agent(
         assert "image/jpeg" in prompt
 
 
-async def test_a_strangers_media_are_never_downloaded(
-    tmp_path: Path, twilio: FakeTwilioServer, llm: FakeLLM
-) -> None:
-    photo = b"\xff\xd8\xff\xe0" + b"jpeg" * 1000
-    async with running_herald(tmp_path, twilio, llm) as herald:
-        answer = await twilio.post_inbound(
-            webhook(herald), "+15550000000", "mine?", media=[(photo, "image/jpeg")] * 5
-        )
-        assert answer.status_code == 200
-        [row] = await herald.answered(1)
-        assert row["outcome"] == "rejected"
-        assert twilio.media_fetches == []
-        assert not (tmp_path / "state" / "files").exists()
-
-
 async def test_whatsapp_round_trip(tmp_path: Path, twilio: FakeTwilioServer, llm: FakeLLM) -> None:
     llm.responder = lambda body: Reply(text="Here is **bold**, _italic_ and `code`.")
     async with running_herald(tmp_path, twilio, llm) as herald:
