@@ -168,6 +168,17 @@ class PlatformHarness(abc.ABC):
         """The next `count` sends are refused by a platform server that is failing (a 503,
         or the mail server's transient 451)."""
 
+    streaming: ClassVar[dict[str, Any]] = {"stream_edits": True, "min_edit_interval": 0.2}
+    """What `section` needs changed for answers to stream by edits."""
+
+    def edits(self) -> int:
+        """How many edits of its own messages Herald made so far."""
+        raise NotImplementedError(self.cannot["stream_edits"])
+
+    def shown_to(self, person: str) -> list[str]:
+        """The texts of Herald's messages in `person`'s chat as they read now (after edits)."""
+        return self.texts_to(person)
+
     stranger: ClassVar[str] = ""
     """Someone not allowed to talk to Herald, as the platform addresses them (a direct chat)."""
 
@@ -259,6 +270,9 @@ class TelegramHarness(PlatformHarness):
     def downloads(self) -> int:
         return len(self.tg.downloads)
 
+    def edits(self) -> int:
+        return len(self.tg.edits)
+
 
 class SlackHarness(PlatformHarness):
     """Slack (Socket Mode) against the fake Slack; each person has a DM channel."""
@@ -329,6 +343,9 @@ class SlackHarness(PlatformHarness):
 
     def downloads(self) -> int:
         return len(self.slack.downloads)
+
+    def edits(self) -> int:
+        return len(self.slack.updates)
 
 
 class DiscordHarness(PlatformHarness):
@@ -423,6 +440,14 @@ class DiscordHarness(PlatformHarness):
     def downloads(self) -> int:
         return len(self.discord.downloads)
 
+    def edits(self) -> int:
+        return len(self.discord.edits)
+
+    def shown_to(self, person: str) -> list[str]:
+        ours = {p.id for p in self.discord.posted}
+        messages = self.discord.channels[self.DMS[person]].messages
+        return [str(m["content"]) for m in messages if m["id"] in ours]
+
 
 class EmailHarness(PlatformHarness):
     """Email through a real Dovecot (IMAP) and a real SMTP server (aiosmtpd); a person's
@@ -478,6 +503,7 @@ class EmailHarness(PlatformHarness):
     cannot: ClassVar[dict[str, str]] = {
         "rate_limit": "SMTP has no 429: a server that wants less answers 4xx without a time "
         "to wait, which is NotReady (retried with backoff), never RateLimited",
+        "stream_edits": "a sent mail cannot be edited: the answer goes once, whole",
         "stranger_files": "IMAP has no download to count apart from the message: a stranger's "
         "body is never fetched (tests/integration/test_email.py::"
         "test_a_strangers_body_is_never_fetched and test_a_strangers_attachments_are_not_"
@@ -518,6 +544,10 @@ class TwilioHarness(PlatformHarness):
     platform = "twilio"
     people = ("+15551234567", "+15557654321")
     webhook = "sms"
+
+    cannot: ClassVar[dict[str, str]] = {
+        "stream_edits": "an SMS or WhatsApp message cannot be edited: the answer goes whole",
+    }
 
     def __init__(self) -> None:
         super().__init__()
@@ -633,6 +663,10 @@ class LoopbackHarness(PlatformHarness):
     cannot: ClassVar[dict[str, str]] = {
         "stranger_files": "the loopback chat server carries text only",
     }
+    streaming: ClassVar[dict[str, Any]] = {"stream_edits": True}
+
+    def edits(self) -> int:
+        return len(self.chat.edits)
 
     def __init__(self) -> None:
         super().__init__()

@@ -4,7 +4,8 @@ Every adapter: acknowledges a message to its platform only after the inbox commi
 message the platform delivers twice is answered once; credentials the platform refuses are an
 `AuthError`; the platform's 429 is `RateLimited` carrying its `retry_after`, and through the
 daemon a chat that met it (on any request) waits while another chat's answer goes; a
-stranger's file is never downloaded; a failing platform server (5xx) is `NotReady` within a
+stranger's file is never downloaded; a streamed answer is one message edited until it reads
+whole; a failing platform server (5xx) is `NotReady` within a
 bound; a long answer reaches the person in chunks each within the adapter's
 `SendLimits.max_chunk`. A case a platform cannot express is skipped with the reason its
 harness gives.
@@ -17,6 +18,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -65,12 +67,14 @@ async def until_receiving(adapter: Adapter, task: asyncio.Task[None]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def daemon(tmp_path: Path, platform: PlatformHarness, llm: FakeLLM) -> AsyncIterator[Herald]:
-    """The daemon in-process, talking to `platform`'s fake and answering by `llm`."""
+async def daemon(
+    tmp_path: Path, platform: PlatformHarness, llm: FakeLLM, **changes: Any
+) -> AsyncIterator[Herald]:
+    """The daemon in-process, talking to `platform`'s fake (its section with `changes`) and
+    answering by `llm`."""
     port = free_port()
-    async with running_daemon(
-        tmp_path, llm, platform.platform, platform.section(port), port=port
-    ) as herald:
+    section = {**platform.section(port), **changes}
+    async with running_daemon(tmp_path, llm, platform.platform, section, port=port) as herald:
         yield herald
 
 
@@ -173,6 +177,22 @@ async def test_a_rate_limited_chat_does_not_hold_up_another(name: str, tmp_path:
         ]
         assert [r.text for r in waiting] == ["You said: first"]
         assert waiting[0].next_attempt_at > utcnow() + timedelta(seconds=HELD / 2)
+
+
+@pytest.mark.parametrize("name", cases("stream_edits"))
+async def test_an_answer_streams_by_editing_one_message(name: str, tmp_path: Path) -> None:
+    """With `stream_edits`, the answer appears in one message edited as the model writes,
+    and ends as the whole answer: never a second message with the same text."""
+    words = " ".join(f"word{i}" for i in range(60))
+    async with started(name) as platform, FakeLLM() as llm:
+        llm.responder = lambda body: Reply(text=words, chunk_delay=0.03)
+        async with daemon(tmp_path, platform, llm, **platform.streaming) as h:
+            ann = platform.people[0]
+            await platform.send(h, ann, "stream please")
+            await platform.fake.wait_for(lambda: platform.shown_to(ann) == [words], WAIT)
+            await h.answered(1)
+            assert platform.edits() > 0, "the preview was never edited"
+            assert platform.shown_to(ann) == [words]
 
 
 @pytest.mark.parametrize("name", cases("stranger_files"))

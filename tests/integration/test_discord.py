@@ -234,17 +234,3 @@ async def test_a_silent_connection_fails_ready_until_it_is_replaced(
 
         await herald.until(ready, timeout=30)
         assert len(await herald.answered(2)) == 2
-
-
-async def test_answers_stream_by_editing_the_message(
-    tmp_path: Path, discord: FakeDiscordServer, llm: FakeLLM
-) -> None:
-    words = " ".join(f"word{i}" for i in range(60))
-    llm.responder = lambda body: Reply(text=words, chunk_delay=0.03)
-    async with running_herald(tmp_path, discord, llm, stream_edits=True):
-        discord.inject_message(DM, "stream please", author=ANN)
-        await discord.wait_for(
-            lambda: [m["content"] for m in discord.channels[DM].messages][-1] == words, timeout=20
-        )
-        assert discord.edits, "the message was never edited"
-        assert len(discord.texts_in(DM)) == 1

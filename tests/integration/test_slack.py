@@ -197,18 +197,6 @@ async def test_files_are_downloaded_with_the_bot_token(
         assert [p.read_bytes() for p in saved] == [pdf]
 
 
-async def test_answers_stream_by_updating_the_message(
-    tmp_path: Path, slack: FakeSlackServer, llm: FakeLLM
-) -> None:
-    words = " ".join(f"word{i}" for i in range(60))
-    llm.responder = lambda body: Reply(text=words, chunk_delay=0.03)
-    async with running_herald(tmp_path, slack, llm, stream_edits=True):
-        slack.inject_message(DM, "stream please", user=ANN)
-        await slack.wait_for(lambda: slack.texts_in(DM) == [words])
-        assert slack.updates, "the preview was never updated"
-        assert len([p for p in slack.posted if p.channel == DM]) == 1
-
-
 async def test_events_api_checks_signatures_and_deduplicates_retries(
     tmp_path: Path, slack: FakeSlackServer, llm: FakeLLM
 ) -> None:

@@ -314,18 +314,6 @@ async def test_a_group_that_became_a_supergroup_is_followed(
         assert not [s for s in tg.sent if s.chat_id == old]
 
 
-async def test_answers_stream_by_editing_a_preview(
-    tmp_path: Path, tg: FakeTelegramServer, llm: FakeLLM
-) -> None:
-    words = " ".join(f"word{i}" for i in range(60))
-    llm.responder = lambda body: Reply(text=words, chunk_delay=0.03)
-    async with running_herald(tmp_path, tg, llm, stream_edits=True, min_edit_interval=0.2):
-        tg.inject_message(ANN, "stream please", sender_id=ANN)
-        await tg.wait_for(lambda: tg.texts_in(ANN) == [words])
-        assert tg.edits, "the preview was never edited"
-        assert len([s for s in tg.sent if s.chat_id == ANN]) == 1
-
-
 async def test_a_429_on_the_preview_or_typing_holds_the_chats_reply(
     tmp_path: Path, tg: FakeTelegramServer, llm: FakeLLM
 ) -> None:
