@@ -168,6 +168,11 @@ class PlatformHarness(abc.ABC):
         """The next `count` sends are refused by a platform server that is failing (a 503,
         or the mail server's transient 451)."""
 
+    @abc.abstractmethod
+    def block(self, person: str) -> None:
+        """The platform refuses sends to `person`'s chat for good: the person blocked the bot,
+        the chat is gone, the number opted out (the mail server: the next send, 550)."""
+
     streaming: ClassVar[dict[str, Any]] = {"stream_edits": True, "min_edit_interval": 0.2}
     """What `section` needs changed for answers to stream by edits."""
 
@@ -261,6 +266,9 @@ class TelegramHarness(PlatformHarness):
     def server_error(self, count: int) -> None:
         self.tg.fail("sendMessage", count, status=503)
 
+    def block(self, person: str) -> None:
+        self.tg.block_chat(int(person))
+
     stranger = "333333333"
 
     async def send_file(self, herald: Herald, person: str, content: bytes) -> None:
@@ -334,6 +342,9 @@ class SlackHarness(PlatformHarness):
 
     def server_error(self, count: int) -> None:
         self.slack.fail("chat.postMessage", count, status=503)
+
+    def block(self, person: str) -> None:
+        self.slack.remove_channel(self.DMS[person])
 
     stranger = "U0EVE"
 
@@ -421,6 +432,9 @@ class DiscordHarness(PlatformHarness):
 
     def server_error(self, count: int) -> None:
         self.discord.fail_rest(503, times=count, kind="post")
+
+    def block(self, person: str) -> None:
+        del self.discord.channels[self.DMS[person]]  # a DM that is gone: 404 Unknown Channel
 
     stranger = "2000000000000000009"
 
@@ -536,6 +550,9 @@ class EmailHarness(PlatformHarness):
     def server_error(self, count: int) -> None:
         self.smtp.refusals.extend(["451 4.3.0 try again later"] * count)
 
+    def block(self, person: str) -> None:
+        self.smtp.refusals.append("550 5.1.1 mailbox unavailable")
+
 
 class TwilioHarness(PlatformHarness):
     """SMS through the fake Twilio: inbound messages are signed webhooks to Herald, replies
@@ -632,6 +649,9 @@ class TwilioHarness(PlatformHarness):
     def server_error(self, count: int) -> None:
         self.twilio.fail(count, status=503)
 
+    def block(self, person: str) -> None:
+        self.twilio.reject(person, 21610)  # the number replied STOP
+
     stranger = "+15550000000"
 
     async def send_file(self, herald: Herald, person: str, content: bytes) -> None:
@@ -718,6 +738,9 @@ class LoopbackHarness(PlatformHarness):
 
     def server_error(self, count: int) -> None:
         self.chat.fail_sends(count, status=503)
+
+    def block(self, person: str) -> None:
+        self.chat.block_chat(person)
 
 
 HARNESSES: dict[str, type[PlatformHarness]] = {

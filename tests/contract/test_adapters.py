@@ -4,7 +4,8 @@ Every adapter: acknowledges a message to its platform only after the inbox commi
 message the platform delivers twice is answered once; credentials the platform refuses are an
 `AuthError`; the platform's 429 is `RateLimited` carrying its `retry_after`, and through the
 daemon a chat that met it (on any request) waits while another chat's answer goes; a
-stranger's file is never downloaded; a streamed answer is one message edited until it reads
+stranger's file is never downloaded; a send the platform refuses for good is a
+`PermanentSendError`; a streamed answer is one message edited until it reads
 whole; a failing platform server (5xx) is `NotReady` within a
 bound; a long answer reaches the person in chunks each within the adapter's
 `SendLimits.max_chunk`. A case a platform cannot express is skipped with the reason its
@@ -23,7 +24,7 @@ from typing import Any
 import pytest
 
 from gateway.contracts.adapter import Adapter, AdapterState
-from gateway.contracts.errors import AuthError, NotReady, RateLimited
+from gateway.contracts.errors import AuthError, NotReady, PermanentSendError, RateLimited
 from gateway.contracts.messages import utcnow
 from gateway.store.outbox import Outbox, OutboxStatus
 from tests.contract.harness import HARNESSES, WAIT, PlatformHarness, started
@@ -177,6 +178,25 @@ async def test_a_rate_limited_chat_does_not_hold_up_another(name: str, tmp_path:
         ]
         assert [r.text for r in waiting] == ["You said: first"]
         assert waiting[0].next_attempt_at > utcnow() + timedelta(seconds=HELD / 2)
+
+
+@pytest.mark.parametrize("name", cases("blocked"))
+async def test_a_send_the_platform_refuses_for_good_is_a_permanent_error(
+    name: str, tmp_path: Path
+) -> None:
+    """A chat the platform will never deliver to (blocked, gone, opted out, 550) is
+    `PermanentSendError`, not retried; another person's chat is not affected."""
+    async with started(name) as platform:
+        ann, bob = platform.people
+        async with platform.adapter(tmp_path / "files") as adapter:
+            platform.block(ann)
+            with pytest.raises(PermanentSendError):
+                async with asyncio.timeout(WAIT):
+                    await adapter.send(platform.outbound(adapter, ann, "never delivered"))
+            await adapter.send(platform.outbound(adapter, bob, "still delivered"))
+            await platform.wait_texts(bob, 1)
+        assert platform.texts_to(ann) == []
+        assert platform.texts_to(bob) == ["still delivered"]
 
 
 @pytest.mark.parametrize("name", cases("stream_edits"))
