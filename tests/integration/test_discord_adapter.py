@@ -27,7 +27,7 @@ from gateway.contracts.adapter import (
     SelfCheck,
     TypingIndicator,
 )
-from gateway.contracts.errors import AuthError, NotReady, PermanentSendError, RateLimited
+from gateway.contracts.errors import AuthError, NotReady, PermanentSendError
 from gateway.contracts.ids import AccountId, ChatId, PlatformMessageId, ThreadId
 from gateway.contracts.messages import Attachment, OutboundMessage, TextFormat
 from tests.fakes.discord_server import BOT_ID, DEFAULT_TOKEN, QUIET_HEARTBEAT, FakeDiscordServer
@@ -167,22 +167,6 @@ async def test_send_reply_edit_typing_and_files(discord: FakeDiscordServer, tmp_
         assert discord.posted[-1].content == "\\*not bold\\*"
         with pytest.raises(PermanentSendError):
             await adapter.send(outbound("3999999999999999999", "nowhere"))
-
-
-async def test_a_rate_limited_channel_raises_at_once_and_others_go_on(
-    discord: FakeDiscordServer, tmp_path: Path
-) -> None:
-    discord.rate_limit(GENERAL, retry_after=30.0)
-    async with adapter_for(discord, tmp_path) as adapter:
-        started = time.monotonic()
-        with pytest.raises(RateLimited) as caught:
-            await adapter.send(outbound(GENERAL, "slow"))
-        assert caught.value.retry_after == pytest.approx(30.0)
-        await adapter.send(outbound(RANDOM, "fast"))
-        assert time.monotonic() - started < 5
-        assert discord.texts_in(RANDOM) == ["fast"]
-        await adapter.send(outbound(GENERAL, "later"))
-        assert discord.texts_in(GENERAL) == ["later"]
 
 
 async def test_a_wrong_token_is_an_auth_error(discord: FakeDiscordServer, tmp_path: Path) -> None:

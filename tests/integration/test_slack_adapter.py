@@ -399,19 +399,6 @@ async def test_send_in_a_thread(slack: FakeSlackServer, adapter: SlackAdapter) -
     assert slack.texts_in(GENERAL, thread_ts=question.ts) == ["answer"]
 
 
-async def test_a_rate_limited_send_carries_retry_after(
-    slack: FakeSlackServer, adapter: SlackAdapter
-) -> None:
-    slack.rate_limit(DM, count=1, retry_after=7)
-    with pytest.raises(RateLimited) as caught:
-        await adapter.send(outbound(DM))
-    assert caught.value.retry_after == 7.0
-    await adapter.send(outbound(GENERAL))  # other channels are not limited
-    await adapter.send(outbound(DM))  # only the next `count` calls were
-    assert [p.channel for p in slack.posted] == [GENERAL, DM]
-    assert rejected(slack) == [("chat.postMessage", "ratelimited")]
-
-
 async def test_an_unknown_channel_is_a_permanent_error(
     slack: FakeSlackServer, adapter: SlackAdapter
 ) -> None:

@@ -177,21 +177,6 @@ async def test_markup_refused_by_telegram_is_resent_as_plain_text(
         assert "can't parse entities" in refused[0].description
 
 
-async def test_an_update_delivered_twice_is_answered_once(
-    tmp_path: Path, tg: FakeTelegramServer, llm: FakeLLM
-) -> None:
-    async with running_herald(tmp_path, tg, llm) as herald:
-        first = tg.inject_message(ANN, "only once", sender_id=ANN)
-        await tg.wait_for_sent(to(ANN))
-        await tg.wait_until_confirmed(first.update_id)
-        tg.duplicate(first.update_id)
-        await tg.wait_until_confirmed(first.update_id)
-        tg.inject_message(ANN, "next", sender_id=ANN)
-        await tg.wait_for_sent(lambda s: s.plain_text == "You said: next")
-        assert [s.plain_text for s in tg.sent] == ["You said: only once", "You said: next"]
-        assert len(await herald.answered(2)) == 2
-
-
 async def test_webhook_mode_checks_the_secret_and_answers(
     tmp_path: Path, tg: FakeTelegramServer, llm: FakeLLM
 ) -> None:

@@ -515,19 +515,6 @@ async def test_send_and_typing_in_a_forum_topic(
     ]
 
 
-async def test_rate_limited_send_carries_retry_after(
-    tg: FakeTelegramServer, adapter: TelegramAdapter
-) -> None:
-    tg.rate_limit(ANN, count=1, retry_after=7)
-    with pytest.raises(RateLimited) as caught:
-        await adapter.send(outbound(ANN))
-    assert caught.value.retry_after == 7.0
-    await adapter.send(outbound(GROUP))  # other chats are not limited
-    await adapter.send(outbound(ANN))  # only the next `count` sends were
-    assert [s.chat_id for s in tg.sent] == [GROUP, ANN]
-    assert [(r.method, r.status) for r in tg.rejected] == [("sendMessage", 429)]
-
-
 async def test_a_blocked_chat_is_a_permanent_error(
     tg: FakeTelegramServer, adapter: TelegramAdapter
 ) -> None:

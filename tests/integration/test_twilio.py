@@ -141,21 +141,6 @@ async def test_bad_or_missing_signatures_are_refused_and_nothing_is_stored(
         assert len(llm.requests) == 1
 
 
-async def test_a_duplicate_message_sid_is_stored_and_answered_once(
-    tmp_path: Path, twilio: FakeTwilioServer, llm: FakeLLM
-) -> None:
-    async with running_herald(tmp_path, twilio, llm) as herald:
-        form = twilio.message_form(ANN, "only once")
-        for _ in range(3):
-            assert (await twilio.post_form(webhook(herald), form)).status_code == 200
-        await herald.answered(1)
-        await twilio.post_inbound(webhook(herald), ANN, "next")
-        rows = await herald.answered(2)
-        assert [r["text"] for r in rows] == ["only once", "next"]
-        await twilio.wait_for_sent(2)
-        assert twilio.bodies(ANN) == ["You said: only once", "You said: next"]
-
-
 async def test_stop_then_a_scheduled_delivery_is_not_sent(
     tmp_path: Path, twilio: FakeTwilioServer, llm: FakeLLM
 ) -> None:

@@ -300,9 +300,6 @@ async def test_send_errors(twilio: FakeTwilioServer, tmp_path: Path) -> None:
         with pytest.raises(RateLimited) as limited:
             await adapter.send(outbound("a"))
         assert limited.value.retry_after == 1.0
-        twilio.fail(1, 502)
-        with pytest.raises(NotReady):
-            await adapter.send(outbound("a"))
         twilio.reject("+15550009999", 21211)
         with pytest.raises(PermanentSendError, match="21211"):
             await adapter.send(outbound("a", "+15550009999"))
