@@ -1,15 +1,19 @@
 """Secrets from outside never reach people: a model endpoint that echoes the refused key in its
-401, and a tool error quoting a configured token, leave no configured secret in the API's
+401, a tool error quoting a configured token, and a mail server's refusal quoting the mailbox
+password leave no configured secret in the API's
 error, `/health`, the log, the chat, the store or the memory provider (the whole daemon
 in-process, through the real SDKs and the fakes)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from email.message import EmailMessage
+from email.utils import format_datetime, make_msgid
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +21,24 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from gateway.contracts.messages import utcnow
 from gateway.redact import URL_LOGGERS, Redactor, install
+from gateway.store.outbox import Outbox, OutboxStatus
 from gateway.store.tables import inbox, messages, turns
 from tests.e2e.daemon import free_port
 from tests.fakes.chat_server import FakeChatServer
+from tests.fakes.dovecot import PASSWORD as MAIL_PASSWORD
+from tests.fakes.dovecot import Dovecot
 from tests.fakes.llm import FakeLLM, Reply, you_said
 from tests.fakes.mem0_server import FakeMem0
+from tests.fakes.smtp_server import SmtpServer
 from tests.integration.inproc import Herald, running_daemon
 from tests.integration.mcp_rig import stdio_server
 
 pytestmark = pytest.mark.timeout(90)
+
+WAIT = 30.0
+"""Upper bound of a wait for what the daemon does."""
 
 LLM_KEY = "sk-echoed-llm-key-0123456789abcdef"
 API_KEY = "redaction-api-key-0123456789"
@@ -224,3 +236,50 @@ def mcp_ready(api: httpx.AsyncClient) -> Callable[[], Awaitable[bool]]:
         return bool(servers["svc"]["state"] == "ready")
 
     return check
+
+
+async def test_a_send_refusal_quoting_the_password_is_stored_and_shown_masked(
+    tmp_path: Path, logged: pytest.LogCaptureFixture
+) -> None:
+    """The mail server's 550 quotes the mailbox password (as a server echoing the login it
+    refused might): the dead-lettered answer's error, the console's deliveries page and the
+    log carry the refusal, masked, never the password."""
+    # The logged fixture's redactor knows this module's secrets; install the mailbox's too.
+    install(Redactor((*SECRETS, MAIL_PASSWORD)))
+    refusal = f"550 5.7.1 refused for herald@example.com:{MAIL_PASSWORD}"
+    async with (
+        Dovecot() as dovecot,
+        SmtpServer() as smtp,
+        FakeLLM() as llm,
+    ):
+        section = dovecot.section(
+            allowed_senders=["ann@example.com"], idle_renew=30, timeout=5, **smtp.section()
+        )
+        smtp.refusals.append(refusal)
+        port = free_port()
+        async with running_daemon(tmp_path, llm, "email", section, port=port) as herald:
+            message = EmailMessage()
+            message["From"] = "ann@example.com"
+            message["To"] = section["address"]
+            message["Subject"] = "hello"
+            message["Message-ID"] = make_msgid()
+            message["Date"] = format_datetime(utcnow())
+            message.set_content("are you there?")
+            await dovecot.append(message.as_bytes())
+            outbox = Outbox(herald.store)
+            async with asyncio.timeout(WAIT):
+                while not (rows := await outbox.list()) or rows[0].status is not OutboxStatus.DEAD:
+                    await asyncio.sleep(0.05)
+            error = rows[0].last_error or ""
+            async with httpx.AsyncClient(base_url=herald.url, timeout=10.0) as http:
+                page = (await http.get("/console/deliveries")).text
+    # The positive control: the server's refusal carried the password, and it reached Herald.
+    assert MAIL_PASSWORD in refusal
+    assert "550 5.7.1 refused" in error, error
+    assert "***" in error, error
+    assert "550 5.7.1 refused" in page, page[-2000:]
+    logs = logged.text
+    assert "550 5.7.1 refused" in logs
+    for where, text in [("the outbox", error), ("the console", page), ("the log", logs)]:
+        at = text.find(MAIL_PASSWORD)
+        assert at < 0, f"the password in {where}: …{text[max(0, at - 120) : at + 40]}…"
