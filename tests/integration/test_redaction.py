@@ -1,8 +1,8 @@
 """Secrets from outside never reach people: a model endpoint that echoes the refused key in its
 401, a tool error quoting a configured token, and a mail server's refusal quoting the mailbox
-password leave no configured secret in the API's
-error, `/health`, the log, the chat, the store or the memory provider (the whole daemon
-in-process, through the real SDKs and the fakes)."""
+password leave no configured secret in the API's error, `/health`, the log, the chat, the
+store, the outbox, the console or the memory provider (the whole daemon in-process, through
+the real SDKs and the fakes)."""
 
 from __future__ import annotations
 
