@@ -261,13 +261,14 @@ async def herald(state_dir: Path, database_url: str, **settings: Any) -> AsyncIt
 
 @contextlib.asynccontextmanager
 async def telegram_fake(work: Path, token: str) -> AsyncIterator[TelegramServerClient]:
-    """The test suite's fake Bot API in a process of its own, for bot `token`; its client."""
+    """The fake Bot API (`bench.telegram_fake`) in a process of its own, for bot `token`; its
+    client."""
     port = free_port()
     async with (
         process(
             sys.executable,
             "-m",
-            "tests.fakes.telegram",
+            "bench.telegram_fake",
             "--port",
             str(port),
             "--token",
