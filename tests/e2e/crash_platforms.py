@@ -132,8 +132,8 @@ class LoopbackCrash(CrashScenario):
     """The test-only loopback platform against the fake chat server."""
 
     section_name = "test"
-    messages = 300
-    kills = 6
+    messages = 120
+    kills = 3
     seed = 20261122
     delays_seed = 20261122
     settle_timeout = 120.0
@@ -231,8 +231,8 @@ class TelegramCrash(CrashScenario):
     """Telegram against the fake Bot API; each user's chat id is the user's id."""
 
     section_name = "telegram"
-    messages = 200
-    kills = 5
+    messages = 90
+    kills = 3
     seed = 20261123
     delays_seed = 7
     settle_timeout = 120.0
@@ -312,8 +312,8 @@ class SlackCrash(CrashScenario):
     `U…NN`, channel `D…NN`)."""
 
     section_name = "slack"
-    messages = 200
-    kills = 5
+    messages = 90
+    kills = 3
     seed = 20261124
     delays_seed = 11
     settle_timeout = 90.0

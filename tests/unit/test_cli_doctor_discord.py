@@ -12,6 +12,8 @@ import pytest
 from tests.fakes.discord_server import BOT_ID, DEFAULT_TOKEN, FakeDiscordServer
 from tests.unit.doctor_harness import Doctor, run_doctor
 
+pytestmark = pytest.mark.e2e  # runs `herald` as a subprocess
+
 WRONG_TOKEN = "MTAwMA.wrong.doctor-token"
 
 

@@ -12,7 +12,7 @@ from tests.fakes.dovecot import USER, Dovecot
 from tests.fakes.smtp_server import SmtpServer
 from tests.unit.doctor_harness import run_doctor
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 from tests.integration.mcp_rig import SERVER_SCRIPT
 from tests.unit.doctor_harness import run_doctor
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
 TOOLS = Path(SERVER_SCRIPT).read_text(encoding="utf-8").count("@server.tool(")
 """The fake MCP server's tools, as its script declares them."""

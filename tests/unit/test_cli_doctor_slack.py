@@ -17,6 +17,8 @@ from tests.fakes.slack import (
 )
 from tests.unit.doctor_harness import Doctor, run_doctor
 
+pytestmark = pytest.mark.e2e  # runs `herald` as a subprocess
+
 WRONG_BOT_TOKEN = "xoxb-1-wrong-doctor-token"
 WRONG_APP_TOKEN = "xapp-1-A1-wrong-doctor-token"
 

@@ -11,6 +11,8 @@ import pytest
 from tests.fakes.telegram import FakeTelegramServer
 from tests.unit.doctor_harness import Doctor, run_doctor
 
+pytestmark = pytest.mark.e2e  # runs `herald` as a subprocess
+
 TOKEN = "123456:doctor-test-token"
 
 

@@ -18,7 +18,7 @@ from tests.fakes.twilio_server import (
 )
 from tests.unit.doctor_harness import Doctor, run_doctor
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
 WRONG_TOKEN = "fedcba9876543210fedcba9876543210"
 

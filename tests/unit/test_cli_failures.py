@@ -26,7 +26,7 @@ from gateway.store import Store
 from tests.e2e.daemon import HERALD, free_port
 from tests.services import require_service
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 RUN_TIMEOUT = 60.0
 FUTURE_REVISION = "9999_from_the_future"

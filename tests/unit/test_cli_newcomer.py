@@ -23,7 +23,7 @@ from gateway.store.tables import pairings
 from tests.unit.cli_harness import Herald
 from tests.unit.test_cli import add_exchange
 
-pytestmark = pytest.mark.usefixtures("clean_environment")
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("clean_environment")]
 
 
 def run_plain(*args: str) -> str:
