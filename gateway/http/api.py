@@ -324,9 +324,8 @@ def _command_reply(
         return b"data: " + json.dumps(data).encode() + b"\n\n"
 
     async def events() -> AsyncIterator[bytes]:
-        yield event(
-            [{"index": 0, "delta": {"role": "assistant", "content": content}, "finish_reason": None}]
-        )
+        delta = {"role": "assistant", "content": content}
+        yield event([{"index": 0, "delta": delta, "finish_reason": None}])
         yield event([{"index": 0, "delta": {}, "finish_reason": "stop"}])
         if include_usage:
             yield event([], usage=usage)
