@@ -83,6 +83,20 @@ def platforms() -> dict[str, tuple[dict[str, Any], list[str]]]:
     }
 
 
+def debug_daemon(tmp_path: Path, platform: str, section: dict[str, Any]) -> Daemon:
+    """A daemon logging at DEBUG with `section` as its one platform, and an LLM key and an
+    API key that are secrets too (the LLM is never called)."""
+    return Daemon(
+        tmp_path / "state",
+        {
+            "log_level": "DEBUG",
+            "llm": {"base_url": closed_url() + "/v1", "api_key": LLM_KEY},
+            "api": {"key": API_KEY},
+            "platforms": {platform: section},
+        },
+    )
+
+
 async def run_until_retried(daemon: Daemon, platform: str) -> str:
     """Start `herald run`, wait until the adapter has failed `TRIES` times, SIGTERM it;
     return everything it logged."""
@@ -117,16 +131,7 @@ async def run_until_retried(daemon: Daemon, platform: str) -> str:
 @pytest.mark.parametrize("platform", list(platforms()))
 async def test_no_secret_in_the_debug_log(tmp_path: Path, platform: str) -> None:
     section, secrets = platforms()[platform]
-    daemon = Daemon(
-        tmp_path / "state",
-        {
-            "log_level": "DEBUG",
-            # The LLM and API keys are secrets too (the LLM is never called here).
-            "llm": {"base_url": closed_url() + "/v1", "api_key": LLM_KEY},
-            "api": {"key": API_KEY},
-            "platforms": {platform: section},
-        },
-    )
+    daemon = debug_daemon(tmp_path, platform, section)
 
     output = await run_until_retried(daemon, platform)
 

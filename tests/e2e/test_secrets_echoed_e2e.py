@@ -12,16 +12,14 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.daemon import Daemon, free_port
+from tests.e2e.daemon import free_port
 from tests.e2e.test_secrets_e2e import (
-    API_KEY,
     DISCORD_TOKEN,
     EMAIL_PASSWORD,
-    LLM_KEY,
     SLACK_APP_TOKEN,
     SLACK_BOT_TOKEN,
     TWILIO_AUTH_TOKEN,
-    closed_url,
+    debug_daemon,
     run_until_retried,
 )
 from tests.fakes.echoing import EchoingHTTP, EchoingIMAP
@@ -84,15 +82,7 @@ async def test_a_secret_echoed_by_the_platform_stays_out_of_the_log(
     server = EchoingIMAP() if platform == "email" else EchoingHTTP(platform)
     async with server:
         platform_section, secret, error_words = section(platform, server.port)
-        daemon = Daemon(
-            tmp_path / "state",
-            {
-                "log_level": "DEBUG",
-                "llm": {"base_url": closed_url() + "/v1", "api_key": LLM_KEY},
-                "api": {"key": API_KEY},
-                "platforms": {platform: platform_section},
-            },
-        )
+        daemon = debug_daemon(tmp_path, platform, platform_section)
         output = await run_until_retried(daemon, platform)
 
     # The positive control: the secret came back from the server, and its error was logged.
