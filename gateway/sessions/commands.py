@@ -86,7 +86,12 @@ class Commands:
         # before this command clears it.
         async with lane.settling:
             lane.stops += 1
-            await self._run(row, parsed, lane)
+            try:
+                await self._run(row, parsed, lane)
+            finally:
+                # Counted again once its writes are in: a batch read while it ran (before
+                # /new stored the waiting rows again) is stale, and its turn must read anew.
+                lane.stops += 1
 
     async def _run(self, row: InboxRow, parsed: ParsedCommand | None, lane: Lane | None) -> None:
         ctx = self.ctx
