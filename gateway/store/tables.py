@@ -92,6 +92,7 @@ turns = Table(
     Index(None, "session_id", "id"),
     Index(None, "status"),
     Index(None, "session_id", "idempotency_key"),
+    Index(None, "started_at"),  # the console's charts (migration 0013)
 )
 
 messages = Table(
@@ -166,6 +167,7 @@ inbox = Table(
     UniqueConstraint("platform", "account", "platform_message_id"),
     Index(None, "session_key", "status", "id"),
     Index(None, "status", "id"),
+    Index(None, "received_at"),  # the console's charts (migration 0013)
 )
 
 outbox = Table(
@@ -212,6 +214,7 @@ outbox = Table(
     Index(None, "status", "next_attempt_at"),
     Index(None, "platform", "account", "chat_id", "id"),
     Index(None, "platform", "platform_message_id"),
+    Index(None, "created_at"),  # the console's charts (migration 0013)
 )
 
 jobs = Table(

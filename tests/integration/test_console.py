@@ -43,7 +43,7 @@ from gateway.store import approvals as approvals_sql
 from gateway.store import inbox as inbox_sql
 from gateway.store import pairings as pairings_sql
 from gateway.store.approvals import ApprovalStatus
-from gateway.store.outbox import Chunk, Outbox, OutboxStatus, Target
+from gateway.store.outbox import Chunk, Outbox, OutboxKind, OutboxStatus, Target
 from gateway.store.skills import SkillWrites
 from tests.fakes.platform import inbound
 from tests.integration.mcp_rig import stdio_server
@@ -690,6 +690,77 @@ async def test_api_and_terminal_questions_show_and_each_conversation_has_its_own
             "/console/sessions/view", params={"key": "test:acct:c1", "conversation": first.id}
         )
         assert other.status_code == 404
+
+
+def chart_summary(page: str, chart_id: str) -> str:
+    found = re.search(rf'<title id="{chart_id}-summary">([^<]*)</title>', page)
+    assert found, page
+    return found.group(1)
+
+
+async def test_the_overview_charts_what_the_store_recorded(rig: Rig) -> None:
+    """Messages in (platform and API), answers out, reply and model times, failures and the
+    outbox, drawn as SVG from the store's rows; the day's window too; a bad window refused."""
+    outbox = Outbox(rig.store)
+    for n in range(3):
+        message = inbound(f"question {n}", name="Ann", message_id=f"charted-{n}")
+        async with rig.store.write() as conn:
+            inbox_id = await inbox_sql.insert(conn, message, key=message.session_key, user_id=None)
+        [row] = await outbox.enqueue(
+            [
+                Chunk(
+                    f"r{n}",
+                    Target("test", AccountId("acct"), ChatId("c1")),
+                    f"answer {n}",
+                    kind=OutboxKind.REPLY,
+                    inbox_id=inbox_id,
+                )
+            ]
+        )
+        if n < 2:
+            await outbox.sent(row, f"p{n}", utcnow())
+    await dead_letter(rig.store)
+    key = SessionKey("api:default:cli-ann")
+    api = await rig.store.open_session(key, platform="api", user_id=None, snapshot=_no_snapshot)
+    turn, _ = await start_turn(rig.store, api.id, ChatMessage(Role.USER, "api question"))
+    await finish_turn(
+        rig.store, api.id, turn, TurnResult("completed", (ChatMessage(Role.ASSISTANT, "a"),))
+    )
+    turn, _ = await start_turn(rig.store, api.id, ChatMessage(Role.USER, "api again"))
+    await finish_turn(rig.store, api.id, turn, TurnResult("failed", (), error="model down"))
+    async with rig.client() as http:
+        page = (await http.get("/console")).text
+        day = await http.get("/console", params={"window": "day"})
+        week = await http.get("/console", params={"window": "week"})
+        stream = await http.get("/console/events", params={"window": "fortnight"})
+    assert page.count('<svg viewBox="0 0 320 112" role="img"') == 6
+    assert chart_summary(page, "chart-in") == (
+        "Messages in: 5 messages in the last hour (api 2, test 3)"
+    )
+    assert (
+        chart_summary(page, "chart-out")
+        == "Answers out: 3 answers in the last hour (api 1, test 2)"
+    )
+    assert chart_summary(page, "chart-reply").startswith("Reply time: 3 answers timed: p50 ")
+    assert chart_summary(page, "chart-model").startswith("Model: time per turn: 1 turn")
+    assert chart_summary(page, "chart-failures") == (
+        "Model: failed turns: 1 failed turn in the last hour (api 1) of 2 run"
+    )
+    assert chart_summary(page, "chart-outbox") == (
+        "Outbox: depth and dead letters: 1 to send now, at most 1; 1 dead letter"
+    )
+    assert '<rect class="bar series-' in page
+    assert '<circle class="dot series-p50"' in page  # one minute measured: a dot
+    assert '<polyline class="line series-depth"' in page
+    assert 'id="per-platform"' in page
+    assert 'style="' not in page  # the CSP allows the console's stylesheet only
+    assert day.status_code == 200
+    assert 'data-window="day"' in day.text
+    assert "per 15 min" in day.text
+    assert 'data-src="/console/events?window=day"' in day.text
+    assert week.status_code == 400
+    assert "choose one of hour, day" in week.text
+    assert stream.status_code == 400
 
 
 async def test_the_live_stream_sends_the_overview_and_ends_when_the_daemon_drains(

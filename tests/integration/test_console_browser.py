@@ -301,6 +301,49 @@ async def test_a_form_post_without_the_csrf_token_is_refused(browser: Browser, r
         await page.goto(f"{url}/console")
 
 
+async def test_the_charts_draw_the_traffic_and_switch_to_a_day(browser: Browser, rig: Rig) -> None:
+    url = rig.herald.url
+    for chat, user in (("c-chart-ann", "u-ann"), ("c-chart-bob", "u-bob")):
+        rig.chat.inject(chat, f"chart me, {user}", sender_id=user)
+    body = {"model": "herald", "messages": [{"role": "user", "content": "chart me too"}]}
+    answer = await rig.api.post("/v1/chat/completions", json={**body, "user": "charted"})
+    assert answer.status_code == 200
+    await until(lambda: _answered(rig, "c-chart-ann", "c-chart-bob"))
+    async with visitor(browser) as context:
+        page = await logged_in(context, url)
+        refused: list[str] = []
+        page.on(
+            "console", lambda m: refused.append(m.text) if "Content Security" in m.text else None
+        )
+        await expect(page.locator("#charts")).to_have_attribute("data-window", "hour")
+        for chart in ("chart-in", "chart-out", "chart-reply", "chart-model", "chart-failures"):
+            await expect(page.locator(f"#{chart} svg")).to_be_visible()
+        incoming = page.locator("#chart-in")
+        assert await incoming.locator("rect.bar").count() >= 2  # the test platform's and the API's
+        await expect(incoming.locator(".legend")).to_contain_text("api")
+        await expect(incoming.locator(".legend")).to_contain_text("test")
+        box = await incoming.locator("svg").bounding_box()
+        assert box is not None
+        assert box["width"] > 200
+        assert box["height"] > 40
+        # A bar is filled by the stylesheet's colour (not the default black of an unstyled SVG).
+        fill = await incoming.locator("rect.bar").first.evaluate("e => getComputedStyle(e).fill")
+        assert fill not in ("rgb(0, 0, 0)", "none", "")
+        await expect(page.locator("#chart-reply .summary")).to_contain_text("answers timed: p50")
+        await expect(page.locator("#per-platform")).to_contain_text("api")
+        await shot(page, "overview-charts")
+        await page.click("#charts .window a")
+        await page.wait_for_url(f"{url}/console?window=day")
+        await expect(page.locator("#charts")).to_have_attribute("data-window", "day")
+        await expect(page.locator("body")).to_have_attribute("data-live", "on")
+        await expect(page.locator("#chart-in .summary")).to_contain_text("in the last day")
+        assert refused == []
+
+
+async def _answered(rig: Rig, *chats: str) -> bool:
+    return all(rig.chat.texts_in(chat) for chat in chats)
+
+
 async def test_the_overview_reads_on_a_phone(browser: Browser, rig: Rig) -> None:
     async with visitor(browser) as context:  # after the other tests: something to show
         page = await logged_in(context, rig.herald.url)

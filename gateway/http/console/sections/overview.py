@@ -13,9 +13,11 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response, StreamingResponse
 
-from gateway.http.console.page import Console, ConsoleDep, Who
+from gateway.http.console import charts as drawn
+from gateway.http.console.page import Console, ConsoleDep, Refused, Who
 from gateway.http.console.section import Section
 from gateway.http.deps import AppDeps
+from gateway.store.activity import Activity
 from gateway.store.inbox import ApiMessage, Inbox, InboxRow
 from gateway.store.outbox import Outbox
 
@@ -27,6 +29,9 @@ RECENT = 10
 """Inbound messages the overview lists."""
 NEXT_RUNS = 5
 """Scheduled jobs the overview lists, soonest first."""
+CHARTS_EVERY = 10.0
+"""Seconds between two reads of the charts' window by an open live overview (the rest of
+the overview is read every `console.live_interval`)."""
 KEEPALIVE = 15.0
 """Seconds of an unchanged overview after which an SSE comment keeps proxies from
 timing the stream out."""
@@ -94,8 +99,38 @@ class JobLine:
     enabled: bool
 
 
-async def gather(deps: AppDeps) -> dict[str, Any]:
-    """What the overview shows, read from the daemon and its database now."""
+def window_of(request: Request) -> drawn.Window:
+    """The charts' window a visitor asked for (`?window=hour|day`, hour by default).
+    Raises Refused (400) naming the choices for any other."""
+    name = request.query_params.get("window", "hour")
+    window = drawn.WINDOWS.get(name)
+    if window is None:
+        raise Refused(
+            400, f"Unknown chart window {name[:40]!r}: choose one of {', '.join(drawn.WINDOWS)}."
+        )
+    return window
+
+
+async def charts_of(deps: AppDeps, window: drawn.Window) -> drawn.Charts:
+    """The charts of `window`, ending now, from what the store recorded."""
+    now = datetime.now(UTC)
+    rows = await Activity(deps.store).since(now - window.span)
+    return drawn.build(rows, window, now)
+
+
+CHART_GEOMETRY = {
+    "width": drawn.WIDTH,
+    "height": drawn.HEIGHT,
+    "left": drawn.LEFT,
+    "top": drawn.TOP,
+    "bottom": drawn.BOTTOM,
+    "windows": list(drawn.WINDOWS.values()),
+}
+
+
+async def gather(deps: AppDeps, charts: drawn.Charts) -> dict[str, Any]:
+    """What the overview shows, read from the daemon and its database now (`charts` are
+    read apart, less often)."""
     inbox = Inbox(deps.store)
     last = await inbox.last_received()
     adapters = [
@@ -135,16 +170,24 @@ async def gather(deps: AppDeps) -> dict[str, Any]:
         "memory": dict(deps.memory()),
         "recent": recent,
         "now": datetime.now(UTC),
+        "charts": charts,
+        **CHART_GEOMETRY,
     }
 
 
 @router.get("", response_class=HTMLResponse)
 async def overview(request: Request, console: ConsoleDep, who: Who) -> Response:
     """The overview page; its live part is refreshed through `/console/events`."""
-    data = await gather(console.deps)
+    window = window_of(request)
+    data = await gather(console.deps, await charts_of(console.deps, window))
     live = console.fragment("_overview.html", **data)
     return console.render(
-        request, "overview.html", current=SECTION.slug, title="Overview", live=live
+        request,
+        "overview.html",
+        current=SECTION.slug,
+        title="Overview",
+        live=live,
+        events=f"/console/events?window={window.name}",
     )
 
 
@@ -152,25 +195,32 @@ async def overview(request: Request, console: ConsoleDep, who: Who) -> Response:
 async def events(request: Request, console: ConsoleDep, who: Who) -> Response:
     """Server-sent events: `overview` with the live part's HTML whenever it changes. The
     stream ends as soon as the daemon starts draining (then 503: a reload finds the next)."""
+    window = window_of(request)
     if console.deps.state.draining:
         return Response("draining", status_code=503, media_type="text/plain")
     return StreamingResponse(
-        _stream(request, console.deps, console),
+        _stream(request, console.deps, console, window),
         media_type="text/event-stream",
         headers={"x-accel-buffering": "no"},
     )
 
 
-async def _stream(request: Request, deps: AppDeps, console: Console) -> AsyncIterator[str]:
+async def _stream(
+    request: Request, deps: AppDeps, console: Console, window: drawn.Window
+) -> AsyncIterator[str]:
     interval = deps.config.console.live_interval
     last = ""
     quiet = 0.0
+    charts: drawn.Charts | None = None
+    charts_age = 0.0
     yield "retry: 3000\n\n"
     while not deps.state.draining:
         if await request.is_disconnected():
             return
         try:
-            html = console.fragment("_overview.html", **await gather(deps))
+            if charts is None or charts_age >= CHARTS_EVERY:
+                charts, charts_age = await charts_of(deps, window), 0.0
+            html = console.fragment("_overview.html", **await gather(deps, charts))
         except Exception:  # a database that refuses reads now; the next look may work
             logger.warning("console: the live overview could not be read", exc_info=True)
             html = last
@@ -183,3 +233,4 @@ async def _stream(request: Request, deps: AppDeps, console: Console) -> AsyncIte
             yield ": still here\n\n"
         await asyncio.sleep(interval)
         quiet += interval
+        charts_age += interval
