@@ -34,7 +34,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from tests.fakes import standalone
-from tests.fakes.control import ControlClient, wait_answer
+from tests.fakes.control import (
+    ControlClient,
+    ControlError,
+    ControlHandler,
+    checked_fields,
+    control_fault_spec,
+    control_mounts,
+    control_specs,
+    wait_answer,
+)
 from tests.fakes.params import EscapedJSONResponse, hang_up
 from tests.fakes.serving import LocalServer, Served
 from tests.fakes.standalone import until_signalled
@@ -121,8 +130,9 @@ class _Faults:
     drop_polls: int = 0
 
 
-class _BadRequest(Exception):
-    """A request the server answers with 400 and `error` = the message."""
+class _BadRequest(ControlError):
+    """A request the server answers with 400 and `error` = the message (a control route's
+    too)."""
 
 
 def _error(
@@ -432,14 +442,13 @@ class FakeChatServer(Served, Waitable):
             ("edit", self._edit, "POST"),
             ("typing", self._typing, "POST"),
         ]
-        control = [
-            ("inject", self._control_inject, "POST"),
-            ("state", self._control_state, "GET"),
-            ("fault", self._control_fault, "POST"),
-            ("wait", self._control_wait, "POST"),
-        ]
+        control: dict[str, tuple[ControlHandler[FakeChatServer], str]] = {
+            "inject": (FakeChatServer._control_inject, "POST"),
+            "fault": (FakeChatServer._control_fault, "POST"),
+            "wait": (FakeChatServer._control_wait, "POST"),
+        }
         routes = [Route(f"/bot{{token}}/{name}", self._guard(h), methods=[m]) for name, h, m in bot]
-        routes += [Route(f"/control/{name}", self._guard(h), methods=[m]) for name, h, m in control]
+        routes += control_mounts(self, control)
         return Starlette(
             routes=routes,
             exception_handlers={HTTPException: self._http_error},
@@ -594,52 +603,37 @@ class FakeChatServer(Served, Waitable):
     # -- control routes -----------------------------------------------------------------------
 
     async def _control_inject(self, request: Request) -> Response:
-        body = await _json(request)
-        specs = [body] if isinstance(body, dict) else body
-        if not isinstance(specs, list) or not specs:
-            raise _BadRequest("bad request: expected a message spec or a non-empty list of them")
+        specs = await control_specs(request, "a message spec")
         calls = [_inject_arguments(spec) for spec in specs]  # all valid, or none injected
         return _ok(message_ids=[self.inject(*args, **kwargs) for args, kwargs in calls])
 
-    async def _control_state(self, request: Request) -> Response:
-        return JSONResponse(self.state())
-
     async def _control_fault(self, request: Request) -> Response:
-        spec = await _json_object(request)
-        kind = spec.get("fault")
-        chat_id = spec.get("chat_id")
-        count = _int(spec.get("count"), "count", 1)
-        if kind in ("rate_limit", "block_chat") and not isinstance(chat_id, str):
-            raise _BadRequest(f"bad request: {kind} needs chat_id")
+        spec = await control_fault_spec(request)
+        kind = spec.kind
         if kind == "rate_limit":
-            assert isinstance(chat_id, str)
-            self.rate_limit(chat_id, count, _float(spec.get("retry_after"), "retry_after", 1.0))
+            self.rate_limit(
+                spec.text("chat_id"), spec.integer("count", 1), spec.number("retry_after", 1.0)
+            )
         elif kind == "fail_sends":
-            self.fail_sends(count, _int(spec.get("status"), "status", 500))
+            self.fail_sends(spec.integer("count", 1), spec.integer("status", 500))
         elif kind == "reject_markup":
-            marker = spec.get("marker", DEFAULT_MARKUP_MARKER)
-            if marker is not None and (not isinstance(marker, str) or not marker):
-                raise _BadRequest("bad request: marker must be a non-empty string or null")
-            self.reject_markup(marker)
+            marker = spec.body.get("marker", DEFAULT_MARKUP_MARKER)
+            self.reject_markup(None if marker is None else spec.text("marker", marker))
         elif kind == "block_chat":
-            assert isinstance(chat_id, str)
-            blocked = spec.get("blocked", True)
-            if not isinstance(blocked, bool):
-                raise _BadRequest("bad request: blocked must be a boolean")
-            self.block_chat(chat_id, blocked)
+            self.block_chat(spec.text("chat_id"), spec.flag("blocked", True))
         elif kind == "fail_updates":
-            self.fail_updates(count, _int(spec.get("status"), "status", 500))
+            self.fail_updates(spec.integer("count", 1), spec.integer("status", 500))
         elif kind == "drop_polls":
-            self.drop_polls(count)
+            self.drop_polls(spec.integer("count", 1))
         elif kind == "duplicate":
-            message_id = spec.get("message_id")
+            message_id = spec.body.get("message_id")
             if not isinstance(message_id, str) or message_id not in self._messages:
-                raise _BadRequest("bad request: duplicate needs the message_id of an injection")
+                raise ControlError("duplicate needs the message_id of an injection")
             return _ok(update_id=self.duplicate(message_id))
         elif kind == "clear":
             self.clear_faults()
         else:
-            raise _BadRequest(f"bad request: unknown fault {kind!r}")
+            raise ControlError(f"unknown fault {kind!r}")
         return _ok()
 
     async def _control_wait(self, request: Request) -> Response:
@@ -670,43 +664,31 @@ class FakeChatServer(Served, Waitable):
         return await wait_answer(self._changes, met, timeout, self.state)
 
 
-_INJECT_FIELDS: tuple[tuple[str, type], ...] = (
-    ("chat_id", str),
-    ("text", str),
-    ("sender_id", str),
-    ("sender_name", str),
-    ("sender_is_bot", bool),
-    ("chat_type", str),
-    ("thread_id", str),
-    ("mentions_bot", bool),
-    ("message_id", str),
-    ("reply_to", str),
-    ("date", float),
-)
+_INJECT_FIELDS: dict[str, tuple[type, ...]] = {
+    "chat_id": (str,),
+    "text": (str,),
+    "sender_id": (str,),
+    "sender_name": (str,),
+    "sender_is_bot": (bool,),
+    "chat_type": (str,),
+    "thread_id": (str,),
+    "mentions_bot": (bool,),
+    "message_id": (str,),
+    "reply_to": (str,),
+    "date": (int, float),
+}
 """The fields of a control-route message spec and their JSON types."""
 
 
 def _inject_arguments(spec: Any) -> tuple[tuple[str, str], dict[str, Any]]:
     """The `inject()` arguments a control-route message spec stands for (400 when invalid)."""
-    if not isinstance(spec, dict):
-        raise _BadRequest("bad request: a message spec must be a JSON object")
-    unknown = set(spec) - {name for name, _ in _INJECT_FIELDS}
-    if unknown:
-        raise _BadRequest(f"bad request: unknown message fields {sorted(unknown)}")
-    for name in ("chat_id", "text", "sender_id"):
-        if not isinstance(spec.get(name), str):
-            raise _BadRequest(f"bad request: {name} must be a string")
-    kwargs: dict[str, Any] = {}
-    for name, kind in _INJECT_FIELDS:
-        value = spec.get(name)
-        if name in ("chat_id", "text") or value is None:
-            continue
-        if kind is float:
-            value = _float(value, name, 0.0)
-        elif not isinstance(value, kind) or (kind is str and isinstance(value, bool)):
-            raise _BadRequest(f"bad request: {name} must be a {kind.__name__}")
-        kwargs[name] = value
-    return (spec["chat_id"], spec["text"]), kwargs
+    args = checked_fields(
+        spec, _INJECT_FIELDS, what="message", required=("chat_id", "text", "sender_id")
+    )
+    chat_id, text = args.pop("chat_id"), args.pop("text")
+    if "date" in args:
+        args["date"] = float(args["date"])
+    return (chat_id, text), args
 
 
 class ChatServerClient(ControlClient):

@@ -1,9 +1,8 @@
 """The `/control/*` routes of `FakeSlackServer` (driving it from another process), each taking the
-server."""
+server; `ROUTES` is what the server mounts (`tests.fakes.control.control_mounts`)."""
 
 from __future__ import annotations
 
-import base64
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -11,30 +10,25 @@ from starlette.responses import JSONResponse, Response
 
 from tests.fakes.control import (
     ControlError,
+    checked_fields,
+    control_fault_spec,
+    control_file_spec,
     control_json,
     control_object,
+    control_specs,
     integer_limits,
     wait_answer,
     wait_timeout,
 )
 from tests.fakes.params import jsonable
-from tests.fakes.slack.records import (
-    JSON,
-    MAX_WAIT,
-)
+from tests.fakes.slack.records import JSON, MAX_WAIT
 
 if TYPE_CHECKING:
     from tests.fakes.slack.server import FakeSlackServer
 
 
-# -- control routes ---------------------------------------------------------------------------
-
-
 async def control_inject(server: FakeSlackServer, request: Request) -> Response:
-    body = await control_json(request)
-    specs = [body] if isinstance(body, dict) else body
-    if not isinstance(specs, list) or not specs:
-        raise ControlError("expected an injection spec or a non-empty list of them")
+    specs = await control_specs(request, "an injection spec")
     calls = [_inject_call(spec) for spec in specs]  # all valid, or none injected
     injected: list[JSON] = []
     for kind, args in calls:
@@ -47,20 +41,8 @@ async def control_inject(server: FakeSlackServer, request: Request) -> Response:
 
 
 async def control_file(server: FakeSlackServer, request: Request) -> Response:
-    spec = await control_json(request)
-    if not isinstance(spec, dict) or not isinstance(spec.get("content_b64"), str):
-        raise ControlError("expected {content_b64, name?, mimetype?, title?, user?}")
-    try:
-        content = base64.b64decode(spec["content_b64"], validate=True)
-    except ValueError as err:
-        raise ControlError("content_b64 is not base64") from err
-    names = ("name", "mimetype", "title", "user")
-    options = {k: spec[k] for k in names if isinstance(spec.get(k), str)}
+    content, options = await control_file_spec(request, ("name", "mimetype", "title", "user"))
     return JSONResponse({"ok": True, "file": server.add_file(content, **options)})
-
-
-async def control_state(server: FakeSlackServer, request: Request) -> Response:
-    return JSONResponse(server.state())
 
 
 async def control_mode(server: FakeSlackServer, request: Request) -> Response:
@@ -72,52 +54,38 @@ async def control_mode(server: FakeSlackServer, request: Request) -> Response:
 
 
 async def control_fault(server: FakeSlackServer, request: Request) -> Response:
-    spec = await control_object(request)
-    kind = spec.get("fault")
-
-    def integer(name: str, default: int | None = None) -> int:
-        value = spec.get(name, default)
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise ControlError(f"{kind} needs an integer {name}")
-        return value
-
-    def optional_integer(name: str) -> int | None:
-        return None if spec.get(name) is None else integer(name)
-
-    def text(name: str, default: str | None = None) -> str:
-        value = spec.get(name, default)
-        if not isinstance(value, str) or not value:
-            raise ControlError(f"{kind} needs a string {name}")
-        return value
-
+    spec = await control_fault_spec(request)
+    kind = spec.kind
     done: int | None = None
     if kind == "rate_limit":
-        server.rate_limit(text("target"), integer("count", 1), integer("retry_after", 1))
+        server.rate_limit(
+            spec.text("target"), spec.integer("count", 1), spec.integer("retry_after", 1)
+        )
     elif kind == "fail":
-        server.fail(text("method"), integer("count", 1), integer("status", 500))
+        server.fail(spec.text("method"), spec.integer("count", 1), spec.integer("status", 500))
     elif kind == "drop":
-        server.drop(text("method"), integer("count", 1))
+        server.drop(spec.text("method"), spec.integer("count", 1))
     elif kind == "drop_socket":
-        done = server.drop_socket(optional_integer("socket_id"))
+        done = server.drop_socket(spec.optional_integer("socket_id"))
     elif kind == "send_disconnect":
-        close_after = spec.get("close_after")
+        close_after = spec.body.get("close_after")
         if close_after is not None and not isinstance(close_after, int | float):
             raise ControlError("close_after must be a number")
         done = server.send_disconnect(
-            text("reason", "refresh_requested"),
-            optional_integer("socket_id"),
+            spec.text("reason", "refresh_requested"),
+            spec.optional_integer("socket_id"),
             close_after=None if close_after is None else float(close_after),
         )
     elif kind == "silence_socket":
-        done = server.silence_socket(optional_integer("socket_id"))
+        done = server.silence_socket(spec.optional_integer("socket_id"))
     elif kind == "ignore_acks":
-        server.ignore_acks(integer("count", 1))
+        server.ignore_acks(spec.integer("count", 1))
     elif kind == "refuse_connections":
-        stage = text("stage", "handshake")
+        stage = spec.text("stage", "handshake")
         if stage not in ("open", "handshake"):
             raise ControlError("stage must be open or handshake")
         server.refuse_connections(
-            integer("count", 1), stage="open" if stage == "open" else "handshake"
+            spec.integer("count", 1), stage="open" if stage == "open" else "handshake"
         )
     elif kind == "clear":
         server.clear_faults()
@@ -216,16 +184,16 @@ def _inject_call(spec: Any) -> tuple[str, JSON]:
     if kind not in _INJECT_KINDS:
         raise ControlError(f"unknown kind {kind!r}; one of {sorted(_INJECT_KINDS)}")
     fields = _INJECT_KINDS[kind][1]
-    args = {k: v for k, v in spec.items() if k != "kind" and v is not None}
-    unknown = set(args) - set(fields)
-    if unknown:
-        raise ControlError(f"unknown {kind} fields {sorted(unknown)}")
-    for name, value in args.items():
-        kinds = fields[name]
-        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            raise ControlError(f"{name} must be {' or '.join(k.__name__ for k in kinds)}")
-    required = {"event"} if kind == "event" else {"channel"}
-    missing = required - set(args)
-    if missing:
-        raise ControlError(f"{kind} needs {sorted(missing)}")
-    return kind, args
+    required = ("event",) if kind == "event" else ("channel",)
+    rest = {k: v for k, v in spec.items() if k != "kind"}
+    return kind, checked_fields(rest, fields, what=kind, required=required)
+
+
+ROUTES = {
+    "inject": (control_inject, "POST"),
+    "file": (control_file, "POST"),
+    "fault": (control_fault, "POST"),
+    "mode": (control_mode, "POST"),
+    "wait": (control_wait, "POST"),
+}
+"""The control routes besides `state`, with their HTTP methods."""

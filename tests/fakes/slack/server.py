@@ -23,9 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from tests.fakes.control import (
-    control_endpoint,
-)
+from tests.fakes.control import control_mounts
 from tests.fakes.params import hang_up, jsonable
 from tests.fakes.serving import LocalServer, Served, WebSocketListener
 from tests.fakes.slack import control_routes, delivery, methods
@@ -1100,14 +1098,6 @@ class FakeSlackServer(Served, Waitable):
     # -- internals: Web API -----------------------------------------------------------------------
 
     def _app(self) -> Starlette:
-        control = [
-            ("inject", functools.partial(control_routes.control_inject, self), "POST"),
-            ("file", functools.partial(control_routes.control_file, self), "POST"),
-            ("state", functools.partial(control_routes.control_state, self), "GET"),
-            ("fault", functools.partial(control_routes.control_fault, self), "POST"),
-            ("mode", functools.partial(control_routes.control_mode, self), "POST"),
-            ("wait", functools.partial(control_routes.control_wait, self), "POST"),
-        ]
         routes = [
             Route("/api/{method}", self._api_endpoint, methods=["GET", "POST"]),
             Route(
@@ -1121,9 +1111,7 @@ class FakeSlackServer(Served, Waitable):
                 methods=["GET"],
             ),
         ]
-        routes += [
-            Route(f"/control/{name}", control_endpoint(h), methods=[m]) for name, h, m in control
-        ]
+        routes += control_mounts(self, control_routes.ROUTES)
         return Starlette(routes=routes)
 
     def _token_kind(self, token: str | None) -> str | None:

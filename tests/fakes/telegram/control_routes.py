@@ -1,9 +1,8 @@
 """The `/control/*` routes of `FakeTelegramServer` (driving it from another process), each taking
-the server."""
+the server; `ROUTES` is what the server mounts (`tests.fakes.control.control_mounts`)."""
 
 from __future__ import annotations
 
-import base64
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -11,30 +10,24 @@ from starlette.responses import JSONResponse, Response
 
 from tests.fakes.control import (
     ControlError,
-    control_json,
+    checked_fields,
+    control_fault_spec,
+    control_file_spec,
     control_object,
+    control_specs,
     integer_limits,
     wait_answer,
     wait_timeout,
 )
 from tests.fakes.params import jsonable
-from tests.fakes.telegram.records import (
-    JSON,
-    MAX_POLL_TIMEOUT,
-)
+from tests.fakes.telegram.records import JSON, MAX_POLL_TIMEOUT
 
 if TYPE_CHECKING:
     from tests.fakes.telegram.server import FakeTelegramServer
 
 
-# -- control routes ---------------------------------------------------------------------------
-
-
 async def control_inject(server: FakeTelegramServer, request: Request) -> Response:
-    body = await control_json(request)
-    specs = [body] if isinstance(body, dict) else body
-    if not isinstance(specs, list) or not specs:
-        raise ControlError("expected a message spec or a non-empty list of them")
+    specs = await control_specs(request, "a message spec")
     calls = [_inject_arguments(spec) for spec in specs]  # all valid, or none injected
     injected: list[JSON] = []
     for args in calls:
@@ -51,62 +44,33 @@ async def control_inject(server: FakeTelegramServer, request: Request) -> Respon
 
 
 async def control_file(server: FakeTelegramServer, request: Request) -> Response:
-    spec = await control_json(request)
-    if not isinstance(spec, dict) or not isinstance(spec.get("content_b64"), str):
-        raise ControlError("expected {content_b64, file_path?, file_name?, mime_type?}")
-    try:
-        content = base64.b64decode(spec["content_b64"], validate=True)
-    except ValueError as err:
-        raise ControlError("content_b64 is not base64") from err
-    names = ("file_path", "file_name", "mime_type")
-    options = {k: spec.get(k) for k in names if isinstance(spec.get(k), str)}
+    content, options = await control_file_spec(request, ("file_path", "file_name", "mime_type"))
     return JSONResponse({"ok": True, "file_id": server.add_file(content, **options)})
 
 
-async def control_state(server: FakeTelegramServer, request: Request) -> Response:
-    return JSONResponse(server.state())
-
-
 async def control_fault(server: FakeTelegramServer, request: Request) -> Response:
-    spec = await control_object(request)
-    kind = spec.get("fault")
-
-    def integer(name: str, default: int | None = None) -> int:
-        value = spec.get(name, default)
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise ControlError(f"{kind} needs an integer {name}")
-        return value
-
-    def number(name: str, default: float) -> float:
-        value = spec.get(name, default)
-        if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-            raise ControlError(f"{kind} needs a number {name} > 0")
-        return float(value)
-
-    def method() -> str:
-        value = spec.get("method")
-        if not isinstance(value, str) or not value:
-            raise ControlError(f"{kind} needs a method")
-        return value
-
+    spec = await control_fault_spec(request)
+    kind = spec.kind
     if kind == "rate_limit":
-        server.rate_limit(integer("chat_id"), integer("count", 1), number("retry_after", 1.0))
+        server.rate_limit(
+            spec.integer("chat_id"), spec.integer("count", 1), spec.number("retry_after", 1.0)
+        )
     elif kind == "fail":
-        server.fail(method(), integer("count", 1), integer("status", 500))
+        server.fail(spec.text("method"), spec.integer("count", 1), spec.integer("status", 500))
     elif kind == "drop":
-        server.drop(method(), integer("count", 1))
+        server.drop(spec.text("method"), spec.integer("count", 1))
     elif kind == "reject_markup":
-        server.reject_markup(integer("count", 1))
+        server.reject_markup(spec.integer("count", 1))
     elif kind == "migrate_chat":
-        server.migrate_chat(integer("old_chat_id"), integer("new_chat_id"))
+        server.migrate_chat(spec.integer("old_chat_id"), spec.integer("new_chat_id"))
     elif kind == "block_chat":
-        server.block_chat(integer("chat_id"), bool(spec.get("blocked", True)))
+        server.block_chat(spec.integer("chat_id"), bool(spec.body.get("blocked", True)))
     elif kind == "delete_topic":
-        server.delete_topic(integer("chat_id"), integer("thread_id"))
+        server.delete_topic(spec.integer("chat_id"), spec.integer("thread_id"))
     elif kind == "stall_polls":
-        server.stall_polls(integer("count", 1))
+        server.stall_polls(spec.integer("count", 1))
     elif kind == "duplicate":
-        update_id = integer("update_id")
+        update_id = spec.integer("update_id")
         if update_id not in server._updates:
             raise ControlError(f"no update {update_id}")
         server.duplicate(update_id)
@@ -165,22 +129,20 @@ _INJECT_FIELDS: dict[str, tuple[type, ...]] = {
 
 def _inject_arguments(spec: Any) -> JSON:
     """The `inject_message()` keyword arguments (or `{"update": raw}`) a spec stands for."""
-    if not isinstance(spec, dict):
-        raise ControlError("a message spec must be a JSON object")
-    if "update" in spec:
+    if isinstance(spec, dict) and "update" in spec:
         if set(spec) != {"update"} or not isinstance(spec["update"], dict):
             raise ControlError('a raw update spec is {"update": {...}} alone')
         return {"update": spec["update"]}
-    unknown = set(spec) - set(_INJECT_FIELDS)
-    if unknown:
-        raise ControlError(f"unknown message fields {sorted(unknown)}")
-    for name in ("chat_id", "sender_id"):
-        if name not in spec:
-            raise ControlError(f"{name} is required")
-    for name, value in spec.items():
-        kinds = _INJECT_FIELDS[name]
-        if value is None and name not in ("chat_id", "sender_id"):
-            continue
-        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            raise ControlError(f"{name} must be {' or '.join(k.__name__ for k in kinds)}")
-    return {k: v for k, v in spec.items() if v is not None}
+    required = ("chat_id", "sender_id")
+    if isinstance(spec, dict) and any(spec.get(name, 0) is None for name in required):
+        raise ControlError(f"{' and '.join(required)} must not be null")
+    return checked_fields(spec, _INJECT_FIELDS, what="message", required=required)
+
+
+ROUTES = {
+    "inject": (control_inject, "POST"),
+    "file": (control_file, "POST"),
+    "fault": (control_fault, "POST"),
+    "wait": (control_wait, "POST"),
+}
+"""The control routes besides `state`, with their HTTP methods."""

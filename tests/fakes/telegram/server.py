@@ -19,9 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tests.fakes.control import (
-    control_endpoint,
-)
+from tests.fakes.control import control_mounts
 from tests.fakes.params import EscapedJSONResponse, hang_up, jsonable
 from tests.fakes.serving import LocalServer, Served
 from tests.fakes.telegram import control_routes, methods
@@ -655,13 +653,6 @@ class FakeTelegramServer(Served, Waitable):
         return secrets.compare_digest(given.encode(), self.token.encode())
 
     def _app(self) -> Starlette:
-        control = [
-            ("inject", functools.partial(control_routes.control_inject, self), "POST"),
-            ("file", functools.partial(control_routes.control_file, self), "POST"),
-            ("state", functools.partial(control_routes.control_state, self), "GET"),
-            ("fault", functools.partial(control_routes.control_fault, self), "POST"),
-            ("wait", functools.partial(control_routes.control_wait, self), "POST"),
-        ]
         routes = [
             Route("/bot{token}/{method}", self._bot_endpoint, methods=["GET", "POST"]),
             Route(
@@ -670,9 +661,7 @@ class FakeTelegramServer(Served, Waitable):
                 methods=["GET"],
             ),
         ]
-        routes += [
-            Route(f"/control/{name}", control_endpoint(h), methods=[m]) for name, h, m in control
-        ]
+        routes += control_mounts(self, control_routes.ROUTES)
         return Starlette(routes=routes, exception_handlers={HTTPException: self._http_error})
 
     async def _http_error(self, request: Request, exc: Exception) -> Response:
