@@ -322,10 +322,16 @@ async def test_the_charts_draw_the_traffic_and_switch_to_a_day(browser: Browser,
         assert await incoming.locator("rect.bar").count() >= 2  # the test platform's and the API's
         await expect(incoming.locator(".legend")).to_contain_text("api")
         await expect(incoming.locator(".legend")).to_contain_text("test")
-        box = await incoming.locator("svg").bounding_box()
-        assert box is not None
-        assert box["width"] > 200
-        assert box["height"] > 40
+        # Measured in one step in the page (the live overview replaces the element now and
+        # then, and a fresh one may not be laid out yet): the chart is drawn at a readable size.
+        svg = incoming.locator("svg")
+        size = "e => [e.getBoundingClientRect().width, e.getBoundingClientRect().height]"
+
+        async def readable() -> bool:
+            width, height = await svg.evaluate(size)
+            return bool(width > 200 and height > 40)
+
+        await until(readable)
         # A bar is filled by the stylesheet's colour (not the default black of an unstyled SVG).
         fill = await incoming.locator("rect.bar").first.evaluate("e => getComputedStyle(e).fill")
         assert fill not in ("rgb(0, 0, 0)", "none", "")
