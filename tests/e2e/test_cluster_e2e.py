@@ -1,5 +1,5 @@
 """Three `herald run` instances on one PostgreSQL database, two of them killed with SIGKILL
-while 500 messages arrive over 50 chats and a job fires every minute.
+while 400 messages arrive over 40 chats and a job fires every minute.
 
 The cluster: instances `herald-a`, `-b` and `-c` with a short lease TTL, Telegram in polling
 mode (one instance at a time polls, under the `adapter:telegram:default` lease) and Twilio
@@ -7,7 +7,7 @@ webhooks, which a load balancer (the test) posts to a randomly chosen instance, 
 one when the connection fails or the instance answers 503. A fake LLM answers
 `You said: <text>` after a short random delay.
 
-The run: 25 Telegram chats and 25 SMS numbers send 10 messages each, spread over `SPAN`
+The run: 20 Telegram chats and 20 SMS numbers send 10 messages each, spread over `SPAN`
 seconds (an SMS number sends its next message only once the previous one was answered 200, so
 each chat's message order is well defined). At a random moment the instance polling Telegram
 is killed; a probe message sent right after the kill measures the takeover (another instance
@@ -100,20 +100,20 @@ poller's first getUpdates. It catches a takeover that never answers."""
 
 TOKEN = "123456:cluster-token"
 TELEGRAM_LEASE = "adapter:telegram:default"
-TG_CHATS = 25
-SMS_CHATS = 25
+TG_CHATS = 20
+SMS_CHATS = 20
 PER_CHAT = 10
 FIRST_TG_CHAT = 1001
 PROBE_CHAT = 4001
 REPORT_CHAT = 5001
 """The Telegram chat the scheduled reports go to (it sends nothing itself)."""
-SPAN = 100.0
-"""Seconds over which the 500 messages arrive."""
-FIRST_KILL = (15.0, 35.0)
+SPAN = 60.0
+"""Seconds over which the 400 messages arrive."""
+FIRST_KILL = (8.0, 20.0)
 """When (seconds into the traffic) the poller's instance is killed."""
-SECOND_KILL = (50.0, 85.0)
+SECOND_KILL = (30.0, 50.0)
 """When another instance is killed."""
-SLOTS = 2
+SLOTS = 1
 """Slots of the every-minute job that must have fired before the end."""
 PUBLIC_URL = "https://herald.example.test"
 """What the Twilio webhooks are signed for: the load balancer's address."""
