@@ -90,6 +90,9 @@ async def test_a_conversation_on_every_platform_leaks_no_secret(tmp_path: Path) 
         config["api"] = {"key": API_KEY}
         config["llm"]["api_key"] = LLM_KEY
         config["platforms"]["slack"]["signing_secret"] = SLACK_SIGNING_SECRET
+        # A silenced Discord connection is found by asking for channel activity: soon, here,
+        # instead of after a minute (its replacement is logged too).
+        config["platforms"]["discord"]["activity_check_interval"] = 2.0
         (tmp_path / "state").mkdir()
         daemon = Daemon(tmp_path / "state", config)
         stack.push_async_callback(_kill_leftover, daemon)
