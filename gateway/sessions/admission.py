@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from gateway.access import Decision, Verdict
 from gateway.cluster.bus import Signal, SignalAction
 from gateway.cluster.lanes import LaneState
-from gateway.commands import WITH_TEXT, parse_command
+from gateway.commands import WITH_TEXT, ParsedCommand, parse_command
 from gateway.contracts.config import BusyMode, GroupSessions
 from gateway.contracts.errors import ShuttingDown
 from gateway.contracts.ids import InboxId, SessionKey
@@ -90,23 +90,10 @@ class Admission:
             message = dataclasses.replace(message, attachments=kept)
         target = Target(platform, message.account, message.chat_id, message.thread_id)
         parsed = parse_command(message.text)
-        async with ctx.store.write() as conn:
-            decision = await ctx.access.decide(conn, message) if ctx.access else None
-            if decision is not None and decision.verdict is not Verdict.ALLOW:
-                admitted = await self._reject(conn, message, key, target, decision)
-            elif parsed is not None and (parsed.command not in WITH_TEXT or not parsed.arg):
-                row_id = await inbox_sql.insert(
-                    conn, message, key=key, user_id=None, kind="command"
-                )
-                admitted = _Admitted(row_id, command=True)
-            else:
-                text = message.text if parsed is None else parsed.arg
-                forced = None if parsed is None else BusyMode(str(parsed.command))
-                admitted = await self._queue(
-                    conn, message=message, key=key, target=target, text=text, forced=forced
-                )
-            if admitted.notices:
-                await enqueue(conn, admitted.notices)
+
+        admitted = await ctx.store.unit(
+            lambda conn: self._admit(conn, message, key, target, parsed)
+        )
         if admitted.row_id is None:
             logger.debug("duplicate delivery of %s ignored", message.platform_message_id)
             return
@@ -144,6 +131,33 @@ class Admission:
             if admitted.interrupt:
                 running.cancel(INTERRUPTED_BY_NEWER)
         ctx.wake(key)
+
+    async def _admit(
+        self,
+        conn: AsyncConnection,
+        message: InboundMessage,
+        key: SessionKey,
+        target: Target,
+        parsed: ParsedCommand | None,
+    ) -> _Admitted:
+        """In one write transaction (one trip to SQLite's thread): who may write, and the
+        row stored as a command, a queued message or a rejection, with its notices."""
+        ctx = self.ctx
+        decision = await ctx.access.decide(conn, message) if ctx.access else None
+        if decision is not None and decision.verdict is not Verdict.ALLOW:
+            admitted = await self._reject(conn, message, key, target, decision)
+        elif parsed is not None and (parsed.command not in WITH_TEXT or not parsed.arg):
+            row_id = await inbox_sql.insert(conn, message, key=key, user_id=None, kind="command")
+            admitted = _Admitted(row_id, command=True)
+        else:
+            text = message.text if parsed is None else parsed.arg
+            forced = None if parsed is None else BusyMode(str(parsed.command))
+            admitted = await self._queue(
+                conn, message=message, key=key, target=target, text=text, forced=forced
+            )
+        if admitted.notices:
+            await enqueue(conn, admitted.notices)
+        return admitted
 
     async def _reject(
         self,

@@ -12,7 +12,10 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from gateway.cluster.lanes import Claim
+from gateway.contracts.config import BusyMode
 from gateway.contracts.errors import LeaseLost
 from gateway.contracts.ids import SessionKey
 from gateway.contracts.messages import utcnow
@@ -146,11 +149,16 @@ class LaneWorkers:
         """The rows of the next turn; [] to look again; None when nothing waits."""
         ctx = self.ctx
         lane.batch_stops = lane.stops
-        async with ctx.store.read() as conn:
+
+        async def look(conn: AsyncConnection) -> tuple[list[InboxRow], BusyMode | None]:
             rows = await inbox_sql.pending(conn, key)
             if not rows:
-                return None
-            mode = await ctx.mode(conn, key, ctx.platforms.get(rows[0].platform))
+                return rows, None
+            return rows, await ctx.mode(conn, key, ctx.platforms.get(rows[0].platform))
+
+        rows, mode = await ctx.store.unit(look, write=False)
+        if not rows or mode is None:
+            return None
         if rows[0].priority > 0:
             await self._drop_interrupted(key, lane, rows)
             return rows[:1]  # an interrupting message is answered alone, first

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_core.loop import TurnProgress
 from agent_core.media import TurnMedia
+from gateway.cluster.lanes import Claim
 from gateway.contracts.errors import LeaseLost
 from gateway.contracts.history import ChatMessage, History, Role, SessionInfo, TurnResult
 from gateway.contracts.ids import InboxId, SessionId, SessionKey, TurnId, UserId
@@ -152,18 +153,10 @@ class InboxTurns:
                     # message again in the new conversation, so which of them this turn must
                     # add to the history is known only from a fresh read.
                     raise _BatchChanged
-                async with self.ctx.store.write() as conn:
-                    # The lane first: a takeover locks the lane row, then the inbox rows.
-                    await self.ctx.lane_store.check(conn, claim, None)
-                    turn_id, _ = await record_start(conn, session.id, new_messages)
-                    taken = await inbox_sql.take(conn, [r.id for r in batch], turn_id)
-                    if taken < len(batch):
-                        raise _BatchChanged
-                    await self.ctx.lane_store.check(conn, claim, turn_id)
-                    # What the model reads, in the same transaction (no read of its own).
-                    history = await read_history(
-                        conn, session.id, self.ctx.agent.settings.history_window
-                    )
+                # One trip to the database (on SQLite): the whole transaction at once.
+                turn_id, history = await self.ctx.store.unit(
+                    lambda conn: self._begin(conn, claim, session.id, new_messages, batch)
+                )
             running.turn_id = turn_id
             progress = TurnProgress()
             media = TurnMedia()
@@ -248,7 +241,8 @@ class InboxTurns:
             notices, postponed = settled.notices, settled.postponed
             leftover = [i for i, _ in running.steer.waiting]
             try:
-                async with self.ctx.store.write() as conn:
+
+                async def settle(conn: AsyncConnection) -> bool:
                     await self.ctx.lane_store.check(conn, claim, None)
                     await self._finish(
                         conn,
@@ -261,9 +255,11 @@ class InboxTurns:
                     )
                     if postponed:
                         await inbox_sql.requeue(conn, postponed, turn_id=turn_id, refund=True)
-                    synced = status == TurnStatus.COMPLETED and await self.ctx.sync_turn(
+                    return status == TurnStatus.COMPLETED and await self.ctx.sync_turn(
                         conn, session, turn_id, [*map(_user_message, batch), *progress.messages]
                     )
+
+                synced = await self.ctx.store.unit(settle)
             except LeaseLost:
                 self.ctx.count("interrupted", started)
                 raise
@@ -277,6 +273,27 @@ class InboxTurns:
         if status != TurnStatus.COMPLETED:
             return None
         return session, [*new_messages, *progress.messages]
+
+    async def _begin(
+        self,
+        conn: AsyncConnection,
+        claim: Claim,
+        session_id: SessionId,
+        new_messages: list[ChatMessage],
+        batch: list[InboxRow],
+    ) -> tuple[TurnId, History]:
+        """In one write transaction: the turn with its new messages, the batch taken by it
+        (`_BatchChanged` when a row went meanwhile), and the history the model reads."""
+        # The lane first: a takeover locks the lane row, then the inbox rows.
+        await self.ctx.lane_store.check(conn, claim, None)
+        turn_id, _ = await record_start(conn, session_id, new_messages)
+        taken = await inbox_sql.take(conn, [r.id for r in batch], turn_id)
+        if taken < len(batch):
+            raise _BatchChanged
+        await self.ctx.lane_store.check(conn, claim, turn_id)
+        # What the model reads, in the same transaction (no read of its own).
+        history = await read_history(conn, session_id, self.ctx.agent.settings.history_window)
+        return turn_id, history
 
     def _settlement(
         self,

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 import os
 import pwd
 import sqlite3
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import aiosqlite
 from aiosqlite.context import Result
@@ -28,6 +31,10 @@ from gateway.contracts.errors import DatabaseUnavailable, HeraldError, SetupErro
 from gateway.store.stats import StoreStats, watch
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
+AWAITED_ELSEWHERE = (
+    "a unit of work awaited something other than the database (a bug: see Store.unit)"
+)
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 SQLITE_BUSY_TIMEOUT_MS = 10_000
@@ -71,7 +78,7 @@ def create_engine(
                     database, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, check_same_thread=False
                 )
 
-            connection = _Connection(connector, 64)
+            connection = SqliteConnection(connector, 64)
             connection.stats = stats
             return await connection
 
@@ -144,7 +151,7 @@ def _sqlite_pragmas(engine: AsyncEngine) -> None:
         # transaction's first statement, in that statement's trip.
         write = conn.get_execution_options().get("herald_write", False)
         driver = conn.connection.driver_connection
-        assert isinstance(driver, _Connection)
+        assert isinstance(driver, SqliteConnection)
         driver.pending_begin = "BEGIN IMMEDIATE" if write else "BEGIN"
 
     @event.listens_for(engine.sync_engine.pool, "reset")
@@ -180,7 +187,7 @@ class _Cursor(aiosqlite.Cursor):
     def _begin_pending(self) -> None:
         # On the connection's thread: the BEGIN of the transaction this statement opens.
         connection = self._conn
-        assert isinstance(connection, _Connection)
+        assert isinstance(connection, SqliteConnection)
         begin, connection.pending_begin = connection.pending_begin, None
         if begin is not None:
             self._cursor.execute(begin)
@@ -223,18 +230,69 @@ class _Cursor(aiosqlite.Cursor):
         self._cursor.close()
 
 
-class _Connection(aiosqlite.Connection):
+class SqliteConnection(aiosqlite.Connection):
     """An aiosqlite connection whose cursors are `_Cursor`s, created without a trip; each
     trip to its thread is counted in `stats`."""
 
     stats: StoreStats | None = None
     pending_begin: str | None = None
     """The BEGIN that the next statement sends first (set when a transaction begins)."""
+    inline = False
+    """Set on the connection's thread while `run_whole` drives a unit of work there: each
+    call runs at once, in that thread, instead of being queued to it."""
 
     async def _execute(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.inline:
+            return fn(*args, **kwargs)
         if self.stats is not None:
             self.stats.handoffs += 1
         return await super()._execute(fn, *args, **kwargs)  # type: ignore[no-untyped-call]
+
+    async def run_whole(self, unit: Coroutine[Any, Any, T]) -> T:
+        """Run `unit` (a coroutine that awaits nothing but this connection) on this
+        connection's thread: its statements, BEGIN and COMMIT in one trip there.
+
+        A `unit` that awaits anything else is closed there (its transaction rolled back) and
+        RuntimeError is raised. Cancelled while it runs, the unit still finishes (committed
+        or not) before CancelledError is raised; cancelled before it starts, it never runs.
+        """
+        dropped = threading.Event()
+        if not self._running or not self._connection:
+            unit.close()
+            raise ValueError("Connection closed")
+        # As aiosqlite's own trips are queued, without a task of its own.
+        trip: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._tx.put_nowait((trip, functools.partial(self._drive, unit, dropped)))
+        if self.stats is not None:
+            self.stats.handoffs += 1
+        try:
+            return await asyncio.shield(trip)
+        except asyncio.CancelledError:
+            dropped.set()  # not started yet: it never will be
+            with contextlib.suppress(BaseException):
+                await trip  # started: it runs to its end on the thread
+            raise
+
+    def _drive(self, unit: Coroutine[Any, Any, T], dropped: threading.Event) -> T:
+        if dropped.is_set():
+            unit.close()
+            raise asyncio.CancelledError
+        self.inline = True
+        try:
+            try:
+                unit.send(None)
+            except StopIteration as done:
+                result: T = done.value
+                return result
+            except RuntimeError as err:
+                if "event loop" not in str(err):
+                    raise
+                # It asked for the loop (a sleep, a lock, a task): rolled back as it unwound.
+                raise RuntimeError(AWAITED_ELSEWHERE) from err
+            unit.close()  # it waited for something else: rolled back where it stood
+            raise RuntimeError(AWAITED_ELSEWHERE)
+        finally:
+            self.inline = False
 
     # The pending BEGIN is dropped on the connection's thread, in the order of its trips: a
     # statement still on its way there when its task was cancelled sends it, and the

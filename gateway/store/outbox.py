@@ -24,7 +24,17 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import ColumnElement, RowMapping, and_, exists, func, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    RowMapping,
+    Select,
+    and_,
+    exists,
+    func,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.chunking import split_chunks
@@ -298,21 +308,18 @@ class Outbox:
             .order_by(head.c.first_id)
             .limit(limit)
         )
-        async with self.store.read() as conn:
-            rows = (await conn.execute(query)).all()
+        rows = await self.store.unit(lambda conn: _all(conn, query), write=False)
         return [(str(r[0]), str(r[1]), str(r[2])) for r in rows]
 
     async def next_due_at(self, *, platforms: Sequence[str]) -> datetime | None:
         """When the earliest pending chunk becomes due (None when nothing is pending), not
         counting chats with a chunk being sent: whoever sends it goes on with the chat."""
-        async with self.store.read() as conn:
-            value = await conn.scalar(
-                select(func.min(outbox.c.next_attempt_at)).where(
-                    outbox.c.status == str(OutboxStatus.PENDING),
-                    outbox.c.platform.in_(list(platforms)),
-                    ~_sending_in_chat(),
-                )
-            )
+        query = select(func.min(outbox.c.next_attempt_at)).where(
+            outbox.c.status == str(OutboxStatus.PENDING),
+            outbox.c.platform.in_(list(platforms)),
+            ~_sending_in_chat(),
+        )
+        value = await self.store.unit(lambda conn: conn.scalar(query), write=False)
         if value is None:
             return None
         return aware(value)
@@ -331,7 +338,9 @@ class Outbox:
         of_chat = _of_chat(chat)
         unsent = outbox.c.status.in_([str(OutboxStatus.PENDING), str(OutboxStatus.SENDING)])
         query = select(outbox).where(*of_chat, unsent).order_by(outbox.c.id).limit(1)
-        async with self.store.write() as conn:
+
+        async def take(conn: AsyncConnection) -> OutboxRow | float | None:
+            nonlocal query
             if conn.dialect.name == "postgresql":
                 query = query.with_for_update(skip_locked=True)
             found = (await conn.execute(query)).mappings().first()
@@ -365,7 +374,9 @@ class Outbox:
                     claimed_by=owner or None,
                 )
             )
-        return replace(row, status=OutboxStatus.SENDING, attempts=row.attempts + 1)
+            return replace(row, status=OutboxStatus.SENDING, attempts=row.attempts + 1)
+
+        return await self.store.unit(take)
 
     async def head(self, chat: tuple[str, str, str]) -> OutboxRow | None:
         """The chat's oldest pending chunk: nothing newer may be sent before it."""
@@ -509,12 +520,14 @@ class Outbox:
         await self._set(row_id, status=str(OutboxStatus.DEAD), last_error=reason)
 
     async def _set(self, row_id: int, **values: Any) -> None:
-        async with self.store.write() as conn:
+        async def change(conn: AsyncConnection) -> None:
             await conn.execute(update(outbox).where(outbox.c.id == row_id).values(**values))
             if values.get("status") in (OutboxStatus.SENT, OutboxStatus.DEAD):
                 run_id = await conn.scalar(select(outbox.c.job_run_id).where(outbox.c.id == row_id))
                 if run_id is not None:
                     await self._settle_report(conn, int(run_id))
+
+        await self.store.unit(change)
 
     async def _settle_report(self, conn: AsyncConnection, run_id: int) -> None:
         """A chunk of job run `run_id`'s report was sent or died: once every chunk of the
@@ -692,6 +705,10 @@ def _attachment(value: Any) -> Attachment | None:
         int(value["size"]),
         str(value["filename"]),
     )
+
+
+async def _all(conn: AsyncConnection, query: Select[Any]) -> list[Any]:
+    return list((await conn.execute(query)).all())
 
 
 def _row(r: RowMapping) -> OutboxRow:

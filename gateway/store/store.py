@@ -15,7 +15,7 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from sqlalchemy import RowMapping, and_, bindparam, func, insert, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
@@ -47,6 +47,8 @@ from gateway.store.tables import (
     users,
 )
 from gateway.store.types import aware
+
+T = TypeVar("T")
 
 SnapshotFactory = Callable[[SessionKey, UserId | None], Awaitable[tuple[str, ...]]]
 """(USER.md, MEMORY.md[, skills index]) for a new session of that key and user, frozen into
@@ -185,6 +187,49 @@ class Store:
             self.health.failed(err)
             raise
         self.health.succeeded()
+
+    async def unit(
+        self, work: Callable[[AsyncConnection], Awaitable[T]], *, write: bool = True
+    ) -> T:
+        """`work(conn)` as one transaction, a write (as `write()`) or, with `write=False`, a
+        read: committed when it returns, rolled back when it raises; its result.
+
+        `work` awaits nothing but `conn`. On SQLite it then runs whole on the connection's
+        thread: BEGIN, its statements and COMMIT in one trip there instead of one trip each.
+        One that awaits anything else is rolled back and raises RuntimeError there.
+        """
+        if self._writer is None:
+            async with self.write() if write else self.read() as conn:
+                return await work(conn)
+        if not write:
+            return await self._whole(work, write=False)
+        try:
+            task = asyncio.current_task()
+            if task is not None and task is self._writing:
+                raise RuntimeError("a write transaction inside another one on the same database")
+            async with self._writer:
+                self._writing = task
+                try:
+                    result = await self._whole(work, write=True)
+                finally:
+                    self._writing = None
+        except Exception as err:
+            self.health.failed(err)
+            raise
+        self.health.succeeded()
+        return result
+
+    async def _whole(self, work: Callable[[AsyncConnection], Awaitable[T]], *, write: bool) -> T:
+        async with self.engine.connect() as plain:
+            conn = await plain.execution_options(herald_write=True) if write else plain
+            driver = (await conn.get_raw_connection()).driver_connection
+            assert isinstance(driver, engine_mod.SqliteConnection)
+
+            async def whole() -> T:
+                async with conn.begin():
+                    return await work(conn)
+
+            return await driver.run_whole(whole())
 
     @asynccontextmanager
     async def _transaction(self, *, write: bool) -> AsyncIterator[AsyncConnection]:
