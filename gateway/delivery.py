@@ -115,10 +115,10 @@ class DeliveryWorker:
                     if self.lease_ttl is not None:
                         await self._look_for_orphans()
                     served = self._served
-                    skipped = await self._dispatch(tg)
+                    skipped, later = await self._dispatch(tg)
                     if served == self._served and not skipped and not self._chat_failed:
                         self.failures.recovered()  # looked, and nothing is left failing
-                    await self._pause(skipped)
+                    await self._pause(skipped, later)
                 except Exception as err:
                     self.failures.failed(err)
                     await self._back_off()
@@ -154,15 +154,16 @@ class DeliveryWorker:
         except Exception as err:  # the database may be away: look again later
             logger.warning("could not look for unfinished sends of gone instances: %s", err)
 
-    async def _dispatch(self, tg: asyncio.TaskGroup) -> bool:
+    async def _dispatch(self, tg: asyncio.TaskGroup) -> tuple[bool, datetime | None]:
+        """Serve the due chats that are not served yet; whether any was left for a later
+        look, and when the next chunk not due yet becomes due (one read for both)."""
         platforms = self.channels.platforms()
         if not platforms:
-            return False
-        skipped = False
+            return False, None
         free = self.config.concurrency - len(self._busy)
-        chats = await self.outbox.due_chats(
-            self.clock(), platforms=platforms, limit=self.config.concurrency * 2
-        )
+        limit = self.config.concurrency * 2
+        chats, later = await self.outbox.look(self.clock(), platforms=platforms, limit=limit)
+        skipped = len(chats) >= limit  # more may be due than one look returns
         for chat in chats:
             if chat in self._busy:
                 skipped = True
@@ -175,17 +176,18 @@ class DeliveryWorker:
             self._served += 1
             self._idle.clear()
             tg.create_task(self._serve(chat), name=f"deliver {chat[0]}:{chat[2]}")
-        return skipped
+        return skipped, later
 
-    async def _pause(self, skipped: bool) -> None:
+    async def _pause(self, skipped: bool, later: datetime | None) -> None:
+        """Until woken, or until the chunk due next (`later`) is due; a look that left chats
+        for later waits at most a second for a served chat to free up."""
         timeout = 1.0
         if self.lease_ttl is not None:
             timeout = min(timeout, self.lease_ttl / 3)
         if not skipped:
-            due = await self.outbox.next_due_at(platforms=self.channels.platforms())
             longest = 5.0 if self.lease_ttl is None else min(5.0, self.lease_ttl / 3)
-            if due is not None:
-                timeout = min(longest, max(0.02, (due - self.clock()).total_seconds()))
+            if later is not None:
+                timeout = min(longest, max(0.02, (later - self.clock()).total_seconds()))
             else:
                 timeout = longest
         try:

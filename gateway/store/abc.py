@@ -369,6 +369,13 @@ class OutboxRepository(Protocol):
         """Chats with a due chunk and nothing being sent, oldest first (at most `limit`)."""
         ...
 
+    async def look(
+        self, now: datetime, *, platforms: Sequence[str], limit: int
+    ) -> tuple[list[tuple[str, str, str]], datetime | None]:
+        """`due_chats(now, …)`, and when the earliest pending chunk due after `now` becomes
+        due (None: none), in one read."""
+        ...
+
     async def next_due_at(self, *, platforms: Sequence[str]) -> datetime | None:
         """When the earliest pending chunk becomes due; None when nothing is pending."""
         ...

@@ -283,11 +283,8 @@ class Outbox:
             found = row.first()
         return None if found is None else _row(found)
 
-    async def due_chats(
-        self, now: datetime, *, platforms: Sequence[str], limit: int
-    ) -> list[tuple[str, str, str]]:
-        """Chats whose oldest pending chunk is due and none of whose chunks is being sent,
-        oldest first (at most `limit`)."""
+    @staticmethod
+    def _due_chats_query(now: datetime, platforms: Sequence[str], limit: int) -> Select[Any]:
         head = (
             select(
                 outbox.c.platform,
@@ -308,8 +305,36 @@ class Outbox:
             .order_by(head.c.first_id)
             .limit(limit)
         )
+        return query
+
+    async def due_chats(
+        self, now: datetime, *, platforms: Sequence[str], limit: int
+    ) -> list[tuple[str, str, str]]:
+        """Chats whose oldest pending chunk is due and none of whose chunks is being sent,
+        oldest first (at most `limit`)."""
+        query = self._due_chats_query(now, platforms, limit)
         rows = await self.store.unit(lambda conn: _all(conn, query), write=False)
         return [(str(r[0]), str(r[1]), str(r[2])) for r in rows]
+
+    async def look(
+        self, now: datetime, *, platforms: Sequence[str], limit: int
+    ) -> tuple[list[tuple[str, str, str]], datetime | None]:
+        """`due_chats(now, …)`, and when the earliest pending chunk due after `now` becomes
+        due (None: none), in one read."""
+        due = self._due_chats_query(now, platforms, limit)
+        later = select(func.min(outbox.c.next_attempt_at)).where(
+            outbox.c.status == str(OutboxStatus.PENDING),
+            outbox.c.platform.in_(list(platforms)),
+            outbox.c.next_attempt_at > now,
+            ~_sending_in_chat(),
+        )
+
+        async def read(conn: AsyncConnection) -> tuple[list[Any], Any]:
+            return await _all(conn, due), await conn.scalar(later)
+
+        rows, value = await self.store.unit(read, write=False)
+        chats = [(str(r[0]), str(r[1]), str(r[2])) for r in rows]
+        return chats, None if value is None else aware(value)
 
     async def next_due_at(self, *, platforms: Sequence[str]) -> datetime | None:
         """When the earliest pending chunk becomes due (None when nothing is pending), not

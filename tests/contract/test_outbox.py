@@ -485,6 +485,22 @@ async def test_next_due_at(store: Store) -> None:
     assert await box.next_due_at(platforms=["other"]) is None
 
 
+async def test_look_is_due_chats_and_the_next_due_time_after_now(store: Store) -> None:
+    box = Outbox(store)
+    now = utcnow()
+    assert await box.look(now, platforms=["test"], limit=10) == ([], None)
+    [a1] = await box.enqueue([chunk("a1")])
+    assert await box.claim(a1)
+    when = utcnow() + LATER
+    await box.retry_at(a1, when, "rate limited")
+    await box.enqueue([chunk("b1", B)])
+    chats, later = await box.look(soon(), platforms=["test"], limit=10)
+    assert chats == [B.chat]  # due now; A waits for its retry
+    assert later is not None
+    assert abs((later - when).total_seconds()) < 0.001  # not B's chunk, due already
+    assert await box.look(soon(), platforms=["other"], limit=10) == ([], None)
+
+
 # take: one chunk of a chat in flight, in order, spaced, across instances ----------------------
 
 
