@@ -5,21 +5,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
+
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_core.loop import TurnProgress
 from agent_core.media import TurnMedia
 from gateway.cluster.lanes import Claim
 from gateway.contracts.errors import LeaseLost, Overloaded, ShuttingDown
-from gateway.contracts.history import ChatMessage, Role, SessionInfo, TurnResult
+from gateway.contracts.history import ChatMessage, History, Role, SessionInfo, TurnResult
 from gateway.contracts.ids import AccountId, ChatId, SessionId, SessionKey, ThreadId, TurnId
 from gateway.media import file_chunks
 from gateway.sessions.context import SessionContext
 from gateway.sessions.lanes import LaneWorkers
 from gateway.sessions.state import Lane
 from gateway.sessions.stream import Finished, TurnRequest, TurnStream
-from gateway.store.api_turns import KeyReused, earlier_try, forget_question, mark
+from gateway.store.api_turns import EarlierTry, KeyReused, earlier_try, forget_question, mark
 from gateway.store.outbox import Chunk, Target, enqueue
 from gateway.store.store import current_session, read_history, record_finish, record_start
 from gateway.turns import TurnStatus, run_agent
@@ -133,7 +136,6 @@ class ApiTurns:
         user_message = ChatMessage(Role.USER, text)
         claim = ctx.lanes[request.key].claim
         assert claim is not None
-        window = ctx.agent.settings.history_window
         created: SessionInfo | None = None
         while True:
             # One transaction begins the turn: the session, the turn with the user's message
@@ -141,24 +143,14 @@ class ApiTurns:
             # reads. Fenced like an inbox turn: an instance whose claim was taken over writes
             # nothing.
             try:
-                async with ctx.store.write() as conn:
-                    await ctx.lane_store.check(conn, claim, None)
-                    session = created or await current_session(conn, request.key)
-                    if session is not None:
-                        earlier = await earlier_try(
-                            conn,
-                            session.id,
-                            text,
-                            key=request.idempotency_key,
-                            window=request.retry_window,
-                        )
-                        if earlier is None or earlier.answer is None:
-                            asked = [] if earlier is not None else [user_message]
-                            turn_id, _ = await record_start(conn, session.id, asked)
-                            if request.idempotency_key is not None:
-                                await mark(conn, turn_id, request.idempotency_key)
-                            await ctx.lane_store.check(conn, claim, turn_id)
-                            history = await read_history(conn, session.id, window)
+                begin = functools.partial(
+                    self._begin,
+                    request=request,
+                    claim=claim,
+                    created=created,
+                    user_message=user_message,
+                )
+                session, earlier, turn_id, history = await ctx.store.unit(begin)
             except KeyReused as err:
                 stream.finish(Finished(TurnStatus.FAILED, error=str(err), code=422))
                 return None
@@ -238,6 +230,39 @@ class ApiTurns:
             return None
         return session, [user_message, *progress.messages]
 
+    async def _begin(
+        self,
+        conn: AsyncConnection,
+        request: TurnRequest,
+        claim: Claim,
+        created: SessionInfo | None,
+        user_message: ChatMessage,
+    ) -> tuple[SessionInfo | None, EarlierTry | None, TurnId, History | None]:
+        """In one write transaction (one trip to SQLite's thread): the session (None: not
+        made yet), an earlier try of this question, and unless that try was answered, the
+        turn with the user's message and the history the model reads."""
+        ctx = self.ctx
+        await ctx.lane_store.check(conn, claim, None)
+        session = created or await current_session(conn, request.key)
+        earlier: EarlierTry | None = None
+        turn_id, history = TurnId(0), None
+        if session is not None:
+            earlier = await earlier_try(
+                conn,
+                session.id,
+                user_message.content,
+                key=request.idempotency_key,
+                window=request.retry_window,
+            )
+            if earlier is None or earlier.answer is None:
+                asked = [] if earlier is not None else [user_message]
+                turn_id, _ = await record_start(conn, session.id, asked)
+                if request.idempotency_key is not None:
+                    await mark(conn, turn_id, request.idempotency_key)
+                await ctx.lane_store.check(conn, claim, turn_id)
+                history = await read_history(conn, session.id, ctx.agent.settings.history_window)
+        return session, earlier, turn_id, history
+
     async def _finish(
         self,
         claim: Claim,
@@ -252,7 +277,8 @@ class ApiTurns:
         failed having produced nothing keeps no message (its question goes too); with
         `sync`, queue the exchange for the memory provider in the same transaction, and the
         `files` its tools sent to chats."""
-        async with self.ctx.store.write() as conn:
+
+        async def finish(conn: AsyncConnection) -> bool:
             await self.ctx.lane_store.check(conn, claim, None)
             await record_finish(conn, session_id, turn_id, result)
             if result.status != TurnStatus.COMPLETED and not result.messages:
@@ -262,6 +288,9 @@ class ApiTurns:
             synced = sync is not None and await self.ctx.sync_turn(conn, sync[0], turn_id, sync[1])
             if files:
                 await enqueue(conn, files)
+            return synced
+
+        synced = await self.ctx.store.unit(finish)  # one trip to the database, on SQLite
         if files:
             self.ctx.on_outbox()
         if synced and self.ctx.memory_sync is not None:
