@@ -166,10 +166,16 @@ class Store:
         On SQLite, one at a time per process; a write opened inside another one of the same
         task raises RuntimeError (it could never start).
         """
+        async with self._writing_turn(), self._transaction(write=True) as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def _writing_turn(self) -> AsyncIterator[None]:
+        """This task's turn to write (on SQLite, one writer of the process at a time), with
+        the store's health told whether the write committed."""
         try:
             if self._writer is None:
-                async with self._transaction(write=True) as conn:
-                    yield conn
+                yield
             else:
                 task = asyncio.current_task()
                 if task is not None and task is self._writing:
@@ -179,8 +185,7 @@ class Store:
                 async with self._writer:
                     self._writing = task
                     try:
-                        async with self._transaction(write=True) as conn:
-                            yield conn
+                        yield
                     finally:
                         self._writing = None
         except Exception as err:
@@ -203,21 +208,8 @@ class Store:
                 return await work(conn)
         if not write:
             return await self._whole(work, write=False)
-        try:
-            task = asyncio.current_task()
-            if task is not None and task is self._writing:
-                raise RuntimeError("a write transaction inside another one on the same database")
-            async with self._writer:
-                self._writing = task
-                try:
-                    result = await self._whole(work, write=True)
-                finally:
-                    self._writing = None
-        except Exception as err:
-            self.health.failed(err)
-            raise
-        self.health.succeeded()
-        return result
+        async with self._writing_turn():
+            return await self._whole(work, write=True)
 
     async def _whole(self, work: Callable[[AsyncConnection], Awaitable[T]], *, write: bool) -> T:
         async with self.engine.connect() as plain:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import signal
 import socket
 import sys
@@ -89,7 +90,16 @@ class Daemon:
             self.port = free_port()
         await self._start()
 
+    def _listening(self, seen: int) -> bool:
+        """Whether this start logged that its HTTP API listens on its port (always True
+        when its log level hides that line)."""
+        if str(self.settings.get("log_level", "DEBUG")).upper() not in ("DEBUG", "INFO"):
+            return True
+        found = re.search(rf"listening on http://\S+:{self.port}\b", self.output()[seen:])
+        return found is not None
+
     async def _start(self) -> None:
+        seen = len(self.output())
         self.write_config()
         self.log = self.state_dir.parent / f"{self.state_dir.name}.log"
         with self.log.open("ab") as log:
@@ -109,7 +119,10 @@ class Daemon:
                         if self.process.returncode is not None:
                             raise RuntimeError(f"herald exited on start:\n{self.output()}")
                         with contextlib.suppress(httpx.TransportError):
-                            if (await client.get(f"{self.url}/ready")).status_code == 200:
+                            ready = await client.get(f"{self.url}/ready")
+                            # Its own answer, not another test's daemon that took the port
+                            # `free_port` chose a moment ago: this one said it listens there.
+                            if ready.status_code == 200 and self._listening(seen):
                                 self._started = True
                                 return
                         await asyncio.sleep(0.05)

@@ -315,6 +315,12 @@ async def test_a_session_turn_whose_client_left_is_finished_and_stored(tmp_path:
 
                 await until(stored)
                 auth = {"Authorization": f"Bearer {KEY}"}
-                text = (await http.get("/metrics", headers=auth)).text
-                assert 'herald_turns_total{status="completed"} 1.0' in text
+
+                async def counted() -> bool:
+                    # Counted once the turn's commit is back from the database: a moment
+                    # after another connection can read it.
+                    text = (await http.get("/metrics", headers=auth)).text
+                    return 'herald_turns_total{status="completed"} 1.0' in text
+
+                await until(counted)
             assert await daemon.stop() == 0
