@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import or_, select
+from sqlalchemy import select
 
 from gateway.contracts.ids import Origin
 from gateway.store import Store
@@ -70,6 +70,9 @@ class ActivityRows:
     sent: list[Sent]
     turns: list[TurnRow]
     queued: list[Queued]
+    cut_at: datetime | None = None
+    """Set when a table held more rows than `LIMIT`: before this moment the rows were not
+    all read (the charts say so)."""
 
 
 class Activity:
@@ -78,8 +81,22 @@ class Activity:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    async def since(self, start: datetime) -> ActivityRows:
-        """The rows of `start` and later (and the outbox rows still waiting from before)."""
+    async def since(self, start: datetime, *, queued_since: datetime | None = None) -> ActivityRows:
+        """The rows of `start` and later. Outbox rows come from `queued_since` on (default
+        `start`; the delivery's `max_age` before it, so that a row queued earlier and sent or
+        given up within the window counts), with every row still waiting, however old."""
+        outbox_from = start if queued_since is None else min(start, queued_since)
+        out_columns = (
+            outbox.c.id,
+            outbox.c.platform,
+            outbox.c.created_at,
+            outbox.c.sent_at,
+            outbox.c.next_attempt_at,
+            outbox.c.status,
+            outbox.c.kind,
+            outbox.c.chunk_index,
+            outbox.c.inbox_id,
+        )
         async with self.store.read() as conn:
             inbound_rows = (
                 await conn.execute(
@@ -89,25 +106,19 @@ class Activity:
                     .limit(LIMIT)
                 )
             ).all()
-            out_rows = (
+            # Two reads, each on its own index (an OR of both would scan the table).
+            recent = (
                 await conn.execute(
-                    select(
-                        outbox.c.platform,
-                        outbox.c.created_at,
-                        outbox.c.sent_at,
-                        outbox.c.next_attempt_at,
-                        outbox.c.status,
-                        outbox.c.kind,
-                        outbox.c.chunk_index,
-                        outbox.c.inbox_id,
-                    )
-                    .where(
-                        or_(
-                            outbox.c.created_at >= start,
-                            outbox.c.status.in_((OutboxStatus.PENDING, OutboxStatus.SENDING)),
-                        )
-                    )
+                    select(*out_columns)
+                    .where(outbox.c.created_at >= outbox_from)
                     .order_by(outbox.c.created_at.desc())
+                    .limit(LIMIT)
+                )
+            ).all()
+            waiting = (
+                await conn.execute(
+                    select(*out_columns)
+                    .where(outbox.c.status.in_((OutboxStatus.PENDING, OutboxStatus.SENDING)))
                     .limit(LIMIT)
                 )
             ).all()
@@ -125,6 +136,12 @@ class Activity:
                     .limit(LIMIT)
                 )
             ).all()
+        truncated = [
+            aware(rows[-1][at])
+            for rows, at in ((inbound_rows, 2), (recent, 2), (turn_rows, 1))
+            if len(rows) >= LIMIT
+        ]
+        out_rows = list({row[0]: row[1:] for row in [*recent, *waiting]}.values())
         answered: dict[int, datetime] = {}
         sent: list[Sent] = []
         queued: list[Queued] = []
@@ -133,6 +150,8 @@ class Activity:
             left = aware(sent_at) if sent_at is not None else None
             if dead or status == OutboxStatus.DISCARDED:
                 left = max(aware(created), aware(next_try))
+            if aware(created) < start and left is not None and left < start:
+                continue  # queued and gone before the window
             queued.append(Queued(str(platform), aware(created), left, dead))
             if kind == OutboxKind.REPLY and index == 0 and sent_at is not None:
                 sent.append(Sent(str(platform), aware(sent_at)))
@@ -162,4 +181,4 @@ class Activity:
             inbound.append(Inbound(api, t.started_at, done))
             if done is not None:
                 sent.append(Sent(api, done))
-        return ActivityRows(inbound, sent, turn_list, queued)
+        return ActivityRows(inbound, sent, turn_list, queued, max(truncated, default=None))

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from pydantic import ValidationError
+from sqlalchemy import update
 
 from agent_core.agent import Agent, AgentSettings
 from agent_core.llm import EchoProvider
@@ -45,6 +46,7 @@ from gateway.store import pairings as pairings_sql
 from gateway.store.approvals import ApprovalStatus
 from gateway.store.outbox import Chunk, Outbox, OutboxKind, OutboxStatus, Target
 from gateway.store.skills import SkillWrites
+from gateway.store.tables import outbox as outbox_table
 from tests.fakes.platform import inbound
 from tests.integration.mcp_rig import stdio_server
 from tests.turns import finish_turn, start_turn
@@ -761,6 +763,43 @@ async def test_the_overview_charts_what_the_store_recorded(rig: Rig) -> None:
     assert week.status_code == 400
     assert "choose one of hour, day" in week.text
     assert stream.status_code == 400
+
+
+async def test_the_outbox_chart_counts_rows_queued_before_the_window_that_left_in_it(
+    rig: Rig,
+) -> None:
+    """A reply queued during an outage that began before the hour and sent within it, and a
+    dead letter queued earlier that died within it, are in the hour's charts."""
+    outbox = Outbox(rig.store)
+    target = Target("test", AccountId("acct"), ChatId("c1"))
+    [late, lost, old] = await outbox.enqueue(
+        [
+            Chunk("late", target, "late", kind=OutboxKind.REPLY),
+            Chunk("lost", target, "lost"),
+            Chunk("old", target, "long gone", kind=OutboxKind.REPLY),
+        ]
+    )
+    now = utcnow()
+    await outbox.sent(late, "p1", now - timedelta(minutes=20))
+    await outbox.dead(lost, "chat not found")
+    await outbox.sent(old, "p2", now - timedelta(hours=2))
+    async with rig.store.write() as conn:
+        for row_id, created, next_try in (
+            (late, now - timedelta(minutes=90), now - timedelta(minutes=25)),
+            (lost, now - timedelta(hours=3), now - timedelta(minutes=10)),
+            (old, now - timedelta(hours=3), now - timedelta(hours=2)),
+        ):
+            await conn.execute(
+                update(outbox_table)
+                .where(outbox_table.c.id == row_id)
+                .values(created_at=created, next_attempt_at=next_try)
+            )
+    async with rig.client() as http:
+        page = (await http.get("/console")).text
+    assert chart_summary(page, "chart-outbox") == (
+        "Outbox: depth and dead letters: 0 to send now, at most 2; 1 dead letter"
+    )
+    assert chart_summary(page, "chart-out") == "Answers out: 1 answer in the last hour (test 1)"
 
 
 async def test_the_live_stream_sends_the_overview_and_ends_when_the_daemon_drains(

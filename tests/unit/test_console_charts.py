@@ -165,3 +165,23 @@ def test_answers_out_and_a_days_window() -> None:
     assert out.summary == "3 answers in the last day (api 2, telegram 1)"
     assert out.top == "2 per 15 min"
     assert drawn.start == NOW - timedelta(days=1)
+
+
+def test_a_row_at_the_windows_end_or_a_little_past_it_counts_in_the_last_bucket() -> None:
+    inbound = [
+        Inbound("telegram", NOW, None),
+        Inbound("telegram", NOW + timedelta(seconds=30), None),  # a peer's clock ahead
+        Inbound("telegram", NOW + timedelta(minutes=5), None),  # too far: left out
+        Inbound("telegram", NOW - timedelta(hours=1), None),  # the window's first moment
+    ]
+    messages = chart(build(rows(inbound), HOUR, NOW).charts, "chart-in")
+    assert messages.summary == "3 messages in the last hour (telegram 3)"
+    assert sorted(b.label for b in messages.bars) == ["telegram 11:00: 1", "telegram 11:59: 2"]
+
+
+def test_charts_say_when_the_store_held_more_rows_than_one_look_reads() -> None:
+    cut = NOW - timedelta(minutes=20)
+    drawn = build(ActivityRows([], [], [], [], cut_at=cut), HOUR, NOW)
+    assert drawn.cut_at == cut
+    older = build(ActivityRows([], [], [], [], cut_at=NOW - timedelta(hours=2)), HOUR, NOW)
+    assert older.cut_at is None  # cut before the window: everything in it was read

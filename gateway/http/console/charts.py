@@ -8,8 +8,10 @@ nearest-rank), broken where a bucket has nothing to measure.
 
 from __future__ import annotations
 
+import asyncio
 import math
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -23,6 +25,8 @@ LEFT = 4
 TOP = 6
 BOTTOM = 96
 SERIES = 8
+SKEW = timedelta(seconds=60)
+"""How far past the window's end a row still counts in its last bucket."""
 """Colour classes (`series-0`…`series-7`), reused in order past eight platforms."""
 
 
@@ -109,6 +113,34 @@ class Charts:
     end: datetime
     charts: tuple[Chart, ...]
     platforms: tuple[PlatformLine, ...]
+    cut_at: datetime | None = None
+    """Before this moment not every row was read (more than the store's read limit)."""
+
+
+CHARTS_EVERY = 10.0
+"""Seconds a window's charts are kept for every page and live overview open at once (the
+rest of the overview is read every `console.live_interval`)."""
+
+
+class ChartCache:
+    """The charts of each window, read at most once per `CHARTS_EVERY` seconds however many
+    overviews are open; one read at a time per window."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, tuple[float, Charts]] = {}
+        self._locks = {name: asyncio.Lock() for name in WINDOWS}
+
+    async def get(
+        self, window: Window, read: Callable[[], Awaitable[Charts]], *, fresh: bool = False
+    ) -> Charts:
+        """The charts of `window`, `read()` when older than `CHARTS_EVERY` (or `fresh`)."""
+        async with self._locks[window.name]:
+            kept = self._kept.get(window.name)
+            if kept is not None and not fresh and time.monotonic() - kept[0] < CHARTS_EVERY:
+                return kept[1]
+            charts = await read()
+            self._kept[window.name] = (time.monotonic(), charts)
+            return charts
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -135,11 +167,16 @@ class _Buckets:
     def __init__(self, window: Window, end: datetime) -> None:
         self.window = window
         self.count = window.buckets
+        self.end = end
         self.start = end - window.span
         self.slot = (WIDTH - LEFT) / self.count
 
     def index(self, at: datetime) -> int | None:
+        """The bucket of `at`; the last one for `at` at the window's end or up to `SKEW`
+        past it (written as the window was read, or by a peer whose clock runs ahead)."""
         i = math.floor((at - self.start) / self.window.step)
+        if i >= self.count and at <= self.end + SKEW:
+            return self.count - 1
         return i if 0 <= i < self.count else None
 
     def floor(self, at: datetime) -> int:
@@ -388,7 +425,8 @@ def build(rows: ActivityRows, window: Window, now: datetime) -> Charts:
         ),
         _outbox(buckets, rows),
     )
-    return Charts(window, buckets.start, now, charts, _per_platform(buckets, rows, platforms))
+    cut = rows.cut_at if rows.cut_at is not None and rows.cut_at > buckets.start else None
+    return Charts(window, buckets.start, now, charts, _per_platform(buckets, rows, platforms), cut)
 
 
 def _per_platform(

@@ -26,6 +26,7 @@ from gateway.http.console.auth import (
     LoginThrottle,
     Visitor,
 )
+from gateway.http.console.charts import ChartCache
 from gateway.http.console.section import Section
 from gateway.http.deps import AppDeps
 from gateway.http.local import ServerNames
@@ -107,6 +108,7 @@ class Console:
         self.names = names
         self.logins_open = ConsoleSessions(deps.store)
         self.logins = LoginThrottle()
+        self.charts = ChartCache()
         self.env = Environment(
             loader=PackageLoader("gateway.http.console", "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),

@@ -7,7 +7,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -29,9 +29,6 @@ RECENT = 10
 """Inbound messages the overview lists."""
 NEXT_RUNS = 5
 """Scheduled jobs the overview lists, soonest first."""
-CHARTS_EVERY = 10.0
-"""Seconds between two reads of the charts' window by an open live overview (the rest of
-the overview is read every `console.live_interval`)."""
 KEEPALIVE = 15.0
 """Seconds of an unchanged overview after which an SSE comment keeps proxies from
 timing the stream out."""
@@ -111,11 +108,14 @@ def window_of(request: Request) -> drawn.Window:
     return window
 
 
-async def charts_of(deps: AppDeps, window: drawn.Window) -> drawn.Charts:
-    """The charts of `window`, ending now, from what the store recorded."""
-    now = datetime.now(UTC)
-    rows = await Activity(deps.store).since(now - window.span)
-    return drawn.build(rows, window, now)
+async def read_charts(deps: AppDeps, window: drawn.Window) -> drawn.Charts:
+    """The charts of `window`, ending now, from what the store recorded; drawn in a worker
+    thread (a day of rows is some work) so the loop stays free."""
+    start = datetime.now(UTC) - window.span
+    queued_since = start - timedelta(seconds=deps.config.delivery.max_age)
+    rows = await Activity(deps.store).since(start, queued_since=queued_since)
+    now = datetime.now(UTC)  # after the read: what it found is inside the window
+    return await asyncio.to_thread(drawn.build, rows, window, now)
 
 
 CHART_GEOMETRY = {
@@ -179,7 +179,8 @@ async def gather(deps: AppDeps, charts: drawn.Charts) -> dict[str, Any]:
 async def overview(request: Request, console: ConsoleDep, who: Who) -> Response:
     """The overview page; its live part is refreshed through `/console/events`."""
     window = window_of(request)
-    data = await gather(console.deps, await charts_of(console.deps, window))
+    charts = await console.charts.get(window, lambda: read_charts(console.deps, window), fresh=True)
+    data = await gather(console.deps, charts)
     live = console.fragment("_overview.html", **data)
     return console.render(
         request,
@@ -211,15 +212,12 @@ async def _stream(
     interval = deps.config.console.live_interval
     last = ""
     quiet = 0.0
-    charts: drawn.Charts | None = None
-    charts_age = 0.0
     yield "retry: 3000\n\n"
     while not deps.state.draining:
         if await request.is_disconnected():
             return
         try:
-            if charts is None or charts_age >= CHARTS_EVERY:
-                charts, charts_age = await charts_of(deps, window), 0.0
+            charts = await console.charts.get(window, lambda: read_charts(deps, window))
             html = console.fragment("_overview.html", **await gather(deps, charts))
         except Exception:  # a database that refuses reads now; the next look may work
             logger.warning("console: the live overview could not be read", exc_info=True)
@@ -233,4 +231,3 @@ async def _stream(
             yield ": still here\n\n"
         await asyncio.sleep(interval)
         quiet += interval
-        charts_age += interval
