@@ -245,10 +245,8 @@ class Store:
 
     async def user_of(self, platform: str, external_id: str) -> UserId | None:
         """The user that `platform:external_id` belongs to, or None (nothing is created)."""
-        async with self.read() as conn:
-            found = await conn.scalar(
-                _USER_OF_IDENTITY, {"platform": platform, "external_id": external_id}
-            )
+        params = {"platform": platform, "external_id": external_id}
+        found = await self.unit(lambda conn: conn.scalar(_USER_OF_IDENTITY, params), write=False)
         return None if found is None else UserId(str(found))
 
     async def resolve_user(self, platform: str, external_id: str, display_name: str = "") -> UserId:
@@ -286,15 +284,15 @@ class Store:
 
     async def get_session(self, key: SessionKey | str) -> SessionInfo | None:
         """The current session (highest epoch) of `key`, or None."""
-        async with self.read() as conn:
-            return await current_session(conn, key)
+        return await self.unit(lambda conn: current_session(conn, key), write=False)
 
     async def session_of(
         self, key: SessionKey, identity: tuple[str, str]
     ) -> tuple[SessionInfo | None, bool]:
         """The current session of `key` (or None), and whether `identity` (platform,
         external id) is one of its user's (one read transaction)."""
-        async with self.read() as conn:
+
+        async def look(conn: AsyncConnection) -> tuple[SessionInfo | None, bool]:
             session = await current_session(conn, key)
             if session is None or session.user_id is None:
                 return session, False
@@ -302,7 +300,9 @@ class Store:
                 _USER_OF_IDENTITY.where(identities.c.user_id == session.user_id),
                 {"platform": identity[0], "external_id": identity[1]},
             )
-        return session, found is not None
+            return session, found is not None
+
+        return await self.unit(look, write=False)
 
     async def get_session_by_id(self, session_id: SessionId) -> SessionInfo | None:
         """The session with that id (of any epoch), or None."""
