@@ -18,19 +18,21 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 KEY = "e2e-newcomer-key"
 
 
-async def cli(config: Path, *args: str) -> tuple[int, str]:
-    """`herald <args> --config <config>`: exit code and output (stdout and stderr)."""
+async def cli(config: Path, *args: str, typed: str | None = None) -> tuple[int, str]:
+    """`herald <args> --config <config>`: exit code and output (stdout and stderr); `typed`
+    is what a person types into it (then end of input, as Ctrl-D)."""
     process = await asyncio.create_subprocess_exec(
         str(HERALD),
         *args,
         "--config",
         str(config),
+        stdin=asyncio.subprocess.DEVNULL if typed is None else asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         env={"PATH": "/usr/bin:/bin", "HOME": str(config.parent), "COLUMNS": "200"},
     )
     async with asyncio.timeout(60):
-        out, _ = await process.communicate()
+        out, _ = await process.communicate(None if typed is None else typed.encode())
     assert process.returncode is not None
     return process.returncode, out.decode()
 
@@ -42,23 +44,19 @@ async def test_chat_commands_and_the_short_session_name(tmp_path: Path) -> None:
         assert code == 0, out
         assert "echo: hello there" in out
 
-        code, out = await cli(config, "chat", "--session", "ada", "-m", "/status")
+        # The rest typed into one terminal session, as a person would.
+        typed = "/status\n/new\nafter the reset\n/status\n/help\n/mode steer\n"
+        code, out = await cli(config, "chat", "--session", "ada", typed=typed)
         assert code == 0, out
-        assert "Session api:default:ada\nConversation #1, 2 messages" in out
-
-        code, out = await cli(config, "chat", "--session", "ada", "-m", "/new")
-        assert code == 0, out
-        assert "Started a new conversation" in out
-        code, out = await cli(config, "chat", "--session", "ada", "-m", "after the reset")
-        assert code == 0, out
-        code, out = await cli(config, "chat", "--session", "ada", "-m", "/status")
-        assert "Conversation #2, 2 messages" in out
-
-        code, out = await cli(config, "chat", "--session", "ada", "-m", "/help")
-        assert code == 0, out
-        assert "/new or /reset" in out
-        code, out = await cli(config, "chat", "--session", "ada", "-m", "/mode steer")
-        assert "/mode works in a platform chat, not over the API or in `herald chat`" in out
+        answers = out.split("herald> ")[1:]
+        assert len(answers) == 6, out
+        status, new, echoed, status_after, helped, mode = answers
+        assert "Session api:default:ada\nConversation #1, 2 messages" in status
+        assert "Started a new conversation" in new
+        assert "echo: after the reset" in echoed
+        assert "Conversation #2, 2 messages" in status_after
+        assert "/new or /reset" in helped
+        assert "/mode works in a platform chat, not over the API or in `herald chat`" in mode
 
         code, out = await cli(config, "sessions", "show", "ada")
         assert code == 0, out
