@@ -14,6 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from sqlalchemy.exc import DBAPIError
 
@@ -31,6 +32,7 @@ from gateway.store.outbox import Outbox, OutboxRow
 logger = logging.getLogger(__name__)
 
 Chat = tuple[str, str, str]
+T = TypeVar("T")
 
 STORE_ERRORS = (DBAPIError, OSError)
 """What a database that is away, full or read-only raises: worth retrying the same write."""
@@ -227,7 +229,8 @@ class DeliveryWorker:
                 if isinstance(taken, float):
                     await asyncio.sleep(taken)
                     continue
-                await self._deliver(taken)
+                if not await self._deliver(taken):
+                    return  # sent, and the chat had nothing else waiting: no empty take
         except Exception as err:
             self.failures.failed(err)
             self._chat_failed = True
@@ -237,16 +240,17 @@ class DeliveryWorker:
                 self._idle.set()
             self._wake.set()
 
-    async def _deliver(self, row: OutboxRow) -> None:  # noqa: PLR0912 - one branch per send outcome the worker records
-        """Send a chunk this worker has taken (`sending`, its attempt counted)."""
+    async def _deliver(self, row: OutboxRow) -> bool:  # noqa: PLR0912 - one branch per send outcome the worker records
+        """Send a chunk this worker has taken (`sending`, its attempt counted). False when
+        it was sent and its chat had nothing else waiting then; True: look at the chat again."""
         now = self.clock()
         target = row.target
         if (now - row.created_at).total_seconds() > self.config.max_age:
             await self._dead(row, f"not delivered within {self.config.max_age:.0f}s; too old")
-            return
+            return True
         if not self.channels.known(target.platform, target.account):
             await self._dead(row, f"no {target.platform} account {target.account!r} is configured")
-            return
+            return True
         adapter = self.channels.adapter(target.platform, target.account)
         if adapter is None:
             # Not an attempt: the adapter is reconnecting. Freshness still bounds the wait.
@@ -254,7 +258,7 @@ class DeliveryWorker:
             await self._record(
                 lambda: self.outbox.retry_at(row.id, at, "adapter not connected", attempt=False)
             )
-            return
+            return True
         attempts = row.attempts
         try:
             message = self._outward(row.message())
@@ -295,23 +299,24 @@ class DeliveryWorker:
                 await self._record(lambda: self.outbox.retry_at(row.id, at, error))
         else:
             self.metrics.deliveries.labels(outcome="sent").inc()
-            await self._record(
+            return await self._record(
                 lambda: self.outbox.sent(row.id, receipt.platform_message_id, receipt.delivered_at)
             )
+        return True
 
-    async def _record(self, write: Callable[[], Awaitable[None]]) -> None:
+    async def _record(self, write: Callable[[], Awaitable[T]]) -> T:
         """Store what became of a chunk this worker holds (`sending`), retrying with backoff
         while the database fails: only this worker knows the outcome, and the chat waits
         for it (a crash meanwhile leaves the chunk to the restart's recovery)."""
         while True:
             try:
-                await write()
+                result = await write()
             except STORE_ERRORS as err:
                 self.failures.failed(err)
                 await self._back_off()
             else:
                 self.failures.recovered()
-                return
+                return result
 
     def _outward(self, message: OutboundMessage) -> OutboundMessage:
         """`message` with the configured secrets taken out of its text."""

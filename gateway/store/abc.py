@@ -399,8 +399,9 @@ class OutboxRepository(Protocol):
         """pending → sending for `owner`; False when the row is not pending."""
         ...
 
-    async def sent(self, row_id: int, platform_message_id: str | None, at: datetime) -> None:
-        """sending → sent (may announce a settled report)."""
+    async def sent(self, row_id: int, platform_message_id: str | None, at: datetime) -> bool:
+        """sending → sent, with the platform's id of the message; whether the chat has other
+        chunks not yet sent (read in the same transaction)."""
         ...
 
     async def retry_at(

@@ -457,9 +457,10 @@ class Outbox:
             )
         return bool(result.rowcount)
 
-    async def sent(self, row_id: int, platform_message_id: str | None, at: datetime) -> None:
-        """sending → sent, with the platform's id of the message."""
-        await self._set(
+    async def sent(self, row_id: int, platform_message_id: str | None, at: datetime) -> bool:
+        """sending → sent, with the platform's id of the message; whether the chat has other
+        chunks not yet sent (read in the same transaction)."""
+        return await self._set(
             row_id,
             status=str(OutboxStatus.SENT),
             sent_at=at,
@@ -544,15 +545,35 @@ class Outbox:
         """A dead letter: never sent automatically again (`herald deliveries retry`)."""
         await self._set(row_id, status=str(OutboxStatus.DEAD), last_error=reason)
 
-    async def _set(self, row_id: int, **values: Any) -> None:
-        async def change(conn: AsyncConnection) -> None:
-            await conn.execute(update(outbox).where(outbox.c.id == row_id).values(**values))
-            if values.get("status") in (OutboxStatus.SENT, OutboxStatus.DEAD):
-                run_id = await conn.scalar(select(outbox.c.job_run_id).where(outbox.c.id == row_id))
-                if run_id is not None:
-                    await self._settle_report(conn, int(run_id))
+    async def _set(self, row_id: int, **values: Any) -> bool:
+        """Change the row; whether its chat has other chunks not yet sent."""
 
-        await self.store.unit(change)
+        async def change(conn: AsyncConnection) -> bool:
+            await conn.execute(update(outbox).where(outbox.c.id == row_id).values(**values))
+            row = (
+                await conn.execute(
+                    select(
+                        outbox.c.job_run_id, outbox.c.platform, outbox.c.account, outbox.c.chat_id
+                    ).where(outbox.c.id == row_id)
+                )
+            ).first()
+            if row is None:
+                return False
+            run_id, platform, account, chat_id = row
+            if run_id is not None and values.get("status") in (
+                OutboxStatus.SENT,
+                OutboxStatus.DEAD,
+            ):
+                await self._settle_report(conn, int(run_id))
+            unsent = outbox.c.status.in_([str(OutboxStatus.PENDING), str(OutboxStatus.SENDING)])
+            other = await conn.scalar(
+                select(outbox.c.id)
+                .where(*_of_chat((platform, account, chat_id)), unsent, outbox.c.id != row_id)
+                .limit(1)
+            )
+            return other is not None
+
+        return await self.store.unit(change)
 
     async def _settle_report(self, conn: AsyncConnection, run_id: int) -> None:
         """A chunk of job run `run_id`'s report was sent or died: once every chunk of the

@@ -501,6 +501,18 @@ async def test_look_is_due_chats_and_the_next_due_time_after_now(store: Store) -
     assert await box.look(soon(), platforms=["other"], limit=10) == ([], None)
 
 
+async def test_sent_says_whether_the_chat_has_more_to_send(store: Store) -> None:
+    box = Outbox(store)
+    [a1, a2] = await box.enqueue([chunk("a1"), chunk("a2")])
+    [b1] = await box.enqueue([chunk("b1", B)])
+    assert await box.claim(a1)
+    assert await box.sent(a1, "m1", utcnow()) is True  # a2 waits
+    assert await box.claim(a2)
+    assert await box.sent(a2, "m2", utcnow()) is False  # B's chunk is another chat's
+    assert await box.claim(b1)
+    assert await box.sent(b1, "m3", utcnow()) is False
+
+
 # take: one chunk of a chat in flight, in order, spaced, across instances ----------------------
 
 
