@@ -242,8 +242,8 @@ class SqliteConnection(aiosqlite.Connection):
     call runs at once, in that thread, instead of being queued to it."""
 
     async def _execute(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        if self.inline:
-            return fn(*args, **kwargs)
+        if self.inline and threading.get_ident() == self._thread.ident:
+            return fn(*args, **kwargs)  # inside `run_whole`, on the connection's own thread
         if self.stats is not None:
             self.stats.handoffs += 1
         return await super()._execute(fn, *args, **kwargs)  # type: ignore[no-untyped-call]
@@ -269,8 +269,11 @@ class SqliteConnection(aiosqlite.Connection):
             return await asyncio.shield(trip)
         except asyncio.CancelledError:
             dropped.set()  # not started yet: it never will be
-            with contextlib.suppress(BaseException):
-                await trip  # started: it runs to its end on the thread
+            # Started: it runs to its end on the thread, and its connection stays out of the
+            # pool until then, however many times this task is cancelled meanwhile.
+            while not trip.done():
+                with contextlib.suppress(BaseException):
+                    await asyncio.shield(trip)
             raise
 
     def _drive(self, unit: Coroutine[Any, Any, T], dropped: threading.Event) -> T:

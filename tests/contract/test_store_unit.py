@@ -114,6 +114,45 @@ async def test_a_unit_cancelled_while_it_runs_ends_before_the_cancel_is_raised(
     await store.unit(lambda conn: add_user(conn, "u3"))
 
 
+async def test_a_unit_cancelled_twice_while_it_runs_still_ends_before_the_cancel(
+    store: Store,
+) -> None:
+    if store.dialect != "sqlite":
+        pytest.skip("on PostgreSQL a cancelled unit is rolled back as any transaction")
+    inside, release = threading.Event(), threading.Event()
+
+    def block() -> int:
+        inside.set()
+        release.wait(10)
+        return 1
+
+    async with contextlib.AsyncExitStack() as stack:
+        for _ in range(engine_mod.SQLITE_POOL_SIZE):
+            conn = await stack.enter_async_context(store.engine.connect())
+            driver = (await conn.get_raw_connection()).driver_connection
+            assert isinstance(driver, engine_mod.SqliteConnection)
+            await driver.create_function("herald_test_block", 0, block)
+
+    async def work(conn: AsyncConnection) -> None:
+        await add_user(conn, "u1")
+        await conn.execute(text("SELECT herald_test_block()"))
+        await add_user(conn, "u2")
+
+    task = asyncio.create_task(store.unit(work))
+    await asyncio.to_thread(inside.wait, 10)
+    task.cancel()
+    await asyncio.sleep(0)
+    task.cancel()  # as a shutdown cancelling what was already being cancelled
+    await asyncio.sleep(0)
+    assert not task.done()  # still waiting for the unit on its thread
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await user_ids(store) == ["u1", "u2"]
+    await store.unit(lambda conn: add_user(conn, "u3"))
+    assert await user_ids(store) == ["u1", "u2", "u3"]
+
+
 async def test_a_write_unit_cancelled_while_waiting_for_its_turn_never_runs(store: Store) -> None:
     if store.dialect != "sqlite":
         pytest.skip("PostgreSQL's writers do not take turns in the process")
