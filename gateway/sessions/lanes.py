@@ -89,8 +89,7 @@ class LaneWorkers:
                         break  # another instance runs this session; it was told
                     if failures:
                         await self._release_unsettled(key, lane)
-                    lane.wake.clear()
-                    batch = await self._next_batch(key, lane)
+                    batch = await self._look(key, lane)
                     if batch is None:
                         if lane.wake.is_set():
                             continue
@@ -103,6 +102,7 @@ class LaneWorkers:
                 except LeaseLost:
                     raise
                 except Exception:
+                    lane.drained = False  # whatever a settlement saw, look again
                     # The database may be away for a moment: try again, slower each time.
                     if failures == 0:
                         logger.exception("lane %s failed; trying again with backoff", key)
@@ -119,6 +119,15 @@ class LaneWorkers:
         finally:
             lane.worker = None
             self.release(key, lane)
+
+    async def _look(self, key: SessionKey, lane: Lane) -> list[InboxRow] | None:
+        """The next batch (as `_next_batch`); None without a read when the last turn's
+        settlement saw nothing waiting and nothing woke the lane since."""
+        drained, lane.drained = lane.drained, False
+        if drained and not lane.wake.is_set():
+            return None
+        lane.wake.clear()
+        return await self._next_batch(key, lane)
 
     async def _release_unsettled(self, key: SessionKey, lane: Lane) -> None:
         """After a failed try (the database went away mid-turn), the rows that turn took and

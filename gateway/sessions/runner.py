@@ -242,7 +242,7 @@ class InboxTurns:
             leftover = [i for i, _ in running.steer.waiting]
             try:
 
-                async def settle(conn: AsyncConnection) -> bool:
+                async def settle(conn: AsyncConnection) -> tuple[bool, bool]:
                     await self.ctx.lane_store.check(conn, claim, None)
                     await self._finish(
                         conn,
@@ -255,11 +255,13 @@ class InboxTurns:
                     )
                     if postponed:
                         await inbox_sql.requeue(conn, postponed, turn_id=turn_id, refund=True)
-                    return status == TurnStatus.COMPLETED and await self.ctx.sync_turn(
+                    synced = status == TurnStatus.COMPLETED and await self.ctx.sync_turn(
                         conn, session, turn_id, [*map(_user_message, batch), *progress.messages]
                     )
+                    # Read here, so the lane need not look again when nothing waits.
+                    return synced, not await inbox_sql.has_pending(conn, key)
 
-                synced = await self.ctx.store.unit(settle)
+                synced, lane.drained = await self.ctx.store.unit(settle)
             except LeaseLost:
                 self.ctx.count("interrupted", started)
                 raise

@@ -125,6 +125,9 @@ class Lane:
     stops: int = 0
     """/stop and /new requests seen; a turn that failed for an unreachable model while one
     came drops its messages instead of trying them again."""
+    drained: bool = False
+    """The last turn's settlement found no message of the session waiting: unless woken since,
+    the lane's worker lets go without looking again."""
     batch_stops: int = 0
     """`stops` when the lane last read its waiting rows: a turn whose rows were read before a
     /stop or /new read them again (/new may have made them new to the next conversation)."""

@@ -172,6 +172,20 @@ async def count_waiting(conn: AsyncConnection, key: SessionKey) -> int:
     return int(value or 0)
 
 
+async def has_pending(conn: AsyncConnection, key: SessionKey) -> bool:
+    """Whether any message of the session waits (steer rows included)."""
+    found = await conn.scalar(
+        select(inbox.c.id)
+        .where(
+            inbox.c.session_key == key,
+            inbox.c.status == str(Status.PENDING),
+            inbox.c.kind == "message",
+        )
+        .limit(1)
+    )
+    return found is not None
+
+
 async def pending(
     conn: AsyncConnection, key: SessionKey, *, kind: str = "message"
 ) -> list[InboxRow]:
