@@ -429,17 +429,17 @@ class Outbox:
     async def unsent(self, chat: tuple[str, str, str]) -> bool:
         """Whether the chat has chunks not yet sent (pending or being sent)."""
         platform, account, chat_id = chat
-        async with self.store.read() as conn:
-            found = await conn.scalar(
-                select(outbox.c.id)
-                .where(
-                    outbox.c.platform == platform,
-                    outbox.c.account == account,
-                    outbox.c.chat_id == chat_id,
-                    outbox.c.status.in_([str(OutboxStatus.PENDING), str(OutboxStatus.SENDING)]),
-                )
-                .limit(1)
+        query = (
+            select(outbox.c.id)
+            .where(
+                outbox.c.platform == platform,
+                outbox.c.account == account,
+                outbox.c.chat_id == chat_id,
+                outbox.c.status.in_([str(OutboxStatus.PENDING), str(OutboxStatus.SENDING)]),
             )
+            .limit(1)
+        )
+        found = await self.store.unit(lambda conn: conn.scalar(query), write=False)
         return found is not None
 
     async def claim(self, row_id: int, owner: str = "") -> bool:
