@@ -28,6 +28,26 @@ async def user_ids(store: Store) -> list[str]:
         return list((await conn.scalars(select(users.c.id).order_by(users.c.id))).all())
 
 
+async def blocking_sql(store: Store) -> tuple[threading.Event, threading.Event]:
+    """`SELECT herald_test_block()` on any pooled SQLite connection sets the first event and
+    waits (on the connection's thread) for the second: a test's hook into that thread. Each
+    connection is held at once while the function is added, so that each is opened."""
+    inside, release = threading.Event(), threading.Event()
+
+    def block() -> int:
+        inside.set()
+        release.wait(10)
+        return 1
+
+    async with contextlib.AsyncExitStack() as stack:
+        for _ in range(engine_mod.SQLITE_POOL_SIZE):
+            conn = await stack.enter_async_context(store.engine.connect())
+            driver = (await conn.get_raw_connection()).driver_connection
+            assert isinstance(driver, engine_mod.SqliteConnection)
+            await driver.create_function("herald_test_block", 0, block)
+    return inside, release
+
+
 async def test_a_unit_commits_and_returns_its_result(store: Store) -> None:
     async def work(conn: AsyncConnection) -> int:
         await add_user(conn, "u1")
@@ -80,21 +100,7 @@ async def test_a_unit_cancelled_while_it_runs_ends_before_the_cancel_is_raised(
 ) -> None:
     if store.dialect != "sqlite":
         pytest.skip("on PostgreSQL a cancelled unit is rolled back as any transaction")
-    inside, release = threading.Event(), threading.Event()
-
-    def block() -> int:
-        inside.set()
-        release.wait(10)
-        return 1
-
-    # Every pooled connection (held at once, so that each is opened) can call `block()` from
-    # SQL: a test's hook into the connection's thread.
-    async with contextlib.AsyncExitStack() as stack:
-        for _ in range(engine_mod.SQLITE_POOL_SIZE):
-            conn = await stack.enter_async_context(store.engine.connect())
-            driver = (await conn.get_raw_connection()).driver_connection
-            assert isinstance(driver, engine_mod.SqliteConnection)
-            await driver.create_function("herald_test_block", 0, block)
+    inside, release = await blocking_sql(store)
 
     async def work(conn: AsyncConnection) -> None:
         await add_user(conn, "u1")
@@ -119,19 +125,7 @@ async def test_a_unit_cancelled_twice_while_it_runs_still_ends_before_the_cancel
 ) -> None:
     if store.dialect != "sqlite":
         pytest.skip("on PostgreSQL a cancelled unit is rolled back as any transaction")
-    inside, release = threading.Event(), threading.Event()
-
-    def block() -> int:
-        inside.set()
-        release.wait(10)
-        return 1
-
-    async with contextlib.AsyncExitStack() as stack:
-        for _ in range(engine_mod.SQLITE_POOL_SIZE):
-            conn = await stack.enter_async_context(store.engine.connect())
-            driver = (await conn.get_raw_connection()).driver_connection
-            assert isinstance(driver, engine_mod.SqliteConnection)
-            await driver.create_function("herald_test_block", 0, block)
+    inside, release = await blocking_sql(store)
 
     async def work(conn: AsyncConnection) -> None:
         await add_user(conn, "u1")
