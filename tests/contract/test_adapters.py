@@ -69,14 +69,24 @@ async def until_receiving(adapter: Adapter, task: asyncio.Task[None]) -> None:
 
 @contextlib.asynccontextmanager
 async def daemon(
-    tmp_path: Path, platform: PlatformHarness, llm: FakeLLM, **changes: Any
+    tmp_path: Path,
+    platform: PlatformHarness,
+    llm: FakeLLM,
+    extra: dict[str, Any] | None = None,
+    **changes: Any,
 ) -> AsyncIterator[Herald]:
     """The daemon in-process, talking to `platform`'s fake (its section with `changes`) and
-    answering by `llm`."""
+    answering by `llm`; `extra`: other top-level sections."""
     port = free_port()
     section = {**platform.section(port), **changes}
-    async with running_daemon(tmp_path, llm, platform.platform, section, port=port) as herald:
+    async with running_daemon(
+        tmp_path, llm, platform.platform, section, port=port, extra=extra
+    ) as herald:
         yield herald
+
+
+HOLDING = {"delivery": {"backoff_initial": 0.2, "backoff_max": 1, "flush_timeout": 0.1}}
+"""For a test that ends with a chunk held by the platform: the stop does not wait for it."""
 
 
 @pytest.mark.parametrize("name", cases("acknowledged_after_commit"))
@@ -163,7 +173,11 @@ async def test_a_rate_limited_chat_does_not_hold_up_another(name: str, tmp_path:
     """Through the whole daemon: Ann's chat gets the platform's 429 (on whichever request of
     her turn meets it first: typing, a preview or the answer), Bob's answer goes out while
     hers waits out the platform's time, and hers is kept for then, not dropped."""
-    async with started(name) as platform, FakeLLM() as llm, daemon(tmp_path, platform, llm) as h:
+    async with (
+        started(name) as platform,
+        FakeLLM() as llm,
+        daemon(tmp_path, platform, llm, extra=HOLDING) as h,
+    ):
         ann, bob = platform.people
         platform.rate_limit(ann, HELD)
         await platform.send(h, ann, "first")
@@ -203,9 +217,9 @@ async def test_a_send_the_platform_refuses_for_good_is_a_permanent_error(
 async def test_an_answer_streams_by_editing_one_message(name: str, tmp_path: Path) -> None:
     """With `stream_edits`, the answer appears in one message edited as the model writes,
     and ends as the whole answer: never a second message with the same text."""
-    words = " ".join(f"word{i}" for i in range(60))
+    words = " ".join(f"word{i}" for i in range(40))
     async with started(name) as platform, FakeLLM() as llm:
-        llm.responder = lambda body: Reply(text=words, chunk_delay=0.03)
+        llm.responder = lambda body: Reply(text=words, chunk_delay=0.02)
         async with daemon(tmp_path, platform, llm, **platform.streaming) as h:
             ann = platform.people[0]
             await platform.send(h, ann, "stream please")
