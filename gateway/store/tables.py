@@ -10,6 +10,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -434,4 +435,67 @@ console_sessions = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("expires_at", UTCDateTime, nullable=False),
     Index(None, "expires_at"),
+)
+
+memory_docs = Table(
+    "memory_docs",
+    metadata,
+    # The agent's files, one row each: SOUL.md (owner "", name "soul"), and per memory scope
+    # (u-<user> / g-<chat>) USER.md ("user") and MEMORY.md ("memory"). `version` counts the
+    # edits; an edit is a read-modify-write of one row inside one transaction.
+    Column("owner", String(200), primary_key=True),
+    Column("name", String(16), primary_key=True),
+    Column("text", SafeText, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+skill_files = Table(
+    "skill_files",
+    metadata,
+    # Every file of every skill (SKILL.md, references, scripts, assets): owner "" for the
+    # shared skills, else the memory owner of a personal one; `folder` is the skill's folder
+    # relative to its root (`<category>/<name>` or `<name>`, `.quarantine/<name>`); `path` the
+    # file's path inside that folder. The skill folders under `state_dir` are a cache of these
+    # rows, refreshed when `settings["skills.generation"]` moves.
+    Column("owner", String(200), primary_key=True),
+    Column("folder", String(200), primary_key=True),
+    Column("path", String(400), primary_key=True),
+    Column("data", LargeBinary, nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Column("mode", Integer, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+job_outputs = Table(
+    "job_outputs",
+    metadata,
+    # What a job's run produced, readable through any instance's API and the CLI.
+    Column("job_id", String(64), primary_key=True),
+    Column("at", UTCDateTime, primary_key=True),
+    Column("text", SafeText, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Index(None, "created_at"),
+)
+
+blobs = Table(
+    "blobs",
+    metadata,
+    # File bytes by content (SHA-256 hex). With `files.store: database` the bytes are in
+    # `blob_chunks`; with `s3` they are in the bucket and this row only records the object.
+    Column("key", String(64), primary_key=True),
+    Column("size", BigId, nullable=False),
+    Column("media_type", String(200), nullable=False, default=""),
+    Column("store", String(16), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("used_at", UTCDateTime, nullable=False),
+    Index(None, "used_at"),
+)
+
+blob_chunks = Table(
+    "blob_chunks",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("data", LargeBinary, nullable=False),
 )
