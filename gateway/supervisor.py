@@ -97,6 +97,7 @@ from gateway.sessions import SessionManager
 from gateway.store import Store
 from gateway.store.jobs import record_report
 from gateway.store.leases import Lease, Leases
+from gateway.store.memory_docs import SqlMemoryDocs
 from gateway.store.outbox import Outbox
 from gateway.store.skills import SkillWrites
 from gateway.tools.approvals import ChatApprovals
@@ -297,7 +298,7 @@ def build_agent(
     through `sender`; `sources`: MCP servers' tools; every tool result passes `redact`).
     Close `agent.transcriber` when there is one."""
     memory = MemoryFiles(
-        config.state_dir,
+        SqlMemoryDocs(store),
         MemoryLimits(config.memory.user_max_chars, config.memory.memory_max_chars),
         group_memory=config.memory.group_memory,
         on_edit=None if external is None else MemoryWrites(store, external.queue),

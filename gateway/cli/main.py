@@ -40,6 +40,7 @@ from gateway.store.inbox import Inbox
 from gateway.store.instances import list_instances
 from gateway.store.lanes import lanes_by_owner
 from gateway.store.leases import list_leases
+from gateway.store.memory_docs import SqlMemoryDocs
 from gateway.store.outbox import Outbox, OutboxRow, OutboxStatus
 
 if TYPE_CHECKING:
@@ -747,7 +748,7 @@ def users_link(
         async with Store.open(cfg.effective_database_url) as store:
             kept, merged = await store.link_identities(a, b)
             if merged is not None:
-                await MemoryFiles(cfg.state_dir).merge(merged, kept)
+                await MemoryFiles(SqlMemoryDocs(store)).merge(merged, kept)
             ids = ", ".join(f"{p}:{e}" for p, e in await store.identities_of(kept))
         console.print(f"user {escape(kept)}: {escape(ids)}")
 
