@@ -51,6 +51,7 @@ async def session_snapshot(
     user_md, memory_md = await memory.snapshot(key, user_id)
     if skills is None:
         return user_md, memory_md, ""
+    await skills.refresh()
     try:
         index = skills.index(memory.owner(key, user_id))
     except OSError as err:  # an unreadable skills folder costs the index, not the session
