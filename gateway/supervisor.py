@@ -30,9 +30,9 @@ from agent_core.llm import LLMProvider, ModelHealth, ObservedProvider, make_prov
 from agent_core.mcp.hub import MCPHub
 from agent_core.mcp.tools import MCPTools
 from agent_core.memory import MemoryFiles, MemoryLimits
-from agent_core.skills.bundled import install_bundled
+from agent_core.skills.bundled import InstallReport, install_bundled
 from agent_core.skills.service import Skills
-from agent_core.skills.store import SkillStore
+from agent_core.skills.store import MANIFEST, SkillStore
 from agent_core.skills.tools import SkillManageTool, SkillsListTool, SkillViewTool
 from agent_core.tools import (
     ChannelSender,
@@ -371,12 +371,28 @@ async def _import_state(cfg: HeraldConfig, store: Store) -> None:
         logger.warning("not moved: %s", line)
 
 
-def _install_bundled(root: Path) -> None:
+async def _bundled(state_dir: Path, store: Store) -> None:
+    """Install or upgrade the bundled skills and store what changed; a failure is logged
+    (the next start tries again), never fatal."""
+    root = state_dir / "skills"
+    done: list[Path] = []
+    try:
+        async with SkillMirror(store, state_dir).writing(lambda: done):
+            report = _install_bundled(root)
+            names = [] if report is None else report.installed + report.updated
+            if names:
+                done += [root / n for n in names] + [root / MANIFEST]
+    except Exception as err:
+        logger.warning("bundled skills not stored in the database: %s", err)
+
+
+def _install_bundled(root: Path) -> InstallReport | None:
     """Install or upgrade the bundled skills; a failure is logged, never fatal."""
     try:
-        install_bundled(root)
+        return install_bundled(root)
     except OSError as err:
         logger.warning("bundled skills not installed in %s: %s", root, err)
+        return None
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -513,8 +529,7 @@ class Supervisor:
         )
         await _import_state(cfg, store)
         if cfg.skills.enabled and cfg.skills.bundled:
-            async with SkillMirror(store, cfg.state_dir).writing():
-                _install_bundled(cfg.state_dir / "skills")
+            await _bundled(cfg.state_dir, store)
         channels = Channels()
         approvals = ChatApprovals(
             store,

@@ -8,6 +8,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 
 from agent_core.skills.format import (
     MAX_FILE_BYTES,
@@ -123,14 +124,16 @@ class Skills:
     async def manage(self, request: Request, actor: Actor) -> str:
         """Plan, check and apply (or hold) one write; a sentence saying what happened.
         Raises SkillError (SkillFormatError is turned into it) with nothing written."""
-        async with self.sync.writing():
-            return await self._manage(request, actor)
+        touched: list[Path] = []
+        async with self.sync.writing(lambda: touched):
+            return await self._manage(request, actor, touched)
 
-    async def _manage(self, request: Request, actor: Actor) -> str:
+    async def _manage(self, request: Request, actor: Actor, touched: list[Path]) -> str:
         try:  # reading and scanning up to a megabyte of text: off the event loop
             change, skill = await asyncio.to_thread(self.plan, request, actor)
         except SkillFormatError as err:
             raise SkillError(str(err)) from err
+        touched.append(self._folder(change, skill))
         held = self.settings.write_approval and actor.author is not Author.OPERATOR
         if held:
             if self.journal is None:
@@ -275,10 +278,11 @@ class Skills:
     async def share(self, owner: str, name: str) -> Skill:
         """Move `owner`'s skill `name` into the shared skills (the operator's decision: it
         may carry that person's data). Raises SkillError / SkillNotFound."""
-        async with self.sync.writing():
-            return await self._share(owner, name)
+        touched: list[Path] = []
+        async with self.sync.writing(lambda: touched):
+            return await self._share(owner, name, touched)
 
-    async def _share(self, owner: str, name: str) -> Skill:
+    async def _share(self, owner: str, name: str, touched: list[Path]) -> Skill:
         check_name(name)
         matches = [s for s in self.store.personal(owner) if s.name == name]
         if not matches:
@@ -291,6 +295,7 @@ class Skills:
         if any(s.name == name for s in self.store.shared()):
             raise SkillError(f"a shared skill named {name!r} exists already")
         target = self.store.folder_for(name, None, skill.category)
+        touched += [skill.path, target]
         self.store.move(skill.path, target)
         shared = next(s for s in self.store.shared() if s.name == name)
         text = self.store.read(shared)
@@ -302,10 +307,11 @@ class Skills:
 
     async def approve(self, write_id: int) -> str:
         """Apply a pending write and mark it approved. Raises SkillError / LookupError."""
-        async with self.sync.writing():
-            return await self._approve(write_id)
+        touched: list[Path] = []
+        async with self.sync.writing(lambda: touched):
+            return await self._approve(write_id, touched)
 
-    async def _approve(self, write_id: int) -> str:
+    async def _approve(self, write_id: int, touched: list[Path]) -> str:
         journal = self._journal()
         write = await journal.get(write_id)
         if write.status is not WriteStatus.PENDING:
@@ -324,6 +330,7 @@ class Skills:
                 raise SkillError(f"{err}; reject write #{write_id}") from err
         elif change.after is not None:
             _scan(change.after, change.file_path)
+        touched.append(self._folder(change, skill))
         self.store.apply(change, skill)
         await journal.decide(write_id, WriteStatus.APPROVED)
         return _done(change)
@@ -332,6 +339,12 @@ class Skills:
         """Mark a pending write rejected (nothing is written)."""
         if not await self._journal().decide(write_id, WriteStatus.REJECTED):
             raise SkillError(f"write #{write_id} is not pending")
+
+    def _folder(self, change: SkillChange, skill: Skill | None) -> Path:
+        """The skill folder a change writes in."""
+        if skill is not None:
+            return skill.path
+        return self.store.folder_for(change.skill, change.owner, change.category)
 
     def _journal(self) -> SkillJournal:
         if self.journal is None:

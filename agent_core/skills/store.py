@@ -48,6 +48,8 @@ from agent_core.skills.scanner import (
 )
 
 MANIFEST = ".bundled.json"
+MAX_PATH_CHARS = 200
+"""The longest path of a supporting file inside its skill folder."""
 QUARANTINE = ".quarantine"
 
 _Stamp = tuple[int, ...]
@@ -368,6 +370,8 @@ def inside(folder: Path, rel: str) -> Path:
 def support_path(rel: str) -> str:
     """A supporting file's path as given, when it lies under one of the standard folders."""
     pure = PurePosixPath(rel)
+    if len(pure.as_posix()) > MAX_PATH_CHARS:
+        raise SkillError(f"a supporting file's path has at most {MAX_PATH_CHARS} characters")
     if len(pure.parts) < 2 or pure.parts[0] not in SUPPORT_DIRS:
         raise SkillError(
             f"supporting files go under {', '.join(d + '/' for d in SUPPORT_DIRS)} (got {rel!r})"

@@ -10,8 +10,9 @@ else writes. `NoSync`: a Herald whose folders are the only copy (tests, tools).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 from typing import Protocol
 
 
@@ -22,9 +23,10 @@ class SkillSync(Protocol):
         """Bring the local folders up to date (cheap when nothing changed)."""
         ...
 
-    def writing(self) -> AbstractAsyncContextManager[None]:
-        """One writer at a time everywhere: refreshed on entry, what the block changed in
-        the local folders stored on a clean exit."""
+    def writing(self, touched: Callable[[], Iterable[Path]]) -> AbstractAsyncContextManager[None]:
+        """One writer at a time everywhere: refreshed on entry; on a clean exit, what the
+        block changed in the local folders under the paths `touched()` names is stored
+        (nothing else). Raises SkillError when another writer holds the lock too long."""
         ...
 
 
@@ -35,5 +37,5 @@ class NoSync:
         return None
 
     @contextlib.asynccontextmanager
-    async def writing(self) -> AsyncIterator[None]:
+    async def writing(self, touched: Callable[[], Iterable[Path]]) -> AsyncIterator[None]:
         yield

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from agent_core.memory import MemoryEditError, MemoryFiles, MemoryScope
 from agent_core.tools.base import ToolContext, ToolError, str_arg
+
+logger = logging.getLogger(__name__)
 
 
 class MemoryTool:
@@ -68,4 +71,12 @@ class MemoryTool:
                 )
         except MemoryEditError as err:
             raise ToolError(str(err)) from err
+        except ToolError:
+            raise
+        except Exception as err:  # where memory is kept failed: nothing was saved
+            logger.warning("memory edit failed: %s", err)
+            raise ToolError(
+                "memory could not be saved just now (its storage did not answer); nothing "
+                "was changed: try again later, or tell the person it was not saved"
+            ) from err
         raise ToolError("action must be 'add', 'replace' or 'remove'")

@@ -32,6 +32,7 @@ from gateway.cli.base import load
 from gateway.cli.help import HeraldTyper
 from gateway.cli.output import Column, JsonOption, Kind, print_json, print_rows
 from gateway.config import HeraldConfig
+from gateway.contracts.errors import SetupError
 from gateway.contracts.ids import UserId
 from gateway.store import Store
 from gateway.store.skills import SkillWrites
@@ -80,7 +81,15 @@ def _with_skills(
 
     async def go() -> None:
         if not database:
-            await work(_skills(cfg, None))
+            # The database's skills when there is one (refreshed into the local folders),
+            # else what the folders hold.
+            try:
+                async with Store.open(cfg.effective_database_url, create=False) as store:
+                    skills = _skills(cfg, store)
+                    await skills.refresh()
+            except SetupError:
+                skills = _skills(cfg, None)
+            await work(skills)
             return
         async with Store.open(cfg.effective_database_url, create=create) as store:
             skills = _skills(cfg, store)
@@ -211,9 +220,11 @@ def skills_install(
     console = _console()
 
     async def work(skills: Skills) -> None:
+        installed: list[Path] = []
         try:
-            async with skills.sync.writing():
+            async with skills.sync.writing(lambda: installed):
                 done = install_folder(skills.store, path, category)
+                installed.append(done.path)
         except SkillError as err:
             raise _fail(str(err)) from err
         if done.change is None:

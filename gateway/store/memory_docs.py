@@ -79,11 +79,13 @@ class SqlMemoryDocs:
         await self.store.unit(work)
 
     async def owners(self) -> list[str]:
-        """Every scope with a document (SOUL.md's owner "" excluded)."""
+        """Every scope with a document that is not empty (SOUL.md's owner "" excluded)."""
 
         async def work(conn: AsyncConnection) -> list[str]:
             rows = await conn.scalars(
-                select(memory_docs.c.owner).where(memory_docs.c.owner != "").distinct()
+                select(memory_docs.c.owner)
+                .where(memory_docs.c.owner != "", memory_docs.c.text != "")
+                .distinct()
             )
             return sorted(rows)
 

@@ -20,9 +20,11 @@ import fcntl
 import hashlib
 import logging
 import os
+import re
 import secrets
 import stat
-from collections.abc import AsyncIterator, Iterable, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ from sqlalchemy import delete, select, text, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_core.skills.model import SkillError
 from gateway.contracts.messages import utcnow
 from gateway.store import Store
 from gateway.store.tables import settings, skill_files
@@ -45,9 +48,16 @@ IMPORTED = "imported"
 """The stamp of folders just imported: a cache, to be read whole at the next refresh."""
 SHARED = ""
 """The owner of the shared skills (`state_dir/skills`)."""
-_LOCK_ID = 0x48455241_4C44534B  # "HERALDSK": the advisory lock of skill writes
-_SKIPPED = {".lock"}
-"""Files of the local folders that are not skills (SkillStore's own lock file)."""
+_LOCKED = {"id": 0x48455241_4C44534B}  # "HERALDSK": the advisory lock of skill writes
+_LOCK = Path(".lock")
+"""SkillStore's own lock file at the root of the shared skills: not a skill's."""
+LOCK_WAIT = 30.0
+"""Seconds a skill write waits for another writer before it gives up."""
+LOCK_POLL = 0.05
+STALE = "stale"
+"""The stamp of folders that may differ from the database (a write failed halfway)."""
+_OWNER = re.compile(r"[ug]-[A-Za-z0-9%._~-]+")
+"""A memory scope's name (`memory_owner`): the only personal owners a row may name."""
 
 Key = tuple[str, str, str]
 """(owner, folder, path): a file's row."""
@@ -64,9 +74,10 @@ class Local:
 class SkillMirror:
     """`SkillSync` over a `Store`, for the skill folders under `state_dir`."""
 
-    def __init__(self, store: Store, state_dir: Path) -> None:
+    def __init__(self, store: Store, state_dir: Path, *, lock_wait: float = LOCK_WAIT) -> None:
         self.store = store
         self.state_dir = state_dir
+        self.lock_wait = lock_wait
         self._lock = asyncio.Lock()
         self._told = False
 
@@ -79,36 +90,44 @@ class SkillMirror:
         return self.state_dir / "memory" / owner / "skills"
 
     def local(self) -> dict[Key, Local]:
-        """Every regular file under the skill folders (symlinks and lock files skipped).
-        Blocking."""
+        """Every regular file under the skill folders, reached through no symlink (but for
+        SkillStore's lock file and half-written files). Blocking."""
         out: dict[Key, Local] = {}
         roots = [(SHARED, self.root(SHARED))]
         memory = self.state_dir / "memory"
-        if memory.is_dir():
-            roots += [(p.name, p / "skills") for p in sorted(memory.iterdir()) if p.is_dir()]
+        if memory.is_dir() and not memory.is_symlink():
+            roots += [
+                (p.name, p / "skills")
+                for p in sorted(memory.iterdir())
+                if p.is_dir() and not p.is_symlink() and _OWNER.fullmatch(p.name)
+            ]
         for owner, root in roots:
             if not root.is_dir() or root.is_symlink():
                 continue
             for path in sorted(root.rglob("*")):
-                if path.name in _SKIPPED or path.is_symlink() or not path.is_file():
+                rel = path.relative_to(root)
+                if rel == _LOCK or _temporary(path.name) or not _plain(root, rel):
                     continue
-                if any(
-                    part.is_symlink()
-                    for part in path.relative_to(root).parents
-                    if part != Path(".")
-                ):
-                    continue
-                key = _key(owner, path.relative_to(root))
+                key = _key(owner, rel)
                 out[key] = Local(_sha256(path), stat.S_IMODE(path.stat().st_mode))
         return out
 
-    def _path(self, key: Key) -> Path:
+    def _path(self, key: Key) -> Path | None:
+        """Where the file of row `key` goes; None for a row no writer of ours makes (an owner
+        that is not a memory scope, a path leaving its folder): never written or deleted."""
         owner, folder, rel = key
-        path = self.root(owner) / folder / rel if folder else self.root(owner) / rel
-        root = self.root(owner).resolve()
-        if not path.resolve().is_relative_to(root):
-            raise ValueError(f"skill file {key} leaves its folder")
+        if owner != SHARED and not _OWNER.fullmatch(owner):
+            return None
+        parts = [*(folder.split("/") if folder else []), *rel.split("/")]
+        if any(p in ("", ".", "..") or "\\" in p or "\x00" in p for p in parts):
+            return None
+        path = self.root(owner).joinpath(*parts)
+        if not path.resolve().is_relative_to(self.state_dir.resolve()):
+            return None
         return path
+
+    def _display_of(self, path: Path) -> str:
+        return path.relative_to(self.state_dir).as_posix()
 
     # SkillSync ---------------------------------------------------------------------------
 
@@ -118,25 +137,48 @@ class SkillMirror:
             await self._refresh()
 
     @contextlib.asynccontextmanager
-    async def writing(self) -> AsyncIterator[None]:
-        """One skills writer at a time across instances; what the block changed locally is
-        stored when it exits without an error."""
-        async with self._lock, self._cluster_lock():
+    async def writing(self, touched: Callable[[], Iterable[Path]]) -> AsyncIterator[None]:
+        """One skills writer at a time across instances (waiting at most `LOCK_WAIT`, then
+        SkillError: try again later). After the block, `touched()` names the skill folders
+        (or files) it may have changed: only what changed under them is stored, whatever
+        else happened to the local folders meanwhile. A block that raises (or is cancelled),
+        or a store that fails, leaves the folders marked stale: the next refresh rewrites
+        them from the database."""
+        async with self._cluster_lock(), self._lock:
             await self._refresh()
             before = await asyncio.to_thread(self.local)
-            yield
-            after = await asyncio.to_thread(self.local)
-            changed = {k: v for k, v in after.items() if before.get(k) != v}
-            removed = [k for k in before if k not in after]
-            if changed or removed:
-                await self._store(changed, removed)
+            ok = False
+            try:
+                yield
+                prefixes = [self._display_of(p) for p in touched()]
+                after = await asyncio.to_thread(self.local)
+
+                def mine(key: Key) -> bool:
+                    shown = _display(key)
+                    return any(shown == p or shown.startswith(p + "/") for p in prefixes)
+
+                changed = {k: v for k, v in after.items() if mine(k) and before.get(k) != v}
+                removed = [k for k in before if mine(k) and k not in after]
+                if changed or removed:
+                    await self._store(changed, removed)
+                ok = True
+            finally:
+                if not ok:
+                    self._mark_stale()
+
+    def _mark_stale(self) -> None:
+        """The local folders may differ from the database: the next refresh reads them whole
+        (a stamp no generation matches; still a cache, so nothing is imported from it)."""
+        with contextlib.suppress(OSError):
+            if self._stamp() is not None:
+                self._set_stamp(STALE)
 
     async def import_local(self) -> list[str]:
         """Store every skill file of folders an older version wrote (not yet a cache) that
         the database lacks, and mark the folders a cache; the paths stored. A file the
         database holds other content of keeps the database's (the next refresh writes it).
         Nothing when the folders are a cache already."""
-        async with self._lock, self._cluster_lock():
+        async with self._cluster_lock(), self._lock:
             if await asyncio.to_thread(self.is_cache):
                 return []
             local = await asyncio.to_thread(self.local)
@@ -199,10 +241,15 @@ class SkillMirror:
     ) -> None:
         for key, blob in data.items():
             sha, mode = rows[key]
+            path = self._path(key)
+            if path is None:
+                logger.warning("skill file row %r is not a path of a skill; skipped", key)
+                continue
             if hashlib.sha256(blob).hexdigest() != sha:  # checked before it is used
                 logger.warning("skill file %s does not match its hash; not written", _display(key))
                 continue
-            path = self._path(key)
+            if not _plain(self.state_dir, path.relative_to(self.state_dir), file=False):
+                continue
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
             tmp.write_bytes(blob)
@@ -210,6 +257,8 @@ class SkillMirror:
             os.replace(tmp, path)
         for key in gone:
             path = self._path(key)
+            if path is None or not _plain(self.state_dir, path.relative_to(self.state_dir)):
+                continue
             path.unlink(missing_ok=True)
             _prune_empty(path.parent, self.root(key[0]))
 
@@ -254,7 +303,9 @@ class SkillMirror:
         """Store `changed`, delete `removed`, move the generation; the local folders, if a
         cache already, are then marked as at that generation (they were up to date before:
         `writing` refreshed them under the lock)."""
-        contents = await asyncio.to_thread(lambda: {k: self._path(k).read_bytes() for k in changed})
+        contents = await asyncio.to_thread(
+            lambda: {k: (self.root(k[0]) / _rel(k)).read_bytes() for k in changed}
+        )
         removed = list(removed)
         generation = secrets.token_hex(8)
 
@@ -290,19 +341,41 @@ class SkillMirror:
 
     @contextlib.asynccontextmanager
     async def _cluster_lock(self) -> AsyncIterator[None]:
+        """The skills lock of every instance on this database: a PostgreSQL advisory lock,
+        or on SQLite a lock file beside the database file. Waits at most `LOCK_WAIT`."""
+        deadline = time.monotonic() + self.lock_wait
         if self.store.dialect == "postgresql":
             async with self.store.engine.connect() as conn:
-                await conn.execute(text("SELECT pg_advisory_lock(:id)"), {"id": _LOCK_ID})
+                while not await conn.scalar(text("SELECT pg_try_advisory_lock(:id)"), _LOCKED):
+                    await conn.commit()
+                    _wait_or_give_up(deadline)
+                    await asyncio.sleep(LOCK_POLL)
                 try:
                     yield
                 finally:
-                    await conn.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": _LOCK_ID})
+                    await conn.execute(text("SELECT pg_advisory_unlock(:id)"), _LOCKED)
                     await conn.commit()
             return
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        with (self.state_dir / ".skills.lock").open("ab") as handle:
-            await asyncio.to_thread(fcntl.flock, handle.fileno(), fcntl.LOCK_EX)
+        database = self.store.engine.url.database
+        lock = Path(f"{database}.skills.lock") if database else self.state_dir / ".skills.lock"
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        with lock.open("ab") as handle:
+            while True:
+                try:
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    _wait_or_give_up(deadline)
+                    await asyncio.sleep(LOCK_POLL)
             yield
+
+
+def _wait_or_give_up(deadline: float) -> None:
+    if time.monotonic() > deadline:
+        raise SkillError(
+            "skills are being written elsewhere (another instance or `herald skills`); "
+            "try again in a minute"
+        )
 
 
 async def _read_generation(conn: AsyncConnection) -> str | None:
@@ -340,11 +413,18 @@ def _display(key: Key) -> str:
     return "/".join(p for p in (root, folder, rel) if p)
 
 
-def _plain(root: Path, rel: Path) -> bool:
-    """A regular file reached through no symlink (SkillStore refuses symlinks too)."""
-    if not (root / rel).is_file() or (root / rel).is_symlink():
+def _plain(root: Path, rel: Path, *, file: bool = True) -> bool:
+    """`root / rel` reached through no symlink (SkillStore refuses symlinks too); with
+    `file`, a regular file that exists."""
+    path = root / rel
+    if path.is_symlink() or (file and not path.is_file()):
         return False
     return not any((root / p).is_symlink() for p in rel.parents if p != Path("."))
+
+
+def _rel(key: Key) -> str:
+    _owner, folder, rel = key
+    return f"{folder}/{rel}" if folder else rel
 
 
 def _sha256(path: Path) -> str:

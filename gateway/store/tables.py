@@ -443,7 +443,7 @@ memory_docs = Table(
     # The agent's files, one row each: SOUL.md (owner "", name "soul"), and per memory scope
     # (u-<user> / g-<chat>) USER.md ("user") and MEMORY.md ("memory"). `version` counts the
     # edits; an edit is a read-modify-write of one row inside one transaction.
-    Column("owner", String(200), primary_key=True),
+    Column("owner", String(400), primary_key=True),
     Column("name", String(16), primary_key=True),
     Column("text", SafeText, nullable=False),
     Column("version", Integer, nullable=False),
@@ -458,7 +458,7 @@ skill_files = Table(
     # relative to its root (`<category>/<name>` or `<name>`, `.quarantine/<name>`); `path` the
     # file's path inside that folder. The skill folders under `state_dir` are a cache of these
     # rows, refreshed when `settings["skills.generation"]` moves.
-    Column("owner", String(200), primary_key=True),
+    Column("owner", String(400), primary_key=True),
     Column("folder", String(200), primary_key=True),
     Column("path", String(400), primary_key=True),
     Column("data", LargeBinary, nullable=False),

@@ -6,16 +6,19 @@ database no longer holds; a wiped state directory loses nothing (SQLite and Post
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import shutil
 import signal
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import yaml
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select
 
 from agent_core.memory import FolderDocs, MemoryFiles, MemoryOwner, MemoryScope
-from agent_core.skills.model import SkillAction
+from agent_core.skills.model import SkillAction, SkillError
 from agent_core.skills.service import Actor, Author, Request, Skills
 from agent_core.skills.store import SkillStore
 from gateway.state import import_state
@@ -195,3 +198,121 @@ async def test_an_import_killed_halfway_moves_each_file_once(tmp_path: Path) -> 
         moved = [line for line in out.decode().splitlines() if line.startswith("moved ")]
         assert len(moved) + at_kill >= people + 2
         assert len(set(moved)) == len(moved)
+
+
+async def test_a_write_stores_only_what_it_touched(store: Store, tmp_path: Path) -> None:
+    state = tmp_path / "a"
+    mirror = SkillMirror(store, state)
+    skills = Skills(SkillStore(state), sync=mirror)
+    operator = Actor(None, Author.OPERATOR)
+    await skills.manage(Request(SkillAction.CREATE, "standup", skill_text("standup")), operator)
+    await skills.manage(Request(SkillAction.CREATE, "retro", skill_text("retro")), operator)
+    folder = state / "skills" / "standup"
+
+    # While one skill is written, something else empties the cache (a cleaner, a hand).
+    async with mirror.writing(lambda: [folder]):
+        shutil.rmtree(state / "skills" / "retro")
+        (folder / "SKILL.md").write_text(skill_text("standup", "Run it twice."), "utf-8")
+
+    other = tmp_path / "b"
+    elsewhere = Skills(SkillStore(other), sync=SkillMirror(store, other))
+    await elsewhere.refresh()
+    assert "retro" in elsewhere.index(None), "an untouched skill is never deleted"
+    assert "Run it twice." in elsewhere.index(None)
+
+
+async def test_a_write_that_fails_halfway_leaves_the_cache_to_be_read_again(
+    store: Store, tmp_path: Path
+) -> None:
+    state = tmp_path / "a"
+    mirror = SkillMirror(store, state)
+    skills = Skills(SkillStore(state), sync=mirror)
+    operator = Actor(None, Author.OPERATOR)
+    await skills.manage(Request(SkillAction.CREATE, "standup", skill_text("standup")), operator)
+    half = state / "skills" / "half-written"
+
+    async def cut_short() -> None:
+        async with mirror.writing(lambda: [half]):
+            make_skill(state / "skills", "half-written", "Never stored.")
+            raise RuntimeError("cut short")
+
+    with pytest.raises(RuntimeError, match="cut short"):
+        await cut_short()
+
+    await skills.refresh()
+    assert not half.exists(), "the cache was read again from the database"
+    assert "standup" in skills.index(None)
+    # And a retry of the same write succeeds.
+    done = await skills.manage(
+        Request(SkillAction.CREATE, "half-written", skill_text("half-written")), operator
+    )
+    assert "half-written" in done
+
+
+async def test_rows_that_are_no_skill_path_are_skipped_never_written(
+    store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    outside = tmp_path / "outside"
+    now = datetime.now(UTC)
+    bad = [
+        (str(outside), "x", "evil.txt"),
+        ("", "..", "escape.txt"),
+        ("u-ann", "notes", "../../../../escape.txt"),
+        ("", "/abs", "SKILL.md"),
+    ]
+    async with store.write() as conn:
+        for owner, folder, rel in bad:
+            await conn.execute(
+                insert(skill_files).values(
+                    owner=owner, folder=folder, path=rel, data=b"x",
+                    sha256=hashlib.sha256(b"x").hexdigest(), mode=0o644, updated_at=now,
+                )
+            )  # fmt: skip
+    state = tmp_path / "state"
+    skills = Skills(SkillStore(state), sync=SkillMirror(store, state))
+
+    await skills.refresh()
+
+    assert not outside.exists()
+    assert not (tmp_path / "escape.txt").exists()
+    assert not await asyncio.to_thread(lambda: list(tmp_path.rglob("escape.txt")))
+    assert "not a path of a skill" in caplog.text
+    operator = Actor(None, Author.OPERATOR)
+    await skills.manage(Request(SkillAction.CREATE, "standup", skill_text("standup")), operator)
+
+
+async def test_a_writer_holding_the_lock_too_long_is_waited_for_then_refused(
+    store: Store, tmp_path: Path
+) -> None:
+    a = SkillMirror(store, tmp_path / "a")
+    b_dir = tmp_path / "b"
+    b = Skills(SkillStore(b_dir), sync=SkillMirror(store, b_dir, lock_wait=0.3))
+    async with a.writing(list):
+        with pytest.raises(SkillError, match="being written elsewhere"):
+            await b.manage(
+                Request(SkillAction.CREATE, "standup", skill_text("standup")),
+                Actor(None, Author.OPERATOR),
+            )
+        await b.refresh()  # reading is never held up by a writer
+        assert b.index(None) == b.index(None)
+    await b.manage(
+        Request(SkillAction.CREATE, "standup", skill_text("standup")), Actor(None, Author.OPERATOR)
+    )
+
+
+def _symlinked_owner(state: Path, outside: Path) -> None:
+    make_skill(outside / "skills", "foreign", "Not ours.")
+    (state / "memory").mkdir(parents=True)
+    (state / "memory" / "u-sym").symlink_to(outside, target_is_directory=True)
+
+
+async def test_a_symlinked_scope_folder_is_neither_imported_nor_touched(
+    store: Store, tmp_path: Path
+) -> None:
+    state, outside = tmp_path / "state", tmp_path / "outside"
+    await asyncio.to_thread(_symlinked_owner, state, outside)
+    done = await import_state(state, store)
+    assert not [m for m in done.moved if "foreign" in m]
+    skills = Skills(SkillStore(state), sync=SkillMirror(store, state))
+    await skills.refresh()
+    assert (outside / "skills" / "foreign" / "SKILL.md").is_file()

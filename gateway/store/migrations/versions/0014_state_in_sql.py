@@ -28,7 +28,7 @@ def upgrade() -> None:
     """Add the four tables."""
     op.create_table(
         "memory_docs",
-        sa.Column("owner", sa.String(length=200), nullable=False),
+        sa.Column("owner", sa.String(length=400), nullable=False),
         sa.Column("name", sa.String(length=16), nullable=False),
         sa.Column("text", sa.Text(), nullable=False),
         sa.Column("version", sa.Integer(), nullable=False),
@@ -37,7 +37,7 @@ def upgrade() -> None:
     )
     op.create_table(
         "skill_files",
-        sa.Column("owner", sa.String(length=200), nullable=False),
+        sa.Column("owner", sa.String(length=400), nullable=False),
         sa.Column("folder", sa.String(length=200), nullable=False),
         sa.Column("path", sa.String(length=400), nullable=False),
         sa.Column("data", sa.LargeBinary(), nullable=False),
