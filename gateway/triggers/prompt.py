@@ -42,19 +42,42 @@ class TemplateError(ValueError):
     """A prompt template that is not field access only; the message says what to change."""
 
 
+def defuse(text: str) -> str:
+    """`text` unable to open or close the payload's fence."""
+    return text.replace("<webhook-payload", "<\\webhook-payload").replace(FENCE_CLOSE[:2], "<\\/")
+
+
 def _finalize(value: Any) -> str:
     if value is None or isinstance(value, ChainableUndefined):
         return ""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    text = " ".join(text.split())
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    # One line, its quotes its own: a field cannot end the quote or pose as another part.
+    text = defuse(" ".join(text.split()).replace("“", '"').replace("”", '"'))
     if len(text) > FIELD_LIMIT:
         text = text[: FIELD_LIMIT - 1] + "…"
     return f"“{text}”"
 
 
-_ENV = ImmutableSandboxedEnvironment(
-    undefined=ChainableUndefined, finalize=_finalize, autoescape=False
-)
+class _DataOnly(ImmutableSandboxedEnvironment):
+    """The sandbox, narrowed to JSON data: `a.b` and `a["b"]` read a mapping's key or a
+    list's index, and nothing else (no attributes, methods or dunders of any object)."""
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        return self.getitem(obj, attribute)
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        if isinstance(obj, Mapping) and isinstance(argument, str) and argument in obj:
+            return obj[argument]
+        if isinstance(obj, list):
+            index = argument if isinstance(argument, int) else None
+            if isinstance(argument, str) and argument.isdigit():
+                index = int(argument)
+            if index is not None and 0 <= index < len(obj):
+                return obj[index]
+        return self.undefined(obj=obj, name=str(argument))
+
+
+_ENV = _DataOnly(undefined=ChainableUndefined, finalize=_finalize, autoescape=False)
 
 
 def compile_template(source: str) -> None:
@@ -145,8 +168,8 @@ def fence(delivery: Delivery, budget: int) -> str:
     cut = len(text) > budget
     if cut:
         text = text[:budget]
-    # The payload cannot close the fence early.
-    text = text.replace(FENCE_CLOSE[:2], "<\\/")
+    # The payload cannot close the fence early (nor open another).
+    text = defuse(text)
     note = f"\n[cut: {len(delivery.body)} characters, the first {budget} shown]" if cut else ""
     return (
         f"{FENCE_NOTE}\n{FENCE_OPEN} trigger={json.dumps(delivery.trigger)} "
