@@ -180,3 +180,30 @@ def event_of(cfg: TriggerConfig, headers: Mapping[str, str], body: bytes) -> str
     if cfg.scheme is Scheme.STRIPE:
         return _json_field(body, "type")
     return None
+
+
+def sign(cfg: TriggerConfig, body: bytes, now: datetime, delivery: str) -> dict[str, str]:
+    """The headers a sender of the trigger's scheme sends with `body` (what `herald
+    triggers test` sends; `verify` accepts them)."""
+    key = cfg.secret.get_secret_value().encode()
+    headers: dict[str, str] = {"Content-Type": "application/json"}
+    timestamp = str(int(now.timestamp()))
+    if cfg.scheme is Scheme.GITHUB:
+        headers["X-Hub-Signature-256"] = "sha256=" + _digest("sha256", key, body).hex()
+    elif cfg.scheme is Scheme.GITLAB:
+        headers["X-Gitlab-Token"] = cfg.secret.get_secret_value()
+    elif cfg.scheme is Scheme.STRIPE:
+        mac = _digest("sha256", key, timestamp.encode() + b"." + body).hex()
+        headers["Stripe-Signature"] = f"t={timestamp},v1={mac}"
+    else:
+        message = body
+        if cfg.timestamp_header is not None:
+            headers[cfg.timestamp_header] = timestamp
+            message = timestamp.encode() + b"." + body
+        digest = _digest(cfg.algorithm, key, message)
+        encoded = digest.hex() if cfg.encoding == "hex" else base64.b64encode(digest).decode()
+        headers[cfg.header] = cfg.prefix + encoded
+    name = cfg.delivery_header or _DELIVERY_HEADERS.get(cfg.scheme)
+    if name:
+        headers[name] = delivery
+    return headers
