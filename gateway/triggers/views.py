@@ -38,6 +38,7 @@ def run_view(run: TriggerRun) -> dict[str, Any]:
     """One run, without its payload (shown by `herald triggers show --payload` only)."""
     return {
         "id": run.id,
+        "trigger": run.trigger,
         "delivery": run.delivery_id,
         "event": run.event,
         "status": str(run.status),
