@@ -465,7 +465,12 @@ trigger_runs = Table(
     Column("error", SafeText, nullable=True),
     Column("delivery_status", String(16), nullable=True),
     # pending, suppressed ([SILENT]), failed (no target could be resolved).
+    Column("content_key", String(80), nullable=True),
+    # A hash of what the signature covers (the body, or timestamp and body): a captured
+    # request replayed under a new delivery id (a header the signature does not cover)
+    # finds its row too. NULL for a token scheme (GitLab), which signs nothing.
     UniqueConstraint("trigger", "delivery_id"),
+    UniqueConstraint("trigger", "content_key"),
     Index(None, "status", "id"),
     Index(None, "trigger", "id"),
 )

@@ -15,7 +15,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import RowMapping, func, select, update
+from sqlalchemy import RowMapping, delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.contracts.errors import LeaseLost
@@ -85,16 +85,18 @@ class TriggerRuns:
         payload: str,
         now: datetime,
         max_queued: int,
+        content_key: str | None = None,
     ) -> tuple[Accepted, int | None]:
         """Store a verified delivery as a queued run, in one transaction: (NEW, its id);
-        (DUPLICATE, None) when its delivery id is known (whatever became of it); (FULL,
-        None), storing nothing, when `max_queued` runs of the trigger wait or run."""
+        (DUPLICATE, None) when its delivery id or its content key is known (whatever became
+        of it); (FULL, None), storing nothing, when `max_queued` runs of the trigger wait
+        or run."""
+        same = trigger_runs.c.delivery_id == delivery_id
+        if content_key is not None:
+            same = or_(same, trigger_runs.c.content_key == content_key)
         async with self.store.write() as conn:
             known = await conn.scalar(
-                select(trigger_runs.c.id).where(
-                    trigger_runs.c.trigger == trigger,
-                    trigger_runs.c.delivery_id == delivery_id,
-                )
+                select(trigger_runs.c.id).where(trigger_runs.c.trigger == trigger, same).limit(1)
             )
             if known is not None:
                 return Accepted.DUPLICATE, None
@@ -119,6 +121,7 @@ class TriggerRuns:
                     "headers": dict(headers),
                     "payload": payload,
                     "received_at": now,
+                    "content_key": content_key,
                 },
             )
         return (Accepted.DUPLICATE, None) if run_id is None else (Accepted.NEW, run_id)
@@ -222,6 +225,18 @@ class TriggerRuns:
                 )
                 .values(status=str(TriggerStatus.QUEUED), owner=None)
             )
+
+    async def prune(self, before: datetime) -> int:
+        """Delete finished runs that ended before `before` (a delivery older than that is
+        no longer recognized when it comes again); how many."""
+        async with self.store.write() as conn:
+            result = await conn.execute(
+                delete(trigger_runs).where(
+                    trigger_runs.c.status.not_in([str(s) for s in WAITING]),
+                    trigger_runs.c.finished_at < before,
+                )
+            )
+        return int(result.rowcount or 0)
 
     async def get(self, run_id: int) -> TriggerRun | None:
         """The run with that id, or None."""

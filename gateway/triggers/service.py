@@ -25,7 +25,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from agent_core.agent import Agent
 from agent_core.loop import TurnProgress
@@ -64,6 +64,10 @@ ACCOUNT = "default"
 WEBHOOK_PREFIX = "webhook:"
 MAX_ATTEMPTS = 2
 """Times a run is started at most: a run cut off by a crash is run once more."""
+RETENTION = timedelta(days=30)
+"""Finished runs are kept this long: a delivery (or a replay) within it is recognized."""
+PRUNE_INTERVAL = 3600.0
+"""Seconds between two prunings of old runs."""
 LOG_INTERVAL = 60.0
 """Seconds between two log lines about one trigger's refused requests."""
 KEPT_HEADERS = 50
@@ -274,6 +278,7 @@ class TriggerService:
             payload=text,
             now=self.clock(),
             max_queued=cfg.max_queued,
+            content_key=verified.content_key,
         )
         self.count(name, str(outcome))
         if outcome is Accepted.FULL:
@@ -310,6 +315,7 @@ class TriggerService:
         async with asyncio.TaskGroup() as tg:
             recovered = False
             last_recovery = 0.0
+            last_prune = 0.0
             while True:
                 self._wake.clear()
                 try:
@@ -320,6 +326,9 @@ class TriggerService:
                         await self._recover(started=not recovered)
                         recovered = True
                         last_recovery = time.monotonic()
+                    if time.monotonic() - last_prune > PRUNE_INTERVAL or not last_prune:
+                        await self.runs.prune(self.clock() - RETENTION)
+                        last_prune = time.monotonic()
                     free = self._slots - len(self._active)
                     if not self._draining and free > 0:
                         for run in await self.runs.take(self.instance, self.clock(), free):

@@ -31,6 +31,9 @@ class Verified:
 
     delivery_id: str
     event: str | None
+    content_key: str | None = None
+    """A hash of what the signature covers (None for a token, which covers nothing): the
+    same signed content under another delivery id is a replay."""
 
 
 def _digest(algorithm: str, key: bytes, message: bytes) -> bytes:
@@ -50,7 +53,7 @@ def _fresh(timestamp: str, now: datetime, tolerance: float) -> None:
         raise Unverified(f"the timestamp is more than {tolerance:.0f}s away from now")
 
 
-def _github(cfg: TriggerConfig, key: bytes, headers: Mapping[str, str], body: bytes) -> None:
+def _github(key: bytes, headers: Mapping[str, str], body: bytes) -> None:
     given = headers.get("x-hub-signature-256")
     if not given:
         raise Unverified("no X-Hub-Signature-256 header")
@@ -69,7 +72,8 @@ def _gitlab(key: bytes, headers: Mapping[str, str]) -> None:
 
 def _stripe(
     cfg: TriggerConfig, key: bytes, headers: Mapping[str, str], body: bytes, now: datetime
-) -> None:
+) -> bytes:
+    """Raises Unverified; what the signature covers."""
     given = headers.get("stripe-signature")
     if not given:
         raise Unverified("no Stripe-Signature header")
@@ -90,11 +94,13 @@ def _stripe(
     if not matched:
         raise Unverified("no v1 signature of Stripe-Signature matches the body")
     _fresh(timestamp, now, cfg.tolerance)
+    return timestamp.encode() + b"." + body
 
 
 def _generic(
     cfg: TriggerConfig, key: bytes, headers: Mapping[str, str], body: bytes, now: datetime
-) -> None:
+) -> bytes:
+    """Raises Unverified; what the signature covers."""
     given = headers.get(cfg.header.lower())
     if not given:
         raise Unverified(f"no {cfg.header} header")
@@ -122,21 +128,25 @@ def _generic(
         raise Unverified(f"{cfg.header} does not match the body")
     if timestamp is not None:
         _fresh(timestamp.strip(), now, cfg.tolerance)
+    return message
 
 
 def verify(cfg: TriggerConfig, headers: Mapping[str, str], body: bytes, now: datetime) -> Verified:
     """Check the request against the trigger's scheme; its delivery id and event. `headers`
     has lower-case names. Raises Unverified."""
     key = cfg.secret.get_secret_value().encode()
+    covered: bytes | None = body
     if cfg.scheme is Scheme.GITHUB:
-        _github(cfg, key, headers, body)
+        _github(key, headers, body)
     elif cfg.scheme is Scheme.GITLAB:
         _gitlab(key, headers)
+        covered = None
     elif cfg.scheme is Scheme.STRIPE:
-        _stripe(cfg, key, headers, body, now)
+        covered = _stripe(cfg, key, headers, body, now)
     else:
-        _generic(cfg, key, headers, body, now)
-    return Verified(delivery_id(cfg, headers, body), event_of(cfg, headers, body))
+        covered = _generic(cfg, key, headers, body, now)
+    content = None if covered is None else "sha256:" + hashlib.sha256(covered).hexdigest()
+    return Verified(delivery_id(cfg, headers, body), event_of(cfg, headers, body), content)
 
 
 _DELIVERY_HEADERS = {
@@ -152,7 +162,7 @@ def _json_field(body: bytes, name: str) -> str | None:
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return None
     value = data.get(name) if isinstance(data, dict) else None
-    return value if isinstance(value, str) and value else None
+    return value[:200] if isinstance(value, str) and value and value.isprintable() else None
 
 
 def delivery_id(cfg: TriggerConfig, headers: Mapping[str, str], body: bytes) -> str:
@@ -176,7 +186,7 @@ def event_of(cfg: TriggerConfig, headers: Mapping[str, str], body: bytes) -> str
     name = cfg.event_header or _EVENT_HEADERS.get(cfg.scheme)
     if name:
         value = headers.get(name.lower())
-        return value[:200] if value else None
+        return value[:200] if value and value.isprintable() else None
     if cfg.scheme is Scheme.STRIPE:
         return _json_field(body, "type")
     return None

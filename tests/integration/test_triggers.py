@@ -222,6 +222,9 @@ async def test_a_delivery_runs_once_to_home_and_a_signed_webhook(
         assert (first.status, first.body["status"]) == (202, "queued")
         again = await r.post(body, "d-1")
         assert (again.status, again.body["status"]) == (202, "duplicate")
+        # A captured request replayed under a new delivery id (a header GitHub does not sign).
+        replayed = await r.post(body, "d-1-replayed")
+        assert (replayed.status, replayed.body["status"]) == (202, "duplicate")
 
         taken = await r.receiver.wait_taken(1)
         await r.settled(1)
@@ -256,7 +259,7 @@ async def test_a_delivery_runs_once_to_home_and_a_signed_webhook(
         assert await r.rows() == 1
         assert _counted(r.metrics, "unverified") == 3
         assert _counted(r.metrics, "skipped") == 1
-        assert _counted(r.metrics, "duplicate") == 1
+        assert _counted(r.metrics, "duplicate") == 2
         assert (await r.service.receive("nope", {}, body)).status == 404
 
 
@@ -301,14 +304,17 @@ async def test_a_payload_asking_to_send_elsewhere_stays_fenced_and_cannot(
 
 @pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
 async def test_limits_refuse_before_storing(store: Store, tmp_path: Path) -> None:
-    async with rig(store, tmp_path, rate_limit=3, max_queued=1) as r:
+    async with rig(store, tmp_path, rate_limit=3, max_queued=1, targets=["home"]) as r:
         r.model.hold = asyncio.Event()
-        body = json.dumps(PR).encode()
-        assert (await r.post(body, "d-1")).status == 202
-        full = await r.post(body, "d-2")  # d-1 is still running
+
+        def body(n: int) -> bytes:
+            return json.dumps({**PR, "number": n}).encode()
+
+        assert (await r.post(body(1), "d-1")).status == 202
+        full = await r.post(body(2), "d-2")  # d-1 is still running
         assert (full.status, full.headers["Retry-After"]) == (429, "60")
-        assert (await r.post(body, "d-1")).body["status"] == "duplicate"
-        limited = await r.post(body, "d-3")
+        assert (await r.post(body(1), "d-1")).body["status"] == "duplicate"
+        limited = await r.post(body(3), "d-3")
         assert limited.status == 429
         assert int(limited.headers["Retry-After"]) >= 1
         assert await r.rows() == 1

@@ -191,3 +191,15 @@ def test_rate_limit_window_and_helpers() -> None:
     assert split_targets(["home", "webhook:ci", "test:1"]) == (["home", "test:1"], ["ci"])
     kept = stored_headers({"X-Hub-Signature-256": "x", "X-GitHub-Event": "push", "Cookie": "c"})
     assert kept == {"x-github-event": "push"}
+
+
+def test_content_keys_name_what_the_signature_covers() -> None:
+    ts = NOW_TS
+    keys = {
+        scheme: verify(_trigger(scheme, **options), sign(SECRET, BODY, ts), BODY, NOW)
+        for scheme, (sign, options) in SCHEMES.items()
+    }
+    assert keys["github"].content_key == "sha256:" + hashlib.sha256(BODY).hexdigest()
+    assert keys["gitlab"].content_key is None  # a token covers nothing
+    later = verify(_trigger("stripe"), stripe(SECRET, BODY, ts + 1), BODY, NOW)
+    assert later.content_key != keys["stripe"].content_key  # sent again later: a new one

@@ -5,7 +5,8 @@ Revises: 0013
 Create Date: 2026-11-29 03:00:00
 
 `trigger_runs` is the claim on a delivery id (UNIQUE trigger + delivery id: a redelivery
-runs nothing) and the run the delivery became.
+runs nothing; UNIQUE trigger + content key: a replay under a new delivery id neither) and
+the run the delivery became.
 """
 
 from __future__ import annotations
@@ -43,9 +44,13 @@ def upgrade() -> None:
         sa.Column("output", sa.Text(), nullable=True),
         sa.Column("error", sa.Text(), nullable=True),
         sa.Column("delivery_status", sa.String(length=16), nullable=True),
+        sa.Column("content_key", sa.String(length=80), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_trigger_runs")),
         sa.UniqueConstraint(
             "trigger", "delivery_id", name=op.f("uq_trigger_runs_trigger_delivery_id")
+        ),
+        sa.UniqueConstraint(
+            "trigger", "content_key", name=op.f("uq_trigger_runs_trigger_content_key")
         ),
     )
     op.create_index(
