@@ -8,6 +8,7 @@ import base64
 import hashlib
 import hmac
 import json
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,7 +28,7 @@ from gateway.triggers.prompt import (
     render,
     skipped_by,
 )
-from gateway.triggers.service import RateLimit, split_targets, stored_headers
+from gateway.triggers.service import QuietLog, RateLimit, split_targets, stored_headers
 from gateway.triggers.verify import Unverified, verify
 
 SECRET = "s3cret-s3cret-s3cret"
@@ -203,3 +204,21 @@ def test_content_keys_name_what_the_signature_covers() -> None:
     assert keys["gitlab"].content_key is None  # a token covers nothing
     later = verify(_trigger("stripe"), stripe(SECRET, BODY, ts + 1), BODY, NOW)
     assert later.content_key != keys["stripe"].content_key  # sent again later: a new one
+
+
+def test_refusals_are_logged_once_per_interval(caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    quiet = QuietLog(60.0, lambda: now[0])
+    with caplog.at_level(logging.WARNING, logger="gateway.triggers.service"):
+        assert quiet.warn("unverified:gh", "trigger gh: refused")
+        assert not quiet.warn("unverified:gh", "trigger gh: refused")
+        assert not quiet.warn("unverified:gh", "trigger gh: refused")
+        assert quiet.warn("unverified:other", "trigger other: refused")
+        now[0] = 61.0
+        assert quiet.warn("unverified:gh", "trigger gh: refused")
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "trigger gh: refused",
+        "trigger other: refused",
+        "trigger gh: refused (2 more since the last report)",
+    ]
