@@ -40,10 +40,10 @@ the trigger's own targets."""
 
 def check_name(value: str, what: str) -> str:
     """`value` if it is a usable name; ValueError saying what one looks like otherwise."""
-    if not NAME.fullmatch(value):
+    if not NAME.fullmatch(value) or value.endswith("_file"):
         raise ValueError(
             f"{what} {value!r}: use lower-case letters, digits, '-' and '_' "
-            "(at most 64, starting with a letter or digit)"
+            "(at most 64, starting with a letter or digit, not ending in _file)"
         )
     return value
 

@@ -303,9 +303,10 @@ async def test_a_payload_asking_to_send_elsewhere_stays_fenced_and_cannot(
 
 
 @pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
-async def test_limits_refuse_before_storing(store: Store, tmp_path: Path) -> None:
+async def test_limits_refuse_before_storing_and_silent_sends_nothing(store: Store, tmp_path: Path) -> None:
     async with rig(store, tmp_path, rate_limit=3, max_queued=1, targets=["home"]) as r:
         r.model.hold = asyncio.Event()
+        r.model.replies = [Completion("[SILENT]")]
 
         def body(n: int) -> bytes:
             return json.dumps({**PR, "number": n}).encode()
@@ -320,3 +321,7 @@ async def test_limits_refuse_before_storing(store: Store, tmp_path: Path) -> Non
         assert await r.rows() == 1
         r.model.hold.set()
         await r.settled(1)
+        (run,) = await r.service.runs.runs("gh")
+        assert (run.status, run.delivery_status) == (TriggerStatus.OK, "suppressed")
+        async with store.read() as conn:
+            assert await conn.scalar(select(func.count()).select_from(outbox)) == 0
