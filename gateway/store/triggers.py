@@ -161,18 +161,26 @@ class TriggerRuns:
         return taken
 
     async def recover(
-        self, owner: str | None, now: datetime, *, lease_ttl: float | None, max_attempts: int
+        self,
+        me: str,
+        now: datetime,
+        *,
+        own: bool,
+        lease_ttl: float | None,
+        max_attempts: int,
     ) -> tuple[int, int]:
-        """Runs left `running` by `owner` (an earlier life of this instance) or, with `lease_ttl`,
-        by an instance gone that long: queued again while they have started fewer than
-        `max_attempts` times, else interrupted with their turn. (requeued, interrupted)."""
+        """Runs left `running` by an instance that is gone: with `own` (at the start) an
+        earlier life of this one (`me`), and, with `lease_ttl`, any other silent or stopped
+        that long (never `me`, whose runs may be going on). Each is queued again while it
+        has started fewer than `max_attempts` times, else interrupted with its turn.
+        (requeued, interrupted)."""
         async with self.store.write() as conn:
-            owners = [] if owner is None else [owner]
+            owners = [me] if own else []
             if lease_ttl is not None:
                 gone = await conn.scalars(
                     select(instances.c.id).where(stopped_or_silent(now, lease_ttl))
                 )
-                owners += [str(g) for g in gone if g != owner]
+                owners += [str(g) for g in gone if g != me]
             if not owners:
                 return 0, 0
             rows = (

@@ -347,8 +347,9 @@ class TriggerService:
 
     async def _recover(self, *, started: bool) -> None:
         requeued, interrupted = await self.runs.recover(
-            self.instance if started else None,
+            self.instance,
             self.clock(),
+            own=started,
             lease_ttl=self.lease_ttl,
             max_attempts=MAX_ATTEMPTS,
         )

@@ -303,7 +303,9 @@ async def test_a_payload_asking_to_send_elsewhere_stays_fenced_and_cannot(
 
 
 @pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
-async def test_limits_refuse_before_storing_and_silent_sends_nothing(store: Store, tmp_path: Path) -> None:
+async def test_limits_refuse_before_storing_and_silent_sends_nothing(
+    store: Store, tmp_path: Path
+) -> None:
     async with rig(store, tmp_path, rate_limit=3, max_queued=1, targets=["home"]) as r:
         r.model.hold = asyncio.Event()
         r.model.replies = [Completion("[SILENT]")]
