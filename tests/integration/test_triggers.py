@@ -11,7 +11,7 @@ import hmac
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,10 @@ from agent_core.tools import ToolContext, ToolRegistry
 from gateway.channels import Channels
 from gateway.config import DeliveryConfig
 from gateway.contracts.config import PlatformSection
+from gateway.contracts.errors import NotReady, PermanentSendError, RateLimited
 from gateway.contracts.history import ChatMessage, Role, ToolCall
+from gateway.contracts.ids import ChatId, Platform
+from gateway.contracts.messages import OutboundMessage
 from gateway.delivery import DeliveryWorker
 from gateway.metrics import Metrics
 from gateway.store import Store
@@ -327,3 +330,30 @@ async def test_limits_refuse_before_storing_and_silent_sends_nothing(
         assert (run.status, run.delivery_status) == (TriggerStatus.OK, "suppressed")
         async with store.read() as conn:
             assert await conn.scalar(select(func.count()).select_from(outbox)) == 0
+
+
+async def test_the_webhook_sender_tells_delivery_what_to_do() -> None:
+    message = OutboundMessage(
+        Platform(outbound.PLATFORM), outbound.ACCOUNT, ChatId("ci"), "{}", "trigger:1:webhook:ci"
+    )
+    async with WebhookReceiver(HOOK_SECRET) as receiver:
+        webhooks = {
+            "ci": WebhookConfig(url=f"{receiver.url}/hook", secret=HOOK_SECRET),
+            "gone": WebhookConfig(url="http://127.0.0.1:9/hook", secret=HOOK_SECRET),
+        }
+        async with WebhookSender(webhooks) as sender:
+            receiver.fail_next(1, 400)
+            with pytest.raises(PermanentSendError):  # refused: a dead letter at once
+                await sender.send(message)
+            receiver.fail_next(1, 429)
+            with pytest.raises(RateLimited):
+                await sender.send(message)
+            receiver.fail_next(1, 503)
+            with pytest.raises(NotReady):
+                await sender.send(message)
+            with pytest.raises(NotReady):  # nobody listens there
+                await sender.send(replace(message, chat_id=ChatId("gone")))
+            with pytest.raises(PermanentSendError, match="webhooks"):
+                await sender.send(replace(message, chat_id=ChatId("unknown")))
+            await sender.send(message)
+    assert [t.delivery for t in receiver.taken] == ["trigger:1:webhook:ci"]
