@@ -96,6 +96,12 @@ async def hook(request: Request, name: str) -> Response:
 
 api = APIRouter(prefix="/api/triggers", tags=["triggers"])
 
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "Missing or wrong API key"},
+    404: {"description": "No such trigger"},
+    503: {"description": "Triggers are not available"},
+}
+
 
 def _configured(request: Request) -> tuple[TriggerService, dict[str, TriggerConfig]]:
     service = _service(request)
@@ -104,7 +110,7 @@ def _configured(request: Request) -> tuple[TriggerService, dict[str, TriggerConf
     return service, service.triggers
 
 
-@api.get("")
+@api.get("", responses=ERRORS)
 async def list_triggers(request: Request) -> dict[str, Any]:
     """Every configured trigger (secrets never shown) with its waiting runs."""
     service, triggers = _configured(request)
@@ -116,7 +122,7 @@ async def list_triggers(request: Request) -> dict[str, Any]:
     }
 
 
-@api.get("/{name}")
+@api.get("/{name}", responses=ERRORS)
 async def show_trigger(request: Request, name: str) -> dict[str, Any]:
     """One trigger and its newest runs."""
     service, triggers = _configured(request)
