@@ -449,11 +449,21 @@ class TriggerService:
                 allowed=allowed,
             )
 
-        failure = await run_agent(
-            work,
-            timeout=cfg.timeout or self.run_timeout,
-            what=f"trigger {run.trigger}: run {run.id}",
-        )
+        try:
+            failure = await run_agent(
+                work,
+                timeout=cfg.timeout or self.run_timeout,
+                what=f"trigger {run.trigger}: run {run.id}",
+            )
+        except asyncio.CancelledError:  # a drain: the turn ends interrupted, the run waits
+            async with self.store.write() as conn:
+                await record_finish(
+                    conn,
+                    session.id,
+                    turn_id,
+                    progress.result(TurnStatus.INTERRUPTED, "process stopping"),
+                )
+            raise
         status, error = TriggerStatus.OK, None
         if failure is not None:
             timed_out = failure.kind is FailureKind.TIMEOUT

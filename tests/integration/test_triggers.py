@@ -33,8 +33,8 @@ from gateway.delivery import DeliveryWorker
 from gateway.metrics import Metrics
 from gateway.store import Store
 from gateway.store.outbox import Outbox
-from gateway.store.tables import outbox, trigger_runs
-from gateway.store.triggers import TriggerStatus
+from gateway.store.tables import outbox, trigger_runs, turns
+from gateway.store.triggers import TriggerRuns, TriggerStatus
 from gateway.triggers import outbound
 from gateway.triggers.config import TriggerConfig, WebhookConfig
 from gateway.triggers.outbound import WebhookSender
@@ -357,3 +357,21 @@ async def test_the_webhook_sender_tells_delivery_what_to_do() -> None:
                 await sender.send(replace(message, chat_id=ChatId("unknown")))
             await sender.send(message)
     assert [t.delivery for t in receiver.taken] == ["trigger:1:webhook:ci"]
+
+
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+async def test_a_run_cut_off_by_a_stop_waits_for_the_next_start(
+    store: Store, tmp_path: Path
+) -> None:
+    async with rig(store, tmp_path, targets=["home"]) as r:
+        r.model.hold = asyncio.Event()
+        assert (await r.post(json.dumps(PR).encode(), "d-1")).status == 202
+        async with asyncio.timeout(10):
+            while not r.model.calls:
+                await asyncio.sleep(0.01)
+    # The runner was cancelled (a drain's end) during the run.
+    (run,) = await TriggerRuns(store).runs("gh")
+    assert (run.status, run.attempts, run.owner) == (TriggerStatus.QUEUED, 1, None)
+    async with store.read() as conn:
+        statuses = (await conn.scalars(select(turns.c.status))).all()
+    assert list(statuses) == ["interrupted"]
