@@ -158,6 +158,7 @@ class Agent:
         partial: bool = True,
         others: frozenset[str] = frozenset(),
         group: bool = False,
+        allowed: frozenset[str] | None = None,
     ) -> str:
         """Answer the messages already stored for the session; return the final text.
 
@@ -170,6 +171,7 @@ class Agent:
         off keeps its partial text (False: nobody reads it; the calls are not streamed).
         `others`: `platform:id` of the other people whose words the turn answers (its
         rights are those all of them have); `group`: the chat is shared by several people.
+        `allowed`: the only tools the turn may use (None: every tool its person may use).
         Raises LLMError when the model cannot answer.
         """
         context = await self.load_context(session, history)
@@ -186,6 +188,7 @@ class Agent:
             turn_id=turn_id,
             others=others,
             group=group,
+            allowed=allowed,
         )
         return await run_tool_loop(
             self.provider,

@@ -43,7 +43,9 @@ from gateway.contracts.config import BusyMode, IdList, PlatformSection, Section,
 from gateway.contracts.config import read_secret_files as _read_secret_files
 from gateway.contracts.errors import ConfigError
 from gateway.contracts.platform import Host
+from gateway.cron.targets import TargetError, normalize_targets
 from gateway.tools.config import ToolsConfig
+from gateway.triggers.config import OPERATOR_CLI, TriggerConfig, WebhookConfig, check_name
 
 ENV_PREFIX = "HERALD_"
 
@@ -457,6 +459,10 @@ class HeraldConfig(BaseSettings):
     tools: ToolsConfig = ToolsConfig()
     files: FilesConfig = FilesConfig()
     media: MediaConfig = MediaConfig()
+    triggers: Mapping[str, TriggerConfig] = {}
+    """Signed webhooks that start agent runs: `POST /hooks/<name>` (see README, Triggers)."""
+    webhooks: Mapping[str, WebhookConfig] = {}
+    """Outbound webhooks: the target `webhook:<name>` POSTs a result there, signed."""
 
     @classmethod
     def settings_customise_sources(
@@ -513,6 +519,37 @@ class HeraldConfig(BaseSettings):
                     "vouch for (anyone can write a mail's From): turn on "
                     "require_authentication_results (with authserv_id) for it, or remove it"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _trigger_rules(self) -> HeraldConfig:
+        for name in self.webhooks:
+            check_name(name, "webhooks:")
+        configured = set(self.platforms.sections())
+        for name, trigger in self.triggers.items():
+            check_name(name, "triggers:")
+            if trigger.owner != OPERATOR_CLI and trigger.owner not in self.access.operators:
+                raise ValueError(
+                    f"triggers.{name}.owner: {trigger.owner!r} is not an operator; use "
+                    f"{OPERATOR_CLI!r} or one of access.operators"
+                )
+            chats = []
+            for target in trigger.targets:
+                head, _, hook = target.strip().partition(":")
+                if head.lower() == "webhook":
+                    if hook not in self.webhooks:
+                        raise ValueError(
+                            f"triggers.{name}.targets: {target!r} names no outbound webhook "
+                            f"(configured: {', '.join(sorted(self.webhooks)) or 'none'}); "
+                            f"add webhooks.{hook or '<name>'}"
+                        )
+                else:
+                    chats.append(target)
+            if chats:
+                try:
+                    normalize_targets(chats, configured)
+                except TargetError as err:
+                    raise ValueError(f"triggers.{name}.targets: {err}") from err
         return self
 
     @property

@@ -107,6 +107,13 @@ class Metrics:
             ["result"],
             registry=self.registry,
         )
+        self.trigger_requests = Counter(
+            "herald_trigger_requests",
+            "Requests to /hooks/<trigger> by outcome (new, duplicate, skipped, unverified, "
+            "rate_limited, full, too_large, unknown)",
+            ["trigger", "outcome"],
+            registry=self.registry,
+        )
         self.signals_ignored = Counter(
             "herald_signals_ignored",
             "Cluster signals not acted upon: malformed, or unconfirmed by the database (forged)",

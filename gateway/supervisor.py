@@ -106,6 +106,9 @@ from gateway.tools.approvals import ChatApprovals
 from gateway.tools.channels import OutboxChannels
 from gateway.tools.people import StorePeople
 from gateway.tools.places import Places
+from gateway.triggers import outbound
+from gateway.triggers.outbound import WebhookSender
+from gateway.triggers.service import TriggerService
 
 logger = logging.getLogger(__name__)
 
@@ -484,8 +487,9 @@ class Supervisor:
                 delivery, on_outbox = self._delivery(core, node)
                 manager = await self._sessions(stack, core, node, on_outbox)
                 scheduler = self._cron(core, node, manager, on_outbox)
-                deps = self._http(core, node, manager)
-                await self._serve(deps, manager, delivery, scheduler, node)
+                triggers = await self._triggers(stack, core, node, on_outbox)
+                deps = self._http(core, node, manager, triggers)
+                await self._serve(deps, manager, delivery, scheduler, node, triggers=triggers)
         except asyncio.CancelledError:
             if not self._stopped_while_starting():
                 raise
@@ -664,8 +668,44 @@ class Supervisor:
         core.jobs.on_change = scheduler.wake
         return scheduler
 
-    def _http(self, core: _Core, node: Node, manager: SessionManager) -> AppDeps:
-        """What the HTTP app reads: the API, health, console and webhooks."""
+    async def _triggers(
+        self, stack: AsyncExitStack, core: _Core, node: Node, on_outbox: Callable[[], None]
+    ) -> TriggerService:
+        """The triggers (`/hooks/<name>`) and the outbound webhooks their results go to (a
+        channel of their own, so the outbox retries and dead-letters their POSTs)."""
+        cfg = self.config
+        if cfg.webhooks:
+            sender = await stack.enter_async_context(WebhookSender(cfg.webhooks))
+            core.channels.register(
+                outbound.PLATFORM, outbound.ACCOUNT, outbound.LIMITS, lambda: sender
+            )
+        return TriggerService(
+            core.store,
+            core.agent,
+            cfg.triggers,
+            webhooks=list(cfg.webhooks),
+            homes=cfg.home.targets,
+            sections=core.sections,
+            channels=core.channels,
+            snapshot=core.agent.snapshot,
+            instance=node.id,
+            run_timeout=cfg.cron.run_timeout,
+            max_concurrent=cfg.cron.max_concurrent_runs,
+            poll_interval=cfg.cron.poll_interval,
+            lease_ttl=cfg.cluster.lease_ttl,
+            metrics=self.metrics,
+            redactor=self.redactor,
+            on_outbox=on_outbox,
+        )
+
+    def _http(
+        self,
+        core: _Core,
+        node: Node,
+        manager: SessionManager,
+        triggers: TriggerService | None = None,
+    ) -> AppDeps:
+        """What the HTTP app reads: the API, health, console, webhooks and triggers."""
         hub = core.hub
         return AppDeps(
             config=self.config,
@@ -691,6 +731,7 @@ class Supervisor:
             },
             memory=self._memory_health,
             pictures=pictures_of(core.agent.vision),
+            triggers=triggers,
             redactor=self.redactor,
         )
 
@@ -763,6 +804,8 @@ class Supervisor:
         delivery: DeliveryWorker,
         scheduler: CronScheduler,
         node: Node,
+        *,
+        triggers: TriggerService,
     ) -> None:
         cfg = self.config
         server: _Server | None = None
@@ -799,6 +842,7 @@ class Supervisor:
                     background.append(
                         tg.create_task(_wake_when_held(node.lease("cron"), scheduler.wake))
                     )
+            background.append(tg.create_task(triggers.run(), name="triggers"))
             background.append(
                 tg.create_task(self.notifier.run_watchdog(self._healthy), name="watchdog")
             )
@@ -828,6 +872,7 @@ class Supervisor:
             await asyncio.gather(
                 manager.drain(cfg.sessions.drain_timeout),
                 scheduler.drain(cfg.sessions.drain_timeout),
+                triggers.drain(cfg.sessions.drain_timeout),
             )
             if not await delivery.flush(cfg.delivery.flush_timeout):
                 logger.warning("stopping with chunks still to deliver; they go out after a restart")

@@ -41,6 +41,9 @@ class ToolContext:
     group: bool = False
     """Whether the turn answers a chat several people share (a group or channel): there,
     what a person made is changed only by its maker or an operator."""
+    allowed: frozenset[str] | None = None
+    """The only tools the turn may use (a trigger's run: what its definition allows);
+    None: every tool its person may use."""
 
     def joined_by(self, sender: str | None, *, operator: bool) -> ToolContext:
         """This context once `sender`'s words joined the turn (a steered message): operator
@@ -96,8 +99,8 @@ class ToolRegistry:
     async def for_turn(self, ctx: ToolContext) -> ToolRegistry:
         """The registry of one turn: the fixed tools and those the sources allow for `ctx`
         (a built-in tool's name wins over a source's). A source that fails adds nothing (the
-        turn goes on without its tools)."""
-        if not self._sources:
+        turn goes on without its tools). With `ctx.allowed`, only the tools named there."""
+        if not self._sources and ctx.allowed is None:
             return self
         tools = dict(self._tools)
         for source in self._sources:
@@ -108,6 +111,8 @@ class ToolRegistry:
                 continue
             for tool in offered:
                 tools.setdefault(tool.name, tool)
+        if ctx.allowed is not None:
+            tools = {n: t for n, t in tools.items() if n in ctx.allowed}
         return ToolRegistry(tools.values(), redact=self.redact)
 
     def __contains__(self, name: object) -> bool:

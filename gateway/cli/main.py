@@ -29,6 +29,7 @@ from gateway.cli.setup import setup
 from gateway.cli.skills import doctor_check as skills_check
 from gateway.cli.skills import skills_app
 from gateway.cli.state import state_app
+from gateway.cli.triggers import triggers_app
 from gateway.commands import Command, parse_command
 from gateway.config import HeraldConfig, masked
 from gateway.contracts.errors import HeraldError
@@ -75,6 +76,7 @@ app.add_typer(users_app, name="users")
 app.add_typer(config_app, name="config")
 app.add_typer(db_app, name="db")
 app.add_typer(jobs_app, name="jobs")
+app.add_typer(triggers_app, name="triggers")
 app.add_typer(memory_app, name="memory")
 app.command("setup")(setup)
 app.add_typer(skills_app, name="skills")

@@ -35,6 +35,7 @@ class Origin(StrEnum):
     API = "api"
     CLI = "cli"
     CRON = "cron"
+    TRIGGER = "trigger"
 
 
 API_ACCOUNT = AccountId("default")

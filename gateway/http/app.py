@@ -10,7 +10,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 
 from gateway import __version__
-from gateway.http import api, files, health, jobs, webhooks
+from gateway.http import api, files, health, hooks, jobs, webhooks
 from gateway.http.console import SECTIONS
 from gateway.http.console.routes import install as install_console
 from gateway.http.deps import AppDeps
@@ -39,6 +39,8 @@ def create_app(deps: AppDeps) -> FastAPI:
     app.include_router(api.router)
     app.include_router(jobs.router)
     app.include_router(webhooks.router)
+    app.include_router(hooks.router)
+    app.include_router(hooks.api)
     app.include_router(files.router)
     app.include_router(health.router)
     if deps.config.console.enabled:

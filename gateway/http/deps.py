@@ -17,6 +17,7 @@ from gateway.metrics import Metrics
 from gateway.redact import Redactor
 from gateway.sessions import SessionManager
 from gateway.store import Store
+from gateway.triggers.service import TriggerService
 
 if TYPE_CHECKING:
     from agent_core.mcp.server import MCPServer  # the SDK is imported only with a server
@@ -62,6 +63,8 @@ class AppDeps:
     pictures: Pictures | None = None
     """Decodes the API's pictures one at a time with the agent's (the process's one
     decoder); None: a decoder of the request's own, from the config."""
+    triggers: TriggerService | None = None
+    """The configured triggers (`/hooks/<name>`, `/api/triggers`); None: none here."""
     redactor: Redactor = field(default_factory=Redactor)
     """Takes the configured secrets out of every error body and `/health` (the supervisor's
     one redactor; the default knows only credential shapes)."""

@@ -488,3 +488,42 @@ blob_chunks = Table(
     Column("seq", Integer, primary_key=True),
     Column("data", LargeBinary, nullable=False),
 )
+
+trigger_runs = Table(
+    "trigger_runs",
+    metadata,
+    # One row per accepted delivery of a trigger (`POST /hooks/<name>`): the claim on its
+    # delivery id (UNIQUE trigger + delivery id, so a redelivery finds it and runs nothing),
+    # then the run it became. Written before the sender is answered 202.
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("trigger", String(64), nullable=False),
+    Column("delivery_id", String(200), nullable=False),
+    Column("status", String(16), nullable=False),
+    # queued, running, ok, failed, timed_out, interrupted (cut off twice; never run again).
+    Column("event", SafeText, nullable=True),
+    # The event the sender named (X-GitHub-Event, X-Gitlab-Event, Stripe's type), if any.
+    Column("headers", JSON, nullable=False),
+    # The request's headers the filters and the template may read (lower-case names).
+    Column("payload", SafeText, nullable=False),
+    # The raw body as text (verified; never read as instructions).
+    Column("received_at", UTCDateTime, nullable=False),
+    Column("started_at", UTCDateTime, nullable=True),
+    Column("finished_at", UTCDateTime, nullable=True),
+    Column("attempts", Integer, nullable=False, default=0, server_default="0"),
+    # Times a run was started (a run cut off by a crash is started once more).
+    Column("owner", SafeText, nullable=True),
+    Column("session_id", BigId, nullable=True),
+    Column("turn_id", BigId, nullable=True),
+    Column("output", SafeText, nullable=True),
+    Column("error", SafeText, nullable=True),
+    Column("delivery_status", String(16), nullable=True),
+    # pending, suppressed ([SILENT]), failed (no target could be resolved).
+    Column("content_key", String(80), nullable=True),
+    # A hash of what the signature covers (the body, or timestamp and body): a captured
+    # request replayed under a new delivery id (a header the signature does not cover)
+    # finds its row too. NULL for a token scheme (GitLab), which signs nothing.
+    UniqueConstraint("trigger", "delivery_id"),
+    UniqueConstraint("trigger", "content_key"),
+    Index(None, "status", "id"),
+    Index(None, "trigger", "id"),
+)

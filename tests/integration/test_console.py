@@ -5,6 +5,8 @@ The real browser tests are in tests/e2e/test_console_browser.py."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import re
 from collections.abc import AsyncIterator, Mapping
@@ -47,6 +49,7 @@ from gateway.store.approvals import ApprovalStatus
 from gateway.store.outbox import Chunk, Outbox, OutboxKind, OutboxStatus, Target
 from gateway.store.skills import SkillWrites
 from gateway.store.tables import outbox as outbox_table
+from gateway.triggers.service import TriggerService
 from tests.fakes.platform import inbound
 from tests.integration.mcp_rig import stdio_server
 from tests.turns import finish_turn, start_turn
@@ -1048,3 +1051,50 @@ async def test_tools_show_each_mcp_server_and_recent_approvals(
     assert "test:op" in rows
     assert "denied" in rows
     assert "pending" in rows
+
+
+# -- triggers -----------------------------------------------------------------------------------
+
+
+async def test_triggers_route_api_and_page(store: Store, manager: SessionManager) -> None:
+    secret = "trigger-secret-0123456789"
+    settings: dict[str, Any] = {
+        "api": {"key": KEY},
+        "triggers": {
+            "gh": {
+                "scheme": "github",
+                "secret": secret,
+                "prompt": "Review {{ payload.title }}",
+                "max_body_bytes": 512,
+            }
+        },
+    }
+    config = HeraldConfig.model_validate(settings)
+    service = TriggerService(store, None, config.triggers)
+    rig = make_rig(store, manager, settings, triggers=service)
+    body = json.dumps({"title": '<script>alert("x")</script>'}).encode()
+    mac = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    signed = {"x-hub-signature-256": f"sha256={mac}", "x-github-delivery": "d-1"}
+    async with rig.client(headers={"Authorization": f"Bearer {KEY}"}) as http:
+        # Senders carry no API key: the route is open, the signature is what counts.
+        async with rig.client() as sender:
+            assert (await sender.post("/hooks/gh", content=body, headers=signed)).status_code == 202
+            again = await sender.post("/hooks/gh", content=body, headers=signed)
+            assert again.json()["status"] == "duplicate"
+            assert (await sender.post("/hooks/gh", content=body)).status_code == 401
+            big = await sender.post("/hooks/gh", content=b"x" * 600, headers=signed)
+            assert big.status_code == 413
+            assert (await sender.post("/hooks/nope", content=body)).status_code == 404
+            assert (await sender.get("/api/triggers")).status_code == 401
+        listed = (await http.get("/api/triggers")).json()
+        assert [t["name"] for t in listed["triggers"]] == ["gh"]
+        assert listed["triggers"][0]["waiting"] == 1
+        shown = await http.get("/api/triggers/gh")
+        assert shown.json()["runs"][0]["delivery"] == "d-1"
+        assert secret not in shown.text
+        page = await http.get("/console/triggers")
+    assert page.status_code == 200
+    assert "/hooks/gh" in page.text
+    assert "d-1" in page.text
+    assert secret not in page.text
+    assert "<script>alert" not in page.text

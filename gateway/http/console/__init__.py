@@ -16,6 +16,7 @@ from gateway.http.console.sections import (
     sessions,
     skills,
     tools,
+    triggers,
 )
 
 SECTIONS: tuple[Section, ...] = (
@@ -23,6 +24,7 @@ SECTIONS: tuple[Section, ...] = (
     sessions.SECTION,
     deliveries.SECTION,
     jobs.SECTION,
+    triggers.SECTION,
     access.SECTION,
     skills.SECTION,
     tools.SECTION,
