@@ -17,15 +17,18 @@ import logging
 import os
 import re
 import secrets
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import AsyncExitStack
 from datetime import timedelta
 from pathlib import Path
 from typing import Protocol
 
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
+from gateway.config import FileStore, HeraldConfig
 from gateway.contracts.errors import FileGone, FileStoreUnavailable, FileTooLarge
 from gateway.contracts.messages import utcnow
+from gateway.store import Store
 from gateway.store.blobs import PENDING, BlobRecords
 
 logger = logging.getLogger(__name__)
@@ -137,7 +140,7 @@ class DatabaseBlobs:
 class Blobs:
     """Put, read, cache and prune file bytes (`FileBytes` for the gateway's file paths).
 
-    `backend` takes new blobs; `others` (by name) are read for blobs stored before a change
+    `backend` takes new blobs; `others` are read for blobs stored before a change
     of `files.store`. `max_bytes` caps each file."""
 
     def __init__(
@@ -147,13 +150,13 @@ class Blobs:
         cache: Path,
         *,
         max_bytes: int,
-        others: Mapping[str, BlobBackend] | None = None,
+        others: Sequence[BlobBackend] = (),
     ) -> None:
         self.records = records
         self.backend = backend
         self.cache = cache
         self.max_bytes = max_bytes
-        self.backends = {**(others or {}), backend.name: backend}
+        self.backends = {b.name: b for b in [*others, backend]}
 
     async def put(self, path: Path, media_type: str = "") -> tuple[str, int]:
         """Store the local file `path`; (its key, its size). The same bytes stored twice are
@@ -186,7 +189,7 @@ class Blobs:
         finally:
             await asyncio.to_thread(path.unlink, True)
 
-    async def read(self, key: str) -> AsyncIterator[bytes]:
+    async def read(self, key: str) -> AsyncGenerator[bytes, None]:
         """The bytes of blob `key`, chunk by chunk. Raises FileGone, FileStoreUnavailable."""
         if not is_key(key):
             raise FileGone("not a file key")
@@ -288,3 +291,29 @@ def _write(path: Path, data: bytes) -> None:
 def _move(source: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.replace(source, target)
+
+
+async def open_blobs(config: HeraldConfig, store: Store, stack: AsyncExitStack) -> Blobs:
+    """The blob store `files.store` names (the bucket's client entered on `stack`), reading
+    the other backend too when it is configured. An S3 bucket that cannot be reached now is
+    logged, not fatal: files fail with a clear error until it is fixed."""
+    files = config.files
+    records = BlobRecords(store)
+    database = DatabaseBlobs(records)
+    cache = config.state_dir / "cache" / "files"
+    if files.s3 is None:
+        return Blobs(records, database, cache, max_bytes=files.max_file_bytes)
+    from gateway.s3 import S3Blobs  # noqa: PLC0415 - aiobotocore only with a bucket
+
+    bucket = await stack.enter_async_context(S3Blobs(files.s3))
+    try:
+        async with asyncio.timeout(min(files.s3.timeout, 10.0)):
+            await bucket.check()
+    except (FileStoreUnavailable, TimeoutError) as err:
+        logger.warning(
+            "files: %s; received and sent files fail until this is fixed",
+            err if isinstance(err, FileStoreUnavailable) else "S3 did not answer in time",
+        )
+    if files.store is FileStore.S3:
+        return Blobs(records, bucket, cache, max_bytes=files.max_file_bytes, others=[database])
+    return Blobs(records, database, cache, max_bytes=files.max_file_bytes, others=[bucket])

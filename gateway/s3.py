@@ -72,9 +72,7 @@ class S3Blobs:
         if c.access_key_id is not None and c.secret_access_key is not None:
             options["aws_access_key_id"] = c.access_key_id.get_secret_value()
             options["aws_secret_access_key"] = c.secret_access_key.get_secret_value()
-        self._client = await self._stack.enter_async_context(
-            session.create_client("s3", **options)
-        )
+        self._client = await self._stack.enter_async_context(session.create_client("s3", **options))
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -16,14 +16,14 @@ from datetime import datetime
 from pathlib import Path
 
 from sqlalchemy import delete, func, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.contracts.ids import SessionKey
 from gateway.contracts.messages import Attachment, utcnow
 from gateway.store.sql import insert_or_skip
 from gateway.store.store import Store
-from gateway.store.tables import blob_chunks, blobs, session_files
+from gateway.store.tables import blob_chunks, blobs, session_files, settings
 
+_length = func.length(blob_chunks.c.data)
 PENDING = "pending"
 """The `store` of a blob whose bytes are still being written."""
 
@@ -100,7 +100,9 @@ class BlobRecords:
         async with self.store.read() as conn:
             row = (
                 await conn.execute(
-                    select(func.count(), func.coalesce(func.sum(func.length(blob_chunks.c.data)), 0))
+                    select(
+                        func.count(), func.coalesce(func.sum(func.length(blob_chunks.c.data)), 0)
+                    )
                     .select_from(blob_chunks)
                     .where(blob_chunks.c.key == key)
                 )
@@ -111,9 +113,7 @@ class BlobRecords:
         """Mark `key` complete in `backend`; False when its row is gone (pruned meanwhile)."""
         async with self.store.write() as conn:
             result = await conn.execute(
-                update(blobs)
-                .where(blobs.c.key == key)
-                .values(store=backend, used_at=utcnow())
+                update(blobs).where(blobs.c.key == key).values(store=backend, used_at=utcnow())
             )
         return bool(result.rowcount)
 
@@ -176,6 +176,16 @@ class BlobRecords:
             for r in rows
         ]
 
+    async def setting_once(self, name: str, value: str) -> str:
+        """Set `settings[name]` to `value` unless it is set; the value it holds now (the
+        first writer's, whichever instance that was)."""
+        async with self.store.write() as conn:
+            await insert_or_skip(
+                conn, settings, {"key": name, "value": value, "updated_at": utcnow()}
+            )
+            found = await conn.scalar(select(settings.c.value).where(settings.c.key == name))
+        return str(found)
+
     async def add_session_files(self, key: SessionKey, files: Sequence[Attachment]) -> None:
         """Record that session `key` holds `files` (each with its blob)."""
         now = utcnow()
@@ -237,9 +247,3 @@ class BlobRecords:
                 delete(session_files).where(session_files.c.created_at < cutoff)
             )
         return int(result.rowcount or 0)
-
-
-async def record_of(conn: AsyncConnection, key: str) -> str | None:
-    """In the caller's transaction: the store of blob `key`, or None."""
-    found = await conn.scalar(select(blobs.c.store).where(blobs.c.key == key))
-    return None if found is None else str(found)

@@ -463,6 +463,8 @@ def _attachments_json(attachments: Sequence[Attachment]) -> list[dict[str, Any]]
         }
         if a.transcript is not None:
             item["transcript"] = a.transcript
+        if a.blob is not None:
+            item["blob"] = a.blob
         out.append(item)
     return out
 
@@ -478,6 +480,7 @@ def _attachments(payload: Any) -> tuple[Attachment, ...]:
             int(a["size"]),
             str(a["filename"]),
             None if a.get("transcript") is None else str(a["transcript"]),
+            None if a.get("blob") is None else str(a["blob"]),
         )
         for a in items
         if isinstance(a, dict)

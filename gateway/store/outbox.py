@@ -739,7 +739,15 @@ def _opt_id(value: Any) -> PlatformMessageId | None:
 
 
 def _attachment_json(a: Attachment) -> dict[str, Any]:
-    return {"path": str(a.path), "mime_type": a.mime_type, "size": a.size, "filename": a.filename}
+    out: dict[str, Any] = {
+        "path": str(a.path),
+        "mime_type": a.mime_type,
+        "size": a.size,
+        "filename": a.filename,
+    }
+    if a.blob is not None:
+        out["blob"] = a.blob
+    return out
 
 
 def _attachment(value: Any) -> Attachment | None:
@@ -750,6 +758,7 @@ def _attachment(value: Any) -> Attachment | None:
         str(value["mime_type"]),
         int(value["size"]),
         str(value["filename"]),
+        blob=None if value.get("blob") is None else str(value["blob"]),
     )
 
 

@@ -37,9 +37,7 @@ def upgrade() -> None:
         sa.Column("created_at", _WHEN, nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_session_files")),
     )
-    op.create_index(
-        op.f("ix_session_files_session_key_id"), "session_files", ["session_key", "id"]
-    )
+    op.create_index(op.f("ix_session_files_session_key_id"), "session_files", ["session_key", "id"])
     op.create_index(op.f("ix_session_files_created_at"), "session_files", ["created_at"])
 
 
