@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import update
 
 from gateway.blobs import CHUNK, Blobs, DatabaseBlobs
-from gateway.contracts.errors import FileGone, FileStoreUnavailable, FileTooLarge
+from gateway.contracts.errors import FileGone, FileTooLarge
 from gateway.contracts.messages import utcnow
 from gateway.store import Store
 from gateway.store.blobs import BlobRecords
@@ -39,7 +39,7 @@ async def blob_store(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[tuple[Blobs, Store]]:
     """`Blobs` over one backend, with a cap of three chunks."""
-    from gateway.s3 import S3Blobs  # noqa: PLC0415 - aiobotocore only where S3 is tested
+    from gateway.s3 import S3Blobs
 
     if request.param == "database-postgres":
         server: PgServer = request.getfixturevalue("pg_server")

@@ -22,7 +22,7 @@ from tests.e2e.daemon import free_port
 
 START_TIMEOUT = 30.0
 ACCESS_KEY = "AKIAHERALDTEST000000"
-SECRET_KEY = "herald-test-secret-key"  # noqa: S105 - moto takes any key
+SECRET_KEY = "herald-test-secret-key"
 
 
 @dataclass(frozen=True, slots=True)
