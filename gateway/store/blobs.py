@@ -19,9 +19,19 @@ from sqlalchemy import delete, func, select, update
 
 from gateway.contracts.ids import SessionKey
 from gateway.contracts.messages import Attachment, utcnow
+from gateway.store import inbox as inbox_sql
+from gateway.store import outbox as outbox_sql
 from gateway.store.sql import insert_or_skip
 from gateway.store.store import Store
-from gateway.store.tables import blob_chunks, blobs, session_files, settings
+from gateway.store.tables import (
+    blob_chunks,
+    blobs,
+    inbox,
+    outbox,
+    session_files,
+    sessions,
+    settings,
+)
 
 _length = func.length(blob_chunks.c.data)
 PENDING = "pending"
@@ -247,3 +257,61 @@ class BlobRecords:
                 delete(session_files).where(session_files.c.created_at < cutoff)
             )
         return int(result.rowcount or 0)
+
+    # An older install's files (`gateway/files_import.py`) --------------------------------
+
+    async def inbox_files(self, after: int, limit: int) -> list[tuple[int, tuple[Attachment, ...]]]:
+        """(id, attachments) of inbox rows after id `after` that carry files, by id."""
+        async with self.store.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(inbox.c.id, inbox.c.payload)
+                    .where(inbox.c.id > after, inbox.c.payload.is_not(None))
+                    .order_by(inbox.c.id)
+                    .limit(limit)
+                )
+            ).all()
+        return [(int(r[0]), inbox_sql.attachments_of(r[1])) for r in rows]
+
+    async def set_inbox_files(self, row_id: int, attachments: Sequence[Attachment]) -> None:
+        """Store inbox row `row_id`'s attachments as given (the rest of its payload kept)."""
+        async with self.store.write() as conn:
+            payload = await conn.scalar(select(inbox.c.payload).where(inbox.c.id == row_id))
+            kept = dict(payload) if isinstance(payload, dict) else {}
+            kept["attachments"] = inbox_sql.attachments_json(attachments)
+            await conn.execute(update(inbox).where(inbox.c.id == row_id).values(payload=kept))
+
+    async def outbox_files(self, after: int, limit: int) -> list[tuple[int, Attachment]]:
+        """(id, attachment) of outbox rows after id `after` that carry a file, by id."""
+        async with self.store.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(outbox.c.id, outbox.c.attachment)
+                    .where(outbox.c.id > after, outbox.c.attachment.is_not(None))
+                    .order_by(outbox.c.id)
+                    .limit(limit)
+                )
+            ).all()
+        out: list[tuple[int, Attachment]] = []
+        for row_id, value in rows:
+            found = outbox_sql.attachment_of(value)
+            if found is not None:
+                out.append((int(row_id), found))
+        return out
+
+    async def set_outbox_file(self, row_id: int, attachment: Attachment) -> None:
+        """Store outbox row `row_id`'s file as given."""
+        async with self.store.write() as conn:
+            await conn.execute(
+                update(outbox)
+                .where(outbox.c.id == row_id)
+                .values(attachment=outbox_sql.attachment_json(attachment))
+            )
+
+    async def api_session_keys(self) -> list[str]:
+        """The keys of every HTTP API session."""
+        async with self.store.read() as conn:
+            rows = await conn.execute(
+                select(sessions.c.key).where(sessions.c.key.like("api:%")).distinct()
+            )
+            return [str(r[0]) for r in rows]
