@@ -51,6 +51,7 @@ async def session_snapshot(
     user_md, memory_md = await memory.snapshot(key, user_id)
     if skills is None:
         return user_md, memory_md, ""
+    await skills.refresh()
     try:
         index = skills.index(memory.owner(key, user_id))
     except OSError as err:  # an unreadable skills folder costs the index, not the session
@@ -129,7 +130,7 @@ class Agent:
             window=s.history_window,
         ) and await self._compress(session, history):
             history = await self.store.load_history(session.id, s.history_window)
-        return build_context(self.memory.soul(), session, history)
+        return build_context(await self.memory.soul(), session, history)
 
     async def _compress(self, session: SessionInfo, history: History) -> bool:
         """Compress the history; a failure leaves it as it is (the turn goes on with the
@@ -212,8 +213,8 @@ class Agent:
         owner = self.memory.owner(session.key, session.user_id)
         if not talk or owner is None:
             return
-        user_md = self.memory.read(MemoryScope.USER, owner)
-        memory_md = self.memory.read(MemoryScope.MEMORY, owner)
+        user_md = await self.memory.read(MemoryScope.USER, owner)
+        memory_md = await self.memory.read(MemoryScope.MEMORY, owner)
         context = [
             ChatMessage(Role.SYSTEM, MEMORY_PROMPT),
             ChatMessage(
@@ -241,7 +242,7 @@ class Agent:
     ) -> TurnProgress:
         """Answer a full conversation sent by the caller, storing nothing (no tools)."""
         progress = TurnProgress()
-        context = build_context(self.memory.soul(), None, History(None, ()), messages)
+        context = build_context(await self.memory.soul(), None, History(None, ()), messages)
         await run_tool_loop(
             self.provider,
             context,

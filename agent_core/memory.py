@@ -13,12 +13,13 @@ import contextlib
 import fcntl
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from importlib import resources
 from pathlib import Path
-from typing import NewType
+from typing import NewType, Protocol
 from urllib.parse import quote
 
 from gateway.contracts.ids import SessionKey, UserId
@@ -75,78 +76,140 @@ class MemoryLimits:
     memory_max_chars: int = 8_000
 
 
-class MemoryFiles:
-    """Reads and edits the memory files under `root` (the state directory).
+SOUL = "soul"
+"""The document name of SOUL.md (its owner is `NO_OWNER`)."""
+NO_OWNER = ""
+"""The owner of documents that belong to no scope (SOUL.md)."""
+SOUL_CACHE_SECONDS = 2.0
+"""How long a read of SOUL.md is reused: every turn asks for it; an edit through this
+process shows at once, one made elsewhere (another instance, the CLI) within this."""
 
-    Layout: `SOUL.md`, and `memory/<owner>/USER.md` + `memory/<owner>/MEMORY.md` (see
-    `memory_owner`). A file holds one entry per line, written as a Markdown list item. Writes
-    are atomic (temp file + rename), and edits are serialized across processes (a lock file),
-    so instances sharing a state directory never lose each other's edits. `group_memory`:
+
+class MemoryDocs(Protocol):
+    """Where the agent's files are kept: documents by (owner, name), `name` one of `soul`,
+    `user`, `memory`. Implementations: `FolderDocs` (files under a folder: the layout of
+    earlier versions, kept for tests and for `herald state import`) and the database's
+    (`gateway.store.memory_docs.SqlMemoryDocs`)."""
+
+    async def get(self, owner: str, name: str) -> str:
+        """The document's text, "" when it does not exist."""
+        ...
+
+    async def edit(self, owner: str, name: str, change: Callable[[str], str]) -> str:
+        """Replace the text by `change(text)`, one editor of a document at a time across
+        every process (a read-modify-write never loses another's edit). When `change`
+        raises, nothing is written and the error propagates. Returns the new text."""
+        ...
+
+    async def drop(self, owner: str) -> None:
+        """Delete every document of `owner`."""
+        ...
+
+
+class FolderDocs:
+    """`MemoryDocs` as files under `root`: `SOUL.md` and `memory/<owner>/USER.md` /
+    `MEMORY.md`. Writes are atomic (temp file + rename) and edits serialized across processes
+    by a lock file."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._lock = asyncio.Lock()
+
+    def path(self, owner: str, name: str) -> Path:
+        """The file of document (`owner`, `name`)."""
+        if name == SOUL:
+            return self.root / "SOUL.md"
+        return self.root / "memory" / owner / ("USER.md" if name == "user" else "MEMORY.md")
+
+    async def get(self, owner: str, name: str) -> str:
+        try:
+            return self.path(owner, name).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return ""
+
+    async def edit(self, owner: str, name: str, change: Callable[[str], str]) -> str:
+        async with self._exclusive():
+            text = change(await self.get(owner, name))
+            path = self.path(owner, name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, path)
+            return text
+
+    async def drop(self, owner: str) -> None:
+        async with self._exclusive():
+            for name in ("user", "memory"):
+                self.path(owner, name).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                (self.root / "memory" / owner).rmdir()
+
+    @contextlib.asynccontextmanager
+    async def _exclusive(self) -> AsyncIterator[None]:
+        async with self._lock:
+            lock_path = self.root / "memory" / ".lock"
+            lock_path.parent.mkdir(parents=True, exist_ok=True)
+            with lock_path.open("ab") as handle:
+                # Waiting for another process happens off the event loop.
+                await asyncio.to_thread(fcntl.flock, handle.fileno(), fcntl.LOCK_EX)
+                yield  # closing the file releases the lock
+
+
+class MemoryFiles:
+    """Reads and edits the agent's files: SOUL.md, and per memory scope (see `memory_owner`)
+    USER.md and MEMORY.md, kept in `docs` (a `MemoryDocs`; a `Path` means `FolderDocs` of
+    it). A file holds one entry per line, written as a Markdown list item. `group_memory`:
     whether group chats get memory files of their own (else they have none).
     """
 
     def __init__(
         self,
-        root: Path,
+        docs: MemoryDocs | Path,
         limits: MemoryLimits = MemoryLimits(),
         *,
         group_memory: bool = True,
         on_edit: EditListener | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.root = root
+        self.docs: MemoryDocs = FolderDocs(docs) if isinstance(docs, Path) else docs
         self.on_edit = on_edit
         self.limits = limits
         self.group_memory = group_memory
-        self._lock = asyncio.Lock()
-        self._soul: tuple[tuple[int, int, int] | None, str] | None = None
+        self._clock = clock
+        self._soul: tuple[float, str] | None = None
 
-    def soul(self) -> str:
-        """SOUL.md, or the built-in default persona when the file is absent or empty.
-
-        Read again only when the file's inode, size or modification time changed: every turn
-        asks for it, and an edit (or a replacement by rename) shows on the next turn.
-        """
-        path = self.root / "SOUL.md"
-        try:
-            st = path.stat()
-            stamp: tuple[int, int, int] | None = (st.st_ino, st.st_size, st.st_mtime_ns)
-        except FileNotFoundError:
-            stamp = None
-        if self._soul is not None and self._soul[0] == stamp:
+    async def soul(self) -> str:
+        """SOUL.md, or the built-in default persona when it is absent or empty (read again
+        after `SOUL_CACHE_SECONDS`, or at once after `set_soul`)."""
+        now = self._clock()
+        if self._soul is not None and now - self._soul[0] < SOUL_CACHE_SECONDS:
             return self._soul[1]
-        try:
-            text = path.read_text(encoding="utf-8").strip()
-        except FileNotFoundError:
-            text = ""
+        text = (await self.docs.get(NO_OWNER, SOUL)).strip()
         if not text:
-            default = resources.files("agent_core").joinpath("default_soul.md")
-            text = default.read_text("utf-8").strip()
-        self._soul = (stamp, text)
+            text = default_soul()
+        self._soul = (now, text)
         return text
+
+    async def set_soul(self, text: str) -> None:
+        """Replace SOUL.md ("" brings back the built-in default)."""
+        await self.docs.edit(NO_OWNER, SOUL, lambda _old: text)
+        self._soul = None
 
     def owner(self, key: SessionKey | str | None, user_id: UserId | None) -> MemoryOwner | None:
         """The memory scope of a session of `key` belonging to `user_id` (None: no memory)."""
         return memory_owner(key, user_id, groups=self.group_memory)
 
-    def path(self, scope: MemoryScope, owner: MemoryOwner) -> Path:
-        """Where the file of `scope` for `owner` lives."""
-        name = "USER.md" if scope is MemoryScope.USER else "MEMORY.md"
-        return self.root / "memory" / owner / name
-
-    def read(self, scope: MemoryScope, owner: MemoryOwner | None) -> str:
+    async def read(self, scope: MemoryScope, owner: MemoryOwner | None) -> str:
         """The file's text ("" when it does not exist yet, or there is no scope)."""
         if owner is None:
             return ""
-        try:
-            return self.path(scope, owner).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return ""
+        return await self.docs.get(owner, str(scope))
 
     async def snapshot(self, key: SessionKey, user_id: UserId | None) -> tuple[str, str]:
         """(USER.md, MEMORY.md) of the session's scope as they are now; taken when a
         session starts."""
         owner = self.owner(key, user_id)
-        return self.read(MemoryScope.USER, owner), self.read(MemoryScope.MEMORY, owner)
+        return await self.read(MemoryScope.USER, owner), await self.read(MemoryScope.MEMORY, owner)
 
     async def add(
         self, scope: MemoryScope, owner: MemoryOwner | None, entry: str, *, mirror: bool = True
@@ -155,12 +218,15 @@ class MemoryFiles:
         `mirror=False`: the listener is not told (an edit made in a group turn)."""
         target = _writable(owner)
         entry = _one_line(entry)
-        async with self._exclusive():
-            entries = self._entries(scope, target)
+
+        def change(text: str) -> str:
+            entries = _entries(text)
             if entry in entries:
                 raise MemoryEditError("that entry is already saved")
             entries.append(entry)
-            self._write(scope, target, entries)
+            return self._text(scope, entries)
+
+        await self.docs.edit(target, str(scope), change)
         await self._edited(target, scope, "add", entry, mirror=mirror)
         return f"saved to {scope}"
 
@@ -176,11 +242,13 @@ class MemoryFiles:
         """Replace the one entry containing `old` by `new` (`mirror`: as `add`)."""
         target = _writable(owner)
         new = _one_line(new)
-        async with self._exclusive():
-            entries = self._entries(scope, target)
-            index = _find(entries, old)
-            entries[index] = new
-            self._write(scope, target, entries)
+
+        def change(text: str) -> str:
+            entries = _entries(text)
+            entries[_find(entries, old)] = new
+            return self._text(scope, entries)
+
+        await self.docs.edit(target, str(scope), change)
         await self._edited(target, scope, "replace", new, mirror=mirror)
         return f"replaced in {scope}"
 
@@ -189,12 +257,15 @@ class MemoryFiles:
     ) -> str:
         """Remove the one entry containing `old` (`mirror`: as `add`)."""
         target = _writable(owner)
-        async with self._exclusive():
-            entries = self._entries(scope, target)
-            index = _find(entries, old)
-            removed = entries.pop(index)
-            self._write(scope, target, entries)
-        await self._edited(target, scope, "remove", removed, mirror=mirror)
+        removed: list[str] = []
+
+        def change(text: str) -> str:
+            entries = _entries(text)
+            removed[:] = [entries.pop(_find(entries, old))]
+            return self._text(scope, entries)
+
+        await self.docs.edit(target, str(scope), change)
+        await self._edited(target, scope, "remove", removed[0], mirror=mirror)
         return f"removed from {scope}"
 
     async def _edited(
@@ -210,62 +281,44 @@ class MemoryFiles:
 
     async def merge(self, source: UserId, into: UserId) -> None:
         """Move `source`'s entries into `into`'s files (no duplicates; caps not enforced, so
-        nothing is lost) and delete `source`'s folder. Used when two identities are linked."""
+        nothing is lost) and delete `source`'s. Used when two identities are linked; run
+        again after a crash halfway, it finishes the move (entries are not doubled)."""
         old, new = person(source), person(into)
-        async with self._exclusive():
-            for scope in MemoryScope:
-                moved = self._entries(scope, old)
-                if not moved:
-                    continue
-                entries = self._entries(scope, new)
+        for scope in MemoryScope:
+            moved = _entries(await self.docs.get(old, str(scope)))
+            if not moved:
+                continue
+
+            def change(text: str, moved: list[str] = moved) -> str:
+                entries = _entries(text)
                 entries.extend(e for e in moved if e not in entries)
-                self._write(scope, new, entries, enforce_cap=False)
-            folder = self.path(MemoryScope.USER, old).parent
-            for scope in MemoryScope:
-                self.path(scope, old).unlink(missing_ok=True)
-            with contextlib.suppress(OSError):
-                folder.rmdir()
+                return "".join(f"- {e}\n" for e in entries)
 
-    @contextlib.asynccontextmanager
-    async def _exclusive(self) -> AsyncIterator[None]:
-        """One editor at a time, across tasks and across processes sharing the state
-        directory (several instances): a read-modify-write never loses another's edit."""
-        async with self._lock:
-            lock_path = self.root / "memory" / ".lock"
-            lock_path.parent.mkdir(parents=True, exist_ok=True)
-            with lock_path.open("ab") as handle:
-                # Waiting for another process happens off the event loop.
-                await asyncio.to_thread(fcntl.flock, handle.fileno(), fcntl.LOCK_EX)
-                yield  # closing the file releases the lock
+            await self.docs.edit(new, str(scope), change)
+        await self.docs.drop(old)
 
-    def _entries(self, scope: MemoryScope, owner: MemoryOwner) -> list[str]:
-        lines = self.read(scope, owner).splitlines()
-        return [ln.removeprefix("- ").strip() for ln in lines if ln.strip()]
-
-    def _write(
-        self,
-        scope: MemoryScope,
-        owner: MemoryOwner,
-        entries: list[str],
-        *,
-        enforce_cap: bool = True,
-    ) -> None:
+    def _text(self, scope: MemoryScope, entries: list[str]) -> str:
         text = "".join(f"- {e}\n" for e in entries)
         cap = (
             self.limits.user_max_chars
             if scope is MemoryScope.USER
             else self.limits.memory_max_chars
         )
-        if enforce_cap and len(text) > cap:
+        if len(text) > cap:
             raise MemoryEditError(
                 f"{scope} memory is full ({len(text)} of {cap} characters); "
                 "replace or remove an entry first"
             )
-        path = self.path(scope, owner)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        return text
+
+
+def default_soul() -> str:
+    """The built-in persona."""
+    return resources.files("agent_core").joinpath("default_soul.md").read_text("utf-8").strip()
+
+
+def _entries(text: str) -> list[str]:
+    return [ln.removeprefix("- ").strip() for ln in text.splitlines() if ln.strip()]
 
 
 def _writable(owner: MemoryOwner | None) -> MemoryOwner:

@@ -97,11 +97,14 @@ from gateway.metrics import Metrics
 from gateway.redact import Redactor
 from gateway.sdnotify import SystemdNotifier
 from gateway.sessions import SessionManager
+from gateway.state import import_state
 from gateway.store import Store
 from gateway.store.inbox import Inbox
 from gateway.store.jobs import record_report
 from gateway.store.leases import Lease, Leases
+from gateway.store.memory_docs import SqlMemoryDocs
 from gateway.store.outbox import Outbox
+from gateway.store.skill_files import SkillMirror
 from gateway.store.skills import SkillWrites
 from gateway.tools.approvals import ChatApprovals
 from gateway.tools.channels import OutboxChannels
@@ -302,7 +305,7 @@ def build_agent(
     through `sender`; `sources`: MCP servers' tools; every tool result passes `redact`).
     Close `agent.transcriber` when there is one."""
     memory = MemoryFiles(
-        config.state_dir,
+        SqlMemoryDocs(store),
         MemoryLimits(config.memory.user_max_chars, config.memory.memory_max_chars),
         group_memory=config.memory.group_memory,
         on_edit=None if external is None else MemoryWrites(store, external.queue),
@@ -354,8 +357,23 @@ def build_skills(config: HeraldConfig, store: Store | None) -> Skills | None:
     if not config.skills.enabled:
         return None
     journal = None if store is None else SkillWrites(store)
+    sync = None if store is None else SkillMirror(store, config.state_dir)
     dirs = [Path(d).expanduser() for d in config.skills.dirs]
-    return Skills(SkillStore(config.state_dir, dirs), journal, config.skills.settings())
+    return Skills(SkillStore(config.state_dir, dirs), journal, config.skills.settings(), sync)
+
+
+async def _import_state(cfg: HeraldConfig, store: Store) -> None:
+    """Move what an older version kept in `state_dir` into the database (cheap when there is
+    nothing left); a failure is logged (`herald state import` tries again), never fatal."""
+    try:
+        done = await import_state(cfg.state_dir, store, skills=cfg.skills.enabled)
+    except Exception as err:
+        logger.error("state directory not imported (run `herald state import`): %s", err)
+        return
+    if done.moved:
+        logger.info("moved into the database: %s", ", ".join(done.moved))
+    for line in done.kept:
+        logger.warning("not moved: %s", line)
 
 
 def _install_bundled(root: Path) -> None:
@@ -504,8 +522,10 @@ class Supervisor:
         self.memory = await open_external(
             cfg.memory, cfg.state_dir, store, self.metrics, stack, redact=self.redactor
         )
+        await _import_state(cfg, store)
         if cfg.skills.enabled and cfg.skills.bundled:
-            _install_bundled(cfg.state_dir / "skills")
+            async with SkillMirror(store, cfg.state_dir).writing():
+                _install_bundled(cfg.state_dir / "skills")
         channels = Channels()
         approvals = ChatApprovals(
             store,

@@ -32,6 +32,7 @@ from agent_core.skills.model import (
 )
 from agent_core.skills.scanner import Finding, scan_skill, scan_text
 from agent_core.skills.store import SkillStore, inside, support_path, supporting_files
+from agent_core.skills.sync import NoSync, SkillSync
 from gateway.contracts.ids import SessionId
 
 logger = logging.getLogger(__name__)
@@ -93,10 +94,21 @@ class Skills:
         store: SkillStore,
         journal: SkillJournal | None = None,
         settings: SkillSettings = SkillSettings(),
+        sync: SkillSync | None = None,
     ) -> None:
         self.store = store
         self.journal = journal
         self.settings = settings
+        self.sync: SkillSync = sync or NoSync()
+
+    async def refresh(self) -> None:
+        """Bring the local skill folders up to date with the database (see `SkillSync`).
+        Never raises (but for cancellation): when the database cannot be read, the local
+        copy is used and the failure logged."""
+        try:
+            await self.sync.refresh()
+        except Exception as err:
+            logger.warning("skills not refreshed (the local copy is used): %s", err)
 
     def index(self, owner: str | None) -> str:
         """The budgeted index of what a session of `owner` may use."""
@@ -111,6 +123,10 @@ class Skills:
     async def manage(self, request: Request, actor: Actor) -> str:
         """Plan, check and apply (or hold) one write; a sentence saying what happened.
         Raises SkillError (SkillFormatError is turned into it) with nothing written."""
+        async with self.sync.writing():
+            return await self._manage(request, actor)
+
+    async def _manage(self, request: Request, actor: Actor) -> str:
         try:  # reading and scanning up to a megabyte of text: off the event loop
             change, skill = await asyncio.to_thread(self.plan, request, actor)
         except SkillFormatError as err:
@@ -259,6 +275,10 @@ class Skills:
     async def share(self, owner: str, name: str) -> Skill:
         """Move `owner`'s skill `name` into the shared skills (the operator's decision: it
         may carry that person's data). Raises SkillError / SkillNotFound."""
+        async with self.sync.writing():
+            return await self._share(owner, name)
+
+    async def _share(self, owner: str, name: str) -> Skill:
         check_name(name)
         matches = [s for s in self.store.personal(owner) if s.name == name]
         if not matches:
@@ -282,6 +302,10 @@ class Skills:
 
     async def approve(self, write_id: int) -> str:
         """Apply a pending write and mark it approved. Raises SkillError / LookupError."""
+        async with self.sync.writing():
+            return await self._approve(write_id)
+
+    async def _approve(self, write_id: int) -> str:
         journal = self._journal()
         write = await journal.get(write_id)
         if write.status is not WriteStatus.PENDING:

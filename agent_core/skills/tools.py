@@ -48,6 +48,7 @@ class SkillsListTool:
         """The skills, one a line."""
         category = str_arg(args, "category", required=False) or None
         owner = owner_of_call(self.owner_of, ctx)
+        await self.skills.refresh()
         found = [
             s
             for s in self.skills.store.visible(owner)
@@ -93,6 +94,7 @@ class SkillViewTool:
         """The file's text; SKILL.md ends with the list of supporting files."""
         name = str_arg(args, "name")
         file_path = str_arg(args, "file_path", required=False) or None
+        await self.skills.refresh()
         try:
             skill = self.skills.store.find(name, owner_of_call(self.owner_of, ctx))
             text = self.skills.store.read(skill, file_path)

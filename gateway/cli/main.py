@@ -28,6 +28,7 @@ from gateway.cli.output import Column, JsonOption, Kind, print_json, print_rows
 from gateway.cli.setup import setup
 from gateway.cli.skills import doctor_check as skills_check
 from gateway.cli.skills import skills_app
+from gateway.cli.state import state_app
 from gateway.commands import Command, parse_command
 from gateway.config import HeraldConfig, masked
 from gateway.contracts.errors import HeraldError
@@ -40,6 +41,7 @@ from gateway.store.inbox import Inbox
 from gateway.store.instances import list_instances
 from gateway.store.lanes import lanes_by_owner
 from gateway.store.leases import list_leases
+from gateway.store.memory_docs import SqlMemoryDocs
 from gateway.store.outbox import Outbox, OutboxRow, OutboxStatus
 
 if TYPE_CHECKING:
@@ -76,6 +78,7 @@ app.add_typer(jobs_app, name="jobs")
 app.add_typer(memory_app, name="memory")
 app.command("setup")(setup)
 app.add_typer(skills_app, name="skills")
+app.add_typer(state_app, name="state")
 
 
 def _version(value: bool) -> None:
@@ -747,7 +750,7 @@ def users_link(
         async with Store.open(cfg.effective_database_url) as store:
             kept, merged = await store.link_identities(a, b)
             if merged is not None:
-                await MemoryFiles(cfg.state_dir).merge(merged, kept)
+                await MemoryFiles(SqlMemoryDocs(store)).merge(merged, kept)
             ids = ", ".join(f"{p}:{e}" for p, e in await store.identities_of(kept))
         console.print(f"user {escape(kept)}: {escape(ids)}")
 

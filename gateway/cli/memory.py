@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from agent_core.memory import MemoryFiles
 from agent_core.memory_providers.base import MemoryProvider, MemoryRejected, MemoryUnavailable
 from agent_core.memory_providers.recall import fence, is_trivial
 from gateway.cli.base import load
@@ -27,6 +28,7 @@ from gateway.contracts.ids import UserId
 from gateway.memory_sync import build_provider, describe_age
 from gateway.store import Store
 from gateway.store import memory_sync as sql
+from gateway.store.memory_docs import SqlMemoryDocs
 
 memory_app = HeraldTyper(
     help="The external memory provider (Honcho, Mem0): status and a test recall.",
@@ -223,3 +225,41 @@ async def _person(store: Store, value: str) -> UserId:
         if user_id == value or any(f"{p}:{i}" == value for p, i in identities):
             return user_id
     raise _fail(f"no user {value!r}: see `herald users list`", 2)
+
+
+@memory_app.command("soul")
+def memory_soul(
+    set_: Annotated[
+        Path | None,
+        typer.Option("--set", help="Make this file the persona (SOUL.md) of every instance."),
+    ] = None,
+    default: Annotated[
+        bool, typer.Option("--default", help="Go back to the built-in persona.")
+    ] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Show the persona (SOUL.md), kept in the database; `--set FILE` replaces it (every
+    instance uses it within 2 s), `--default` brings back the built-in one."""
+    cfg = load(config)
+    console = _console()
+    if set_ is not None and default:
+        raise _fail("give --set FILE or --default, not both", 2)
+    text: str | None = None
+    if set_ is not None:
+        try:
+            text = set_.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise _fail(f"cannot read {set_}: {err}", 2) from err
+        if not text.strip():
+            raise _fail(f"{set_} is empty; use --default for the built-in persona", 2)
+    elif default:
+        text = ""
+
+    async def go() -> None:
+        async with Store.open(cfg.effective_database_url, create=text is not None) as store:
+            memory = MemoryFiles(SqlMemoryDocs(store))
+            if text is not None:
+                await memory.set_soul(text)
+            console.print(await memory.soul(), markup=False)
+
+    asyncio.run(go())

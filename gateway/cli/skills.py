@@ -83,7 +83,9 @@ def _with_skills(
             await work(_skills(cfg, None))
             return
         async with Store.open(cfg.effective_database_url, create=create) as store:
-            await work(_skills(cfg, store))
+            skills = _skills(cfg, store)
+            await skills.sync.refresh()
+            await work(skills)
 
     asyncio.run(go())
 
@@ -210,7 +212,8 @@ def skills_install(
 
     async def work(skills: Skills) -> None:
         try:
-            done = install_folder(skills.store, path, category)
+            async with skills.sync.writing():
+                done = install_folder(skills.store, path, category)
         except SkillError as err:
             raise _fail(str(err)) from err
         if done.change is None:

@@ -108,11 +108,6 @@ def job_session_key(job_id: str) -> SessionKey:
     return session_key(Origin.CRON, CRON_ACCOUNT, job_id)
 
 
-def output_path(state_dir: Path, job_id: str, at: datetime) -> Path:
-    """Where a run's output is saved: `cron/output/<job-id>/<UTC timestamp>.md`."""
-    return state_dir / "cron" / "output" / job_id / f"{at:%Y%m%dT%H%M%SZ}.md"
-
-
 class CronScheduler:
     """Runs until cancelled; `wake()` makes it look at the jobs again at once."""
 
@@ -427,7 +422,6 @@ class CronScheduler:
         detail: str | None = None
         chunks: list[Chunk] = []
         if output is not None:
-            await asyncio.to_thread(self._save_output, job, run, status, output)
             silent = output.strip() == SILENT
             if silent and not files:
                 delivery = DeliveryStatus.SUPPRESSED
@@ -560,30 +554,8 @@ class CronScheduler:
             attachment=f.attachment,
         )
 
-    def _save_output(self, job: Job, run: Run, status: RunStatus, output: str) -> None:
-        path = output_path(self.state_dir, job.id, run.scheduled_for)
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        header = (
-            f"<!-- job {job.id} “{job.name}”, scheduled for "
-            f"{run.scheduled_for.isoformat()}, {run.trigger}, {status} -->\n\n"
-        )
-        path.write_text(header + output + "\n", encoding="utf-8")
-
     async def _prune(self, job_id: str) -> None:
-        # Files first: once the runs table shows the pruned state, the folder shows it too
-        # (the output is also kept in SQL, so a crash in between loses nothing).
-        keep = self.config.output_retention
-        folder = self.state_dir / "cron" / "output" / job_id
-
-        def prune_files() -> None:
-            if not folder.is_dir():
-                return
-            files = sorted(folder.glob("*.md"))
-            for old in files[:-keep]:
-                old.unlink(missing_ok=True)
-
-        await asyncio.to_thread(prune_files)
-        await self.jobs.prune(job_id, keep)
+        await self.jobs.prune(job_id, self.config.output_retention)
 
     # failures ----------------------------------------------------------------------------------
 

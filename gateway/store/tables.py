@@ -467,17 +467,6 @@ skill_files = Table(
     Column("updated_at", UTCDateTime, nullable=False),
 )
 
-job_outputs = Table(
-    "job_outputs",
-    metadata,
-    # What a job's run produced, readable through any instance's API and the CLI.
-    Column("job_id", String(64), primary_key=True),
-    Column("at", UTCDateTime, primary_key=True),
-    Column("text", SafeText, nullable=False),
-    Column("created_at", UTCDateTime, nullable=False),
-    Index(None, "created_at"),
-)
-
 blobs = Table(
     "blobs",
     metadata,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select, update
 
-from agent_core.memory import MemoryFiles, MemoryScope, person
+from agent_core.memory import FolderDocs, MemoryFiles, MemoryScope, person
 from gateway.access import CODE_ALPHABET, CODE_LENGTH, Access, Pairings
 from gateway.config import AccessConfig
 from gateway.contracts.config import GroupSessions, PlatformSection
@@ -604,17 +604,17 @@ async def test_memory_merge_moves_entries_without_duplicates(tmp_path: Path) -> 
     await memory.add(MemoryScope.USER, person(source), "Prefers tea")
     await memory.add(MemoryScope.USER, person(source), "Lives in Lisbon")
     await memory.add(MemoryScope.MEMORY, person(source), "Working on the budget")
-    folder = memory.path(MemoryScope.USER, person(source)).parent
+    folder = FolderDocs(tmp_path).path(person(source), "user").parent
     assert folder.is_dir()
 
     await memory.merge(source, into)
 
-    assert memory.read(MemoryScope.USER, person(into)) == (
+    assert await memory.read(MemoryScope.USER, person(into)) == (
         "- Name: Alice\n- Prefers tea\n- Lives in Lisbon\n"
     )
-    assert memory.read(MemoryScope.MEMORY, person(into)) == "- Working on the budget\n"
-    assert memory.read(MemoryScope.USER, person(source)) == ""
-    assert memory.read(MemoryScope.MEMORY, person(source)) == ""
+    assert await memory.read(MemoryScope.MEMORY, person(into)) == "- Working on the budget\n"
+    assert await memory.read(MemoryScope.USER, person(source)) == ""
+    assert await memory.read(MemoryScope.MEMORY, person(source)) == ""
     assert not folder.exists()
     # The kept user's snapshot is what a new session of any linked identity starts with.
     user_md, memory_md = await memory.snapshot(SessionKey("telegram:default:1"), into)
@@ -629,7 +629,7 @@ async def test_memory_merge_of_a_user_without_files_changes_nothing(tmp_path: Pa
 
     await memory.merge(UserId("u_nobody"), into)
 
-    assert memory.read(MemoryScope.USER, person(into)) == "- Name: Alice\n"
+    assert await memory.read(MemoryScope.USER, person(into)) == "- Name: Alice\n"
 
 
 async def test_the_pending_limit_holds_when_strangers_write_at_once(

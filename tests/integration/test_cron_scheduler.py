@@ -16,7 +16,7 @@ from sqlalchemy import insert, update
 
 from gateway.contracts.errors import LeaseLost
 from gateway.contracts.history import ChatMessage, Role
-from gateway.cron.scheduler import job_session_key, output_path
+from gateway.cron.scheduler import job_session_key
 from gateway.cron.service import JobService, JobSpec
 from gateway.store import Store
 from gateway.store.instances import Membership
@@ -62,9 +62,7 @@ async def test_a_run_is_delivered_to_the_home_channel(store: Store, tmp_path: Pa
         assert [d.text for d in reports(rig)] == [
             f"⏰ {job.name}\n\nreport: summarise what changed"
         ]
-        saved = output_path(rig.state_dir, job.id, NINE)
-        assert saved.name == "20261123T080000Z.md"
-        assert "report: summarise what changed" in saved.read_text(encoding="utf-8")
+        assert not (rig.state_dir / "cron").exists(), "outputs are kept in SQL only"
         # The run is a turn of the job's own session, so the next run sees this one.
         session = await store.get_session(job_session_key(job.id))
         assert session is not None
@@ -370,11 +368,7 @@ async def test_retention_keeps_the_newest_outputs(store: Store, tmp_path: Path) 
         await rig.wait_runs(
             job.id, lambda runs: len(runs) == 2 and runs[-1].scheduled_for.hour == 11
         )
-        folder = output_path(rig.state_dir, job.id, START).parent
-        assert sorted(p.name for p in folder.iterdir()) == [
-            "20261123T100000Z.md",
-            "20261123T110000Z.md",
-        ]
+        assert [r.scheduled_for.hour for r in await rig.runs(job.id)] == [10, 11]
 
 
 @pytest.mark.parametrize(

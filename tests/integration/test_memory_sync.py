@@ -17,6 +17,7 @@ from sqlalchemy import func, select
 
 from agent_core.memory import MemoryFiles, MemoryScope, person
 from gateway.store import Store
+from gateway.store.memory_docs import SqlMemoryDocs
 from gateway.store.tables import memory_syncs
 from tests.e2e.daemon import free_port
 from tests.fakes.chat_server import FakeChatServer
@@ -226,8 +227,8 @@ async def test_a_persons_own_session_in_a_group_is_a_group_turn_for_memory(
             r.chat.inject("alice", "My locker code is 4242", sender_id="alice")
             await r.chat.wait_for_sent(1)
             await service.wait_for(lambda: "My locker code is 4242" in synced())
-            files = MemoryFiles(r.herald.config.state_dir)
-            assert "Vault code 7777" in files.read(MemoryScope.USER, person(alice))
+            files = MemoryFiles(SqlMemoryDocs(r.herald.store))
+            assert "Vault code 7777" in await files.read(MemoryScope.USER, person(alice))
             # In the group the agent notes something about her (in her USER.md): not mirrored.
             note = {"action": "add", "target": "user", "content": "Meets the team on Friday"}
             search = ("session_search", {"query": "locker code"})
@@ -245,7 +246,7 @@ async def test_a_persons_own_session_in_a_group_is_a_group_turn_for_memory(
             assert "<recalled-memory" not in last_user_text(group_turn)
             assert "4242" not in str(group_turn["messages"])
             assert "7777" not in str(group_turn["messages"]), "her USER.md is not the group's"
-            assert "Friday" not in files.read(MemoryScope.USER, person(alice))
+            assert "Friday" not in await files.read(MemoryScope.USER, person(alice))
             # Her syncs are sent in order: once a later direct line arrived, a group line
             # would have arrived before it.
             r.chat.inject("alice", "I like green tea", sender_id="alice")

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from gateway.cron.targets import HOME_SETTING
+from gateway.store.memory_docs import SqlMemoryDocs
 from tests.fakes.llm import FakeLLM, Reply
 from tests.fakes.telegram import FakeTelegramServer
 from tests.integration.inproc import running_daemon
@@ -46,7 +47,7 @@ def prompt_text(body: dict[str, Any]) -> str:
 async def test_a_groups_memory_never_reaches_another_group(
     tmp_path: Path, tg: FakeTelegramServer, llm: FakeLLM
 ) -> None:
-    async with running_herald(tmp_path, tg, llm, group_sessions="chat"):
+    async with running_herald(tmp_path, tg, llm, group_sessions="chat") as herald:
         llm.script(
             Reply(
                 tool_calls=[
@@ -57,8 +58,9 @@ async def test_a_groups_memory_never_reaches_another_group(
         )
         tg.inject_message(GROUP_A, f"@{BOT_USERNAME} remember Carol has asthma", **in_group())
         await tg.wait_for_sent(lambda s: s.chat_id == GROUP_A)
-        assert (tmp_path / "state" / "memory").exists()
-        assert not (tmp_path / "state" / "memory" / "_shared").exists()
+        owners = await SqlMemoryDocs(herald.store).owners()
+        assert len(owners) == 1, owners
+        assert owners[0].startswith("g-"), "the group's own scope, no shared one"
 
         tg.inject_message(GROUP_B, f"@{BOT_USERNAME} who has asthma?", **in_group())
         await tg.wait_for_sent(lambda s: s.chat_id == GROUP_B)

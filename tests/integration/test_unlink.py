@@ -18,6 +18,7 @@ from agent_core.memory import MemoryFiles, MemoryScope, person
 from gateway.access import Access
 from gateway.contracts.messages import utcnow
 from gateway.store.jobs import JobStore
+from gateway.store.memory_docs import SqlMemoryDocs
 from tests.e2e.daemon import free_port
 from tests.fakes.chat_server import FakeChatServer
 from tests.fakes.llm import FakeLLM, Reply, last_user_text
@@ -101,12 +102,12 @@ async def test_an_unlinked_identity_reaches_nothing_of_the_user_it_left(tmp_path
         llm.responder = scripted
         store = herald.store
         talk = Talk(chat, llm)
-        memory = MemoryFiles(herald.config.state_dir)
+        memory = MemoryFiles(SqlMemoryDocs(store))
         add = {"action": "add", "target": "user"}
         await talk.say(OPERATOR, "my vault code is 7777")
         await talk.say(OPERATOR, "TOOL:memory:" + json.dumps({**add, "content": "Vault 7777"}))
         operator = await store.resolve_user("test", OPERATOR)
-        assert "Vault 7777" in memory.read(MemoryScope.USER, person(operator))
+        assert "Vault 7777" in await memory.read(MemoryScope.USER, person(operator))
 
         await store.link_identities(("test", OPERATOR), ("test", OTHER))
         linked = await talk.say(OTHER, "hello")
@@ -126,8 +127,8 @@ async def test_an_unlinked_identity_reaches_nothing_of_the_user_it_left(tmp_path
         assert "ops__echo" not in tools_of(search[0])
         assert "7777" not in str(search[-1]["messages"][-1]["content"]), "search: its own only"
         await talk.say(OTHER, "TOOL:memory:" + json.dumps({**add, "content": "Likes tea"}))
-        assert "Likes tea" not in memory.read(MemoryScope.USER, person(operator))
-        assert "Likes tea" in memory.read(MemoryScope.USER, person(own))
+        assert "Likes tea" not in await memory.read(MemoryScope.USER, person(operator))
+        assert "Likes tea" in await memory.read(MemoryScope.USER, person(own))
         # /new too.
         await talk.say(OTHER, "/new")
         fresh = await talk.say(OTHER, "who am I?")

@@ -21,6 +21,7 @@ from gateway.contracts.config import PlatformSection
 from gateway.contracts.ids import AccountId, ChatId, ExternalUserId, PlatformMessageId
 from gateway.contracts.messages import InboundMessage, Sender
 from gateway.store import Store
+from gateway.store.memory_docs import SqlMemoryDocs
 from gateway.store.outbox import Outbox
 from gateway.store.tables import grants, users
 from tests.unit.cli_harness import Herald
@@ -203,17 +204,21 @@ async def test_users_link_merges_two_users_and_their_memory(herald: Herald) -> N
     async with Store.open(herald.database_url) as store:
         kept = await store.resolve_user("telegram", "1")
         merged = await store.resolve_user("email", "a@x")
-    memory = MemoryFiles(herald.state_dir)
-    await memory.add(MemoryScope.USER, person(kept), "Name: Alice")
-    await memory.add(MemoryScope.USER, person(merged), "Name: Alice")
-    await memory.add(MemoryScope.USER, person(merged), "Prefers tea")
+    async with Store.open(herald.database_url) as store:
+        memory = MemoryFiles(SqlMemoryDocs(store))
+        await memory.add(MemoryScope.USER, person(kept), "Name: Alice")
+        await memory.add(MemoryScope.USER, person(merged), "Name: Alice")
+        await memory.add(MemoryScope.USER, person(merged), "Prefers tea")
 
     result = await herald.invoke("users", "link", "TELEGRAM:1", "email:a@x")
 
     assert result.exit_code == 0, result.output
     assert result.stdout == f"user {kept}: telegram:1, email:a@x\n"
-    assert memory.read(MemoryScope.USER, person(kept)) == "- Name: Alice\n- Prefers tea\n"
-    assert not memory.path(MemoryScope.USER, person(merged)).parent.exists()
+    async with Store.open(herald.database_url) as store:
+        memory = MemoryFiles(SqlMemoryDocs(store))
+        assert await memory.read(MemoryScope.USER, person(kept)) == "- Name: Alice\n- Prefers tea\n"
+        assert await memory.read(MemoryScope.USER, person(merged)) == ""
+        assert await SqlMemoryDocs(store).owners() == [person(kept)]
     async with Store.open(herald.database_url) as store, store.read() as conn:
         assert set((await conn.execute(select(users.c.id))).scalars()) == {kept}
 

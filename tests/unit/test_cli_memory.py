@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
+from agent_core.memory import MemoryFiles
 from agent_core.memory_providers import Speaker, SyncedMessage, SyncedTurn
 from agent_core.memory_providers.config import HonchoConfig
 from agent_core.memory_providers.honcho import HonchoProvider
@@ -17,6 +19,7 @@ from gateway.config import HeraldConfig
 from gateway.contracts.ids import SessionId, UserId
 from gateway.store import Store
 from gateway.store import memory_sync as sql
+from gateway.store.memory_docs import SqlMemoryDocs
 from gateway.store.memory_sync import SyncKind
 from tests.fakes.honcho_server import FakeHoncho
 from tests.unit.cli_harness import Herald
@@ -124,3 +127,41 @@ def test_config_refuses_an_unknown_provider_and_mem0_without_a_key() -> None:
     assert config.memory.recall_timeout == 2.0
     assert config.memory.honcho.workspace == "herald"
     assert config.memory.honcho.recall == "context"
+
+
+async def test_memory_soul_shows_sets_and_resets_the_persona(
+    herald: Herald, tmp_path: Path
+) -> None:
+    shown = await herald.invoke("memory", "soul")
+    assert shown.exit_code == 2, shown.output  # no database yet: says where it looked
+    persona = tmp_path / "jeeves.md"
+    persona.write_text("You are Jeeves, a butler.\n", encoding="utf-8")
+
+    done = await herald.invoke("memory", "soul", "--set", str(persona))
+
+    assert done.exit_code == 0, done.output
+    assert done.stdout == "You are Jeeves, a butler.\n"
+    async with Store.open(herald.database_url) as store:
+        assert await MemoryFiles(SqlMemoryDocs(store)).soul() == "You are Jeeves, a butler."
+    assert (await herald.invoke("memory", "soul")).stdout == "You are Jeeves, a butler.\n"
+    reset = await herald.invoke("memory", "soul", "--default")
+    assert reset.stdout.startswith("You are Herald")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "missing.md"], "cannot read missing.md"),
+        (["--set", "empty.md"], "is empty; use --default"),
+        (["--set", "empty.md", "--default"], "not both"),
+    ],
+)
+async def test_memory_soul_refuses_bad_input_and_changes_nothing(
+    herald: Herald, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty.md").write_text("  \n", encoding="utf-8")
+    result = await herald.invoke("memory", "soul", *args)
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert not herald.state_dir.exists(), "nothing was created"

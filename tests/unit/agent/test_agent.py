@@ -167,7 +167,7 @@ async def test_tools_act_for_the_sessions_user(sql_store: Store, files: MemoryFi
     await agent.run_turn(session, TurnProgress())
 
     assert echo.calls == [({"x": 1}, ToolContext(session=session, user_id=session.user_id))]
-    assert files.read(MemoryScope.USER, person(_uid(session.user_id))) == "- Name: Ada\n"
+    assert await files.read(MemoryScope.USER, person(_uid(session.user_id))) == "- Name: Ada\n"
 
 
 async def test_a_turn_streams_and_takes_steer(sql_store: Store, files: MemoryFiles) -> None:
@@ -353,7 +353,7 @@ async def test_the_memory_pass_saves_what_the_model_asks(
     await make_agent(provider, sql_store, files, registry).memory_pass(session, EXCHANGE)
 
     assert (
-        files.read(MemoryScope.USER, person(_uid(session.user_id)))
+        await files.read(MemoryScope.USER, person(_uid(session.user_id)))
         == "- Name: Ada; studies ferns\n"
     )
     first = provider.calls[0]
@@ -378,8 +378,8 @@ async def test_the_memory_pass_writes_only_the_sessions_user(
 
     await make_agent(provider, sql_store, files).memory_pass(session, EXCHANGE)
 
-    assert files.read(MemoryScope.USER, person(bob)) == ""
-    assert files.read(MemoryScope.USER, person(_uid(session.user_id))) == "- likes ferns\n"
+    assert await files.read(MemoryScope.USER, person(bob)) == ""
+    assert await files.read(MemoryScope.USER, person(_uid(session.user_id))) == "- likes ferns\n"
 
 
 async def test_a_memory_pass_with_nothing_to_save(sql_store: Store, files: MemoryFiles) -> None:
@@ -389,7 +389,7 @@ async def test_a_memory_pass_with_nothing_to_save(sql_store: Store, files: Memor
     await make_agent(provider, sql_store, files).memory_pass(session, EXCHANGE)
 
     assert len(provider.calls) == 1
-    assert files.read(MemoryScope.USER, person(_uid(session.user_id))) == ""
+    assert await files.read(MemoryScope.USER, person(_uid(session.user_id))) == ""
 
 
 async def test_a_memory_pass_that_keeps_calling_tools_is_capped(

@@ -36,16 +36,16 @@ async def test_add_saves_to_the_users_file(memory: MemoryFiles) -> None:
     result = await tool({"action": "add", "target": "user", "content": "Name: Ada"}, AS_ADA)
 
     assert result == "saved to user"
-    assert memory.read(MemoryScope.USER, person(ADA)) == "- Name: Ada\n"
-    assert memory.read(MemoryScope.USER, person(BOB)) == ""
+    assert await memory.read(MemoryScope.USER, person(ADA)) == "- Name: Ada\n"
+    assert await memory.read(MemoryScope.USER, person(BOB)) == ""
 
 
 async def test_add_to_memory_goes_to_memory_md(memory: MemoryFiles) -> None:
     tool = MemoryTool(memory)
     await tool({"action": "add", "target": "memory", "content": "thesis due in May"}, AS_ADA)
 
-    assert memory.read(MemoryScope.MEMORY, person(ADA)) == "- thesis due in May\n"
-    assert memory.read(MemoryScope.USER, person(ADA)) == ""
+    assert await memory.read(MemoryScope.MEMORY, person(ADA)) == "- thesis due in May\n"
+    assert await memory.read(MemoryScope.USER, person(ADA)) == ""
 
 
 async def test_replace_and_remove(memory: MemoryFiles) -> None:
@@ -60,14 +60,13 @@ async def test_replace_and_remove(memory: MemoryFiles) -> None:
     removed = await tool({"action": "remove", "target": "user", "old_text": "Lyon"}, AS_ADA)
 
     assert (replaced, removed) == ("replaced in user", "removed from user")
-    assert memory.read(MemoryScope.USER, person(ADA)) == "- likes coffee\n"
+    assert await memory.read(MemoryScope.USER, person(ADA)) == "- likes coffee\n"
 
 
 async def test_without_a_user_or_group_there_is_no_memory(memory: MemoryFiles) -> None:
     tool = MemoryTool(memory)
     with pytest.raises(ToolError, match="no memory"):
         await tool({"action": "add", "target": "memory", "content": "team uses Postgres"}, SHARED)
-    assert not (memory.root / "memory" / "_shared").exists()
 
 
 async def test_in_a_group_edits_that_groups_own_scope(memory: MemoryFiles, store: Store) -> None:
@@ -83,7 +82,7 @@ async def test_in_a_group_edits_that_groups_own_scope(memory: MemoryFiles, store
 
     assert await memory.snapshot(group_a.key, None) == ("- Carol has asthma\n", "")
     assert await memory.snapshot(group_b.key, None) == ("", "")
-    assert memory.read(MemoryScope.USER, person(ADA)) == ""
+    assert await memory.read(MemoryScope.USER, person(ADA)) == ""
 
 
 async def test_one_user_cannot_edit_anothers_entries(memory: MemoryFiles) -> None:
@@ -93,7 +92,7 @@ async def test_one_user_cannot_edit_anothers_entries(memory: MemoryFiles) -> Non
     with pytest.raises(ToolError, match="no entry contains"):
         await tool({"action": "remove", "target": "user", "old_text": "pin"}, AS_BOB)
 
-    assert memory.read(MemoryScope.USER, person(ADA)) == "- Ada's pin is 1234\n"
+    assert await memory.read(MemoryScope.USER, person(ADA)) == "- Ada's pin is 1234\n"
 
 
 @pytest.mark.parametrize(
@@ -117,7 +116,7 @@ async def test_invalid_arguments_are_refused(
 ) -> None:
     with pytest.raises(ToolError, match=message):
         await MemoryTool(memory)(args, AS_ADA)
-    assert not memory.path(MemoryScope.USER, person(ADA)).exists()
+    assert await memory.read(MemoryScope.USER, person(ADA)) == ""
 
 
 async def test_refused_edits_become_tool_errors(tmp_path: Path) -> None:
@@ -132,7 +131,7 @@ async def test_refused_edits_become_tool_errors(tmp_path: Path) -> None:
     with pytest.raises(ToolError, match="no entry contains 'coffee'"):
         await tool({"action": "remove", "target": "user", "old_text": "coffee"}, AS_ADA)
 
-    assert files.read(MemoryScope.USER, person(ADA)) == "- likes tea\n"
+    assert await files.read(MemoryScope.USER, person(ADA)) == "- likes tea\n"
 
 
 async def test_through_the_registry_a_refusal_is_text_for_the_model(memory: MemoryFiles) -> None:

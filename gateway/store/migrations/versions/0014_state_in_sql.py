@@ -5,7 +5,7 @@ Revises: 0013
 Create Date: 2026-11-29 03:00:00
 
 What another instance may read leaves `state_dir` for SQL: `memory_docs` (SOUL.md, USER.md,
-MEMORY.md), `skill_files` (every file of every skill), `job_outputs`, and `blobs` with
+MEMORY.md), `skill_files` (every file of every skill), and `blobs` with
 `blob_chunks` (file bytes by content hash; with an S3 bucket the row only records the
 object). `state_dir` becomes a cache. `herald state import` moves an older install's files in.
 """
@@ -25,7 +25,7 @@ _WHEN = sa.DateTime(timezone=True)
 
 
 def upgrade() -> None:
-    """Add the five tables."""
+    """Add the four tables."""
     op.create_table(
         "memory_docs",
         sa.Column("owner", sa.String(length=200), nullable=False),
@@ -46,15 +46,6 @@ def upgrade() -> None:
         sa.Column("updated_at", _WHEN, nullable=False),
         sa.PrimaryKeyConstraint("owner", "folder", "path", name=op.f("pk_skill_files")),
     )
-    op.create_table(
-        "job_outputs",
-        sa.Column("job_id", sa.String(length=64), nullable=False),
-        sa.Column("at", _WHEN, nullable=False),
-        sa.Column("text", sa.Text(), nullable=False),
-        sa.Column("created_at", _WHEN, nullable=False),
-        sa.PrimaryKeyConstraint("job_id", "at", name=op.f("pk_job_outputs")),
-    )
-    op.create_index(op.f("ix_job_outputs_created_at"), "job_outputs", ["created_at"])
     op.create_table(
         "blobs",
         sa.Column("key", sa.String(length=64), nullable=False),
@@ -80,7 +71,5 @@ def downgrade() -> None:
     op.drop_table("blob_chunks")
     op.drop_index(op.f("ix_blobs_used_at"), table_name="blobs")
     op.drop_table("blobs")
-    op.drop_index(op.f("ix_job_outputs_created_at"), table_name="job_outputs")
-    op.drop_table("job_outputs")
     op.drop_table("skill_files")
     op.drop_table("memory_docs")
