@@ -79,6 +79,7 @@ from gateway.cron.clock import Clock, SystemClock
 from gateway.cron.scheduler import CronScheduler
 from gateway.cron.service import AgentJobs, JobService
 from gateway.delivery import DeliveryWorker
+from gateway.files_import import import_files
 from gateway.http.app import OFFLINE_WARNING, create_app
 from gateway.http.deps import AppDeps, ServingState
 from gateway.http.server import server_config
@@ -362,9 +363,17 @@ def build_skills(config: HeraldConfig, store: Store | None) -> Skills | None:
     return Skills(SkillStore(config.state_dir, dirs), journal, config.skills.settings(), sync)
 
 
-async def _import_state(cfg: HeraldConfig, store: Store) -> None:
-    """Move what an older version kept in `state_dir` into the database (cheap when there is
-    nothing left); a failure is logged (`herald state import` tries again), never fatal."""
+async def _import_state(cfg: HeraldConfig, store: Store, blobs: Blobs) -> None:
+    """Move what an older version kept in `state_dir` into the database and the blob store
+    (cheap when there is nothing left); a failure is logged (`herald state import` tries
+    again), never fatal."""
+    try:
+        files = await import_files(cfg.state_dir, store, blobs)
+    except Exception as err:
+        logger.error("received and sent files not imported (run `herald state import`): %s", err)
+    else:
+        if files:
+            logger.info("moved into the blob store: %s", ", ".join(files))
     try:
         done = await import_state(cfg.state_dir, store, skills=cfg.skills.enabled)
     except Exception as err:
@@ -522,7 +531,7 @@ class Supervisor:
         self.memory = await open_external(
             cfg.memory, cfg.state_dir, store, self.metrics, stack, redact=self.redactor
         )
-        await _import_state(cfg, store)
+        await _import_state(cfg, store, blobs)
         if cfg.skills.enabled and cfg.skills.bundled:
             async with SkillMirror(store, cfg.state_dir).writing():
                 _install_bundled(cfg.state_dir / "skills")
