@@ -355,11 +355,15 @@ async def prune_forever(
     now and every `interval` seconds until cancelled."""
     max_age = retention_days * 86400
     while True:
-        removed = await blobs.prune(max_age)
-        for root in scratch:
-            removed += await asyncio.to_thread(prune_files, root, max_age)
-        if removed:
-            logger.info("files: pruned %d file(s) older than %g days", removed, retention_days)
+        try:
+            removed = await blobs.prune(max_age)
+            for root in scratch:
+                removed += await asyncio.to_thread(prune_files, root, max_age)
+        except Exception as err:  # the store away, a disk error: try again next time
+            logger.warning("files: pruning failed (tried again in %gs): %s", interval, err)
+        else:
+            if removed:
+                logger.info("files: pruned %d file(s) older than %g days", removed, retention_days)
         await asyncio.sleep(interval)
 
 

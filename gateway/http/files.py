@@ -44,7 +44,14 @@ async def signed_file(request: Request, expires: str, signature: str, path: str)
             media_type="text/plain",
             headers={"Retry-After": "30"},
         )
-    headers = {"Content-Length": str(row.size)} if row is not None else {}
+    # The type is what the sender claimed: never let a browser run it on Herald's origin.
+    headers = {
+        "X-Content-Type-Options": "nosniff",
+        "Content-Security-Policy": "sandbox; default-src 'none'",
+        "Cache-Control": "private, max-age=300",
+    }
+    if row is not None:
+        headers["Content-Length"] = str(row.size)
     if request.method == "HEAD":
         await body.aclose()
         return Response(status_code=200, media_type=mime, headers=headers)

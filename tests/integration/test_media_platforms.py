@@ -138,7 +138,10 @@ async def _links_refused_when_expired_or_forged(h: Herald, twilio: TwilioHarness
     expired = MediaLinks(await link_key(h.store), ttl=-5).link(sent, h.url)
     forged = f"{prefix}/files/{expires}/{signature[:-2]}xx/{path}"
     async with httpx.AsyncClient(timeout=5.0, trust_env=False) as client:
-        assert (await client.get(url.replace(prefix, h.url))).content == b"made by the agent"
+        served = await client.get(url.replace(prefix, h.url))
+        assert served.content == b"made by the agent"
+        assert served.headers["x-content-type-options"] == "nosniff"  # never run as a page
+        assert served.headers["content-security-policy"].startswith("sandbox")
         assert (await client.head(url.replace(prefix, h.url))).status_code == 200
         assert (await client.get(expired)).status_code == 410
         assert (await client.get(forged.replace(prefix, h.url))).status_code == 403
