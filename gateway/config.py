@@ -350,9 +350,57 @@ class MemoryConfig(Section):
         return self
 
 
-class FilesConfig(Section):
-    """Files people send and files the agent sends (`state_dir/files`)."""
+class FileStore(StrEnum):
+    """Where file bytes are kept (`files.store`)."""
 
+    DATABASE = "database"
+    S3 = "s3"
+
+
+class S3Config(Section):
+    """An S3-compatible bucket for file bytes (`files.store: s3`)."""
+
+    bucket: str = Field(min_length=3, max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]+[a-z0-9]$")
+    prefix: str = Field(default="herald/", max_length=200, pattern=r"^[A-Za-z0-9!_.*'()/-]*$")
+    """Put before each object's name (its content's SHA-256), e.g. `herald/`."""
+    endpoint_url: str | None = None
+    """The service's URL for S3-compatible stores (MinIO, R2, …); unset: AWS."""
+    region: str = "us-east-1"
+    access_key_id: SecretStr | None = None
+    """Unset: the usual AWS credential chain (environment, instance profile)."""
+    secret_access_key: SecretStr | None = None
+    timeout: float = Field(default=30.0, gt=0)
+    """Seconds to connect or to wait for the service's answer before a try fails."""
+
+    _access_key_id = field_validator("access_key_id")(not_empty)
+    _secret_access_key = field_validator("secret_access_key")(not_empty)
+
+    @field_validator("endpoint_url")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value
+
+    @model_validator(mode="after")
+    def _both_keys(self) -> S3Config:
+        if (self.access_key_id is None) != (self.secret_access_key is None):
+            raise ValueError(
+                "set both access_key_id and secret_access_key (or their _file variants), "
+                "or neither to use the AWS credential chain"
+            )
+        return self
+
+
+class FilesConfig(Section):
+    """Files people send and files the agent sends: their bytes in the blob store (the
+    database, or an S3 bucket); `state_dir/cache` only caches them."""
+
+    store: FileStore = FileStore.DATABASE
+    """`database` (default: table `blob_chunks`) or `s3` (the bucket in `files.s3`)."""
+    s3: S3Config | None = None
+    max_file_bytes: int = Field(default=50 * 1024 * 1024, ge=1024)
+    """The largest file kept (received or sent); a larger one is refused with a note."""
     retention_days: float = Field(default=30.0, gt=0)
     """Received and sent files older than this are deleted."""
     send_dirs: tuple[Path, ...] = ()
@@ -363,6 +411,12 @@ class FilesConfig(Section):
     max_upload_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     """The largest picture one HTTP API request may carry (decoded; the whole body is also
     capped by `api.max_body_bytes`)."""
+
+    @model_validator(mode="after")
+    def _s3_section(self) -> FilesConfig:
+        if self.store is FileStore.S3 and self.s3 is None:
+            raise ValueError("files.store is s3: set files.s3 (bucket, and where and how)")
+        return self
 
 
 S = TypeVar("S", bound=PlatformSection)

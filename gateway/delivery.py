@@ -14,7 +14,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TypeVar
+from pathlib import Path
+from typing import Protocol, TypeVar
 
 from sqlalchemy.exc import DBAPIError
 
@@ -23,8 +24,14 @@ from gateway.channels import Channels
 from gateway.chunking import markdown_to_plain
 from gateway.config import DeliveryConfig
 from gateway.contracts.adapter import MessageEditor
-from gateway.contracts.errors import MarkupRejected, PermanentSendError, RateLimited
-from gateway.contracts.messages import OutboundMessage, TextFormat, utcnow
+from gateway.contracts.errors import (
+    FileGone,
+    FileTooLarge,
+    MarkupRejected,
+    PermanentSendError,
+    RateLimited,
+)
+from gateway.contracts.messages import Attachment, OutboundMessage, TextFormat, utcnow
 from gateway.metrics import Metrics
 from gateway.redact import Redactor
 from gateway.store.outbox import Outbox, OutboxRow
@@ -33,6 +40,20 @@ logger = logging.getLogger(__name__)
 
 Chat = tuple[str, str, str]
 T = TypeVar("T")
+
+
+class FileSource(Protocol):
+    """Where the bytes of a chunk's file come from (`gateway.media.StoredFiles`)."""
+
+    async def stored(self, attachment: Attachment) -> Attachment:
+        """The attachment with its bytes in the blob store. Raises FileGone, FileTooLarge,
+        FileStoreUnavailable."""
+        ...
+
+    async def local(self, attachment: Attachment) -> Path:
+        """A real file with its bytes here. Raises FileGone, FileStoreUnavailable."""
+        ...
+
 
 STORE_ERRORS = (DBAPIError, OSError)
 """What a database that is away, full or read-only raises: worth retrying the same write."""
@@ -53,12 +74,16 @@ class DeliveryWorker:
         lease_ttl: float | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         redactor: Redactor | None = None,
+        files: FileSource | None = None,
     ) -> None:
         """`owner` is this instance's id; `lease_ttl` is set when several instances share the
         database (the chunks of one that is gone that long are recovered here). `sleep`
         waits out a backoff while the database fails. `redactor` takes the configured secrets
         out of every text sent and every send error kept."""
         self.redactor = redactor or Redactor()
+        self.files = files
+        """Materialises a chunk's file on this instance before its send (None: the
+        attachment's path is used as it is)."""
         self.outbox = outbox
         self.channels = channels
         self.config = config
@@ -261,7 +286,7 @@ class DeliveryWorker:
             return True
         attempts = row.attempts
         try:
-            message = self._outward(row.message())
+            message = await self._with_files(self._outward(row.message()))
             if row.edit_of is not None and isinstance(adapter, MessageEditor):
                 receipt = await adapter.edit(row.edit_of, message)
             else:
@@ -317,6 +342,21 @@ class DeliveryWorker:
             else:
                 self.failures.recovered()
                 return result
+
+    async def _with_files(self, message: OutboundMessage) -> OutboundMessage:
+        """`message` with each file a real file on this instance. Raises PermanentSendError
+        (no longer kept, or too large) or FileStoreUnavailable (try again later)."""
+        if not message.attachments or self.files is None:
+            return message
+        out: list[Attachment] = []
+        for a in message.attachments:
+            name = a.filename or a.path.name
+            try:
+                kept = await self.files.stored(a)
+                out.append(replace(kept, path=await self.files.local(kept)))
+            except (FileGone, FileTooLarge) as err:
+                raise PermanentSendError(f"the file {name} cannot be sent: {err}") from err
+        return replace(message, attachments=tuple(out))
 
     def _outward(self, message: OutboundMessage) -> OutboundMessage:
         """`message` with the configured secrets taken out of its text."""

@@ -1,13 +1,17 @@
 """Files in and out, on the gateway's side: the files a session received (for the agent's
 media tools), where `send_file` may send, signed media links, and pruning old files.
 
-Adapters download received files under `state_dir/files/<platform>/<account>/<chat>/`; when
-a message is accepted, its files move to its session's own folder,
-`state_dir/files/sessions/<folder>/` (`session_dir`: a name made from the session key, never
-from a platform's file name), so people sharing a group chat with a session each keep their
-files apart. Files of older rows stay where they were stored: lookups go through each row's
-stored path. Files the agent sends are staged under `state_dir/files/outbox/`; everything is
-pruned after `files.retention_days`.
+File bytes live in the blob store (`gateway/blobs.py`: the database or an S3 bucket), named
+by their SHA-256 in each attachment (`Attachment.blob`); an attachment's `path` is where an
+instance caches them, and any instance materialises them into its own `state_dir/cache`
+(hash checked) when a real file is needed: vision, transcription, an adapter's upload.
+Adapters download received files under `state_dir/files/<platform>/<account>/` (scratch);
+when a message is accepted, each file goes into the blob store (`StoredFiles.keep_received`).
+A session's files are those its own inbound rows carry, and the pictures it was sent over
+the HTTP API (`session_files`): a path typed into a message never reaches another person's
+file. Files the agent sends are staged under `state_dir/files/outbox/` and kept in the blob
+store before their outbox row is written; everything is pruned after
+`files.retention_days`.
 """
 
 from __future__ import annotations
@@ -18,13 +22,10 @@ import contextlib
 import hashlib
 import hmac
 import logging
-import mimetypes
 import os
-import re
 import secrets
-import shutil
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import quote
@@ -34,119 +35,111 @@ from agent_core.media.images import Pictures
 from agent_core.media.tools import SendFileTool, ViewAttachmentTool
 from agent_core.media.transcribe import OpenAITranscriber, Transcriber
 from agent_core.tools.base import ToolContext, ToolError
+from gateway.blobs import Blobs, DatabaseBlobs, is_key
 from gateway.channels import Channels
 from gateway.config import HeraldConfig
+from gateway.contracts.errors import FileGone, FileStoreUnavailable, FileTooLarge
 from gateway.contracts.history import SessionInfo
 from gateway.contracts.ids import (
     AccountId,
     ChatId,
     InboxId,
     SessionId,
-    SessionKey,
     ThreadId,
     TurnId,
 )
-from gateway.contracts.messages import Attachment, TextFormat
+from gateway.contracts.messages import Attachment, InboundMessage, TextFormat
 from gateway.store import Store
+from gateway.store.blobs import BlobRecords
 from gateway.store.inbox import Inbox
 from gateway.store.outbox import Chunk, OutboxKind, Target
 from gateway.tools.places import Places
 
 logger = logging.getLogger(__name__)
 
-SESSIONS = "sessions"
-"""The folder under `state_dir/files` with one folder per session."""
-
-
-def session_dir(files_root: Path, key: SessionKey | str) -> Path:
-    """The folder of the session `key`'s received files: `<files_root>/sessions/<name>`, the
-    name a readable, filesystem-safe part of the key and a digest of all of it (two keys
-    never share a folder, whatever characters they hold)."""
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", str(key)).strip("._-")[:60] or "session"
-    digest = hashlib.sha256(str(key).encode()).hexdigest()[:16]
-    return files_root / SESSIONS / f"{slug}-{digest}"
-
-
-def adopt_files(
-    attachments: Sequence[Attachment], files_root: Path, key: SessionKey
-) -> tuple[Attachment, ...]:
-    """`attachments` as kept in the session's folder: each file under `files_root` is linked
-    (or copied) there under its stored, already safe, name. The originals stay until
-    `drop_originals` (the message may be a duplicate whose stored row names them). Blocking."""
-    root = files_root.resolve()
-    folder = session_dir(files_root, key)
-    out: list[Attachment] = []
-    for a in attachments:
-        source = a.path.resolve()
-        if not source.is_relative_to(root) or source.is_relative_to(folder.resolve()):
-            out.append(a)
-            continue
-        name = re.sub(r"[^A-Za-z0-9._-]+", "_", source.name).lstrip(".")[:150] or "file"
-        kept = folder / name
-        try:
-            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-            part = kept.with_name(f"{kept.name}.{secrets.token_hex(4)}.part")
-            try:
-                os.link(source, part)
-            except OSError:
-                shutil.copy2(source, part)
-            part.replace(kept)
-        except OSError as err:
-            logger.warning("files: cannot keep %s in its session folder: %s", source, err)
-            out.append(a)
-            continue
-        out.append(replace(a, path=kept))
-    return tuple(out)
-
-
-def drop_originals(before: Sequence[Attachment], after: Sequence[Attachment]) -> None:
-    """Delete the download of each file `adopt_files` kept elsewhere. Blocking."""
-    for old, new in zip(before, after, strict=True):
-        if old.path != new.path:
-            with contextlib.suppress(OSError):
-                old.path.unlink()
-
-
 RECEIVED_LOOKBACK = 500
 """Inbound messages of a session searched for its files (the newest)."""
 
 
-class StoredFiles:
-    """`SessionFiles` from the inbox and the session's own folder: only rows of the
-    session's own key and files in the folder made from that key count, so a path typed into
-    a message never reaches another person's file."""
+def database_blobs(store: Store, config: HeraldConfig) -> Blobs:
+    """The blob store in the database (`files.store: database`), caching under
+    `state_dir/cache/files`."""
+    records = BlobRecords(store)
+    return Blobs(
+        records,
+        DatabaseBlobs(records),
+        config.state_dir / "cache" / "files",
+        max_bytes=config.files.max_file_bytes,
+    )
 
-    def __init__(self, inbox: Inbox, files_root: Path | None = None) -> None:
+
+class StoredFiles:
+    """`SessionFiles` from the inbox, `session_files` and the blob store: only rows of the
+    session's own key count, so a path typed into a message never reaches another person's
+    file; bytes come from the blob store into this instance's cache."""
+
+    def __init__(self, inbox: Inbox, blobs: Blobs) -> None:
         self.inbox = inbox
-        self.files_root = files_root
+        self.blobs = blobs
 
     async def received(self, session: SessionInfo) -> Sequence[Attachment]:
-        """The attachments of the session's inbound messages, oldest first, then the files in
-        its folder no message names (pictures sent over the HTTP API)."""
+        """The attachments of the session's inbound messages, oldest first, then the files
+        it was sent otherwise (pictures over the HTTP API)."""
         rows = await self.inbox.for_session(session.key, limit=RECEIVED_LOOKBACK)
         stored = [a for r in rows for a in r.attachments]
-        if self.files_root is None:
-            return stored
-        folder = session_dir(self.files_root, session.key)
-        known = {a.path for a in stored}
-        more = await asyncio.to_thread(_folder_files, folder, known)
+        more = await self.blobs.records.session_files(session.key, RECEIVED_LOOKBACK)
         return [*stored, *more]
 
+    async def local(self, attachment: Attachment) -> Path:
+        """See `SessionFiles.local`; a file from before the blob store is used where it is."""
+        if attachment.blob is None:
+            if await asyncio.to_thread(attachment.path.is_file):
+                return attachment.path
+            raise FileGone("the file is no longer kept")
+        return await self.blobs.local(attachment.blob, attachment.filename or attachment.path.name)
 
-def _folder_files(folder: Path, known: set[Path]) -> list[Attachment]:
-    """The files in `folder` not in `known`, oldest first, typed by their name. Blocking."""
-    try:
-        entries = [(e.stat().st_mtime, Path(e.path)) for e in os.scandir(folder) if e.is_file()]
-    except OSError:  # no folder (yet, or pruned)
-        return []
-    out: list[Attachment] = []
-    for _, path in sorted(entries)[-RECEIVED_LOOKBACK:]:
-        if path in known or path.name.endswith(".part"):
-            continue
-        mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-        with contextlib.suppress(OSError):
-            out.append(Attachment(path, mime, path.stat().st_size, path.name))
-    return out
+    async def keep(self, path: Path, filename: str, mime_type: str) -> Attachment:
+        """See `SessionFiles.keep`."""
+        key, size, cached = await self.blobs.adopt(path, mime_type, filename or path.name)
+        return Attachment(cached, mime_type, size, filename, blob=key)
+
+    async def stored(self, attachment: Attachment) -> Attachment:
+        """`attachment` with its bytes in the blob store (a file from before it is put now).
+        Raises FileGone, FileTooLarge, FileStoreUnavailable."""
+        if attachment.blob is not None:
+            return attachment
+        try:
+            key, size = await self.blobs.put(attachment.path, attachment.mime_type)
+        except OSError as err:
+            raise FileGone("the file is no longer kept") from err
+        return replace(attachment, blob=key, size=size)
+
+    async def keep_received(self, message: InboundMessage) -> InboundMessage:
+        """`message` with each downloaded file kept in the blob store (the download moved to
+        the cache); a file that cannot be kept becomes a note in the text saying why."""
+        kept: list[Attachment] = []
+        notes: list[str] = []
+        for a in message.attachments:
+            name = a.filename or a.path.name
+            if a.blob is not None:
+                kept.append(a)
+                continue
+            try:
+                kept.append(await self.keep(a.path, a.filename, a.mime_type))
+            except FileTooLarge as err:
+                notes.append(f"[file {name} not kept: {err}]")
+            except (FileStoreUnavailable, OSError) as err:
+                logger.warning("files: cannot keep %s: %s", name, err)
+                notes.append(
+                    f"[file {name} unavailable: the file store failed ({err}); ask the "
+                    "person to send it again]"
+                )
+            with contextlib.suppress(OSError):
+                await asyncio.to_thread(a.path.unlink, True)
+        if not notes and len(kept) == len(message.attachments):
+            return replace(message, attachments=tuple(kept))
+        text = "\n".join([message.text, *notes]) if message.text else "\n".join(notes)
+        return replace(message, attachments=tuple(kept), text=text)
 
 
 TargetResolver = Callable[[str, ToolContext], Awaitable[Destination]]
@@ -241,31 +234,46 @@ def file_chunks(
 
 
 KEY_FILE = "media-links.key"
+"""Where the media-link key was kept before it moved to SQL (read once, by `MediaLinks.open`
+and `import_files`)."""
+LINK_KEY = "files.link_key"
+"""The `settings` row holding the media-link key (hex), shared by every instance."""
 
 
 @dataclass(frozen=True, slots=True)
 class Checked:
-    """What `MediaLinks.check` found: the file, or why the link is refused."""
+    """What `MediaLinks.check` found: the blob and its name, or why the link is refused."""
 
-    path: Path | None
+    blob: str | None
+    name: str = ""
     status: int = 200
     reason: str = ""
 
 
 class MediaLinks:
-    """Signed, expiring URLs for files under `state_dir/files` (`FileLinks`): HMAC-SHA256
-    with a secret kept in the state directory, so every instance sharing it signs alike."""
+    """Signed, expiring URLs for files in the blob store (`FileLinks`): HMAC-SHA256 with a
+    key kept in the database, so every instance signs and verifies alike, and any of them
+    serves the file."""
 
     PREFIX = "/files"
 
-    def __init__(self, state_dir: Path, ttl: float) -> None:
-        self.root = (state_dir / "files").resolve()
+    def __init__(self, key: bytes, ttl: float) -> None:
         self.ttl = ttl
-        self._key = _load_key(state_dir / KEY_FILE)
+        self._key = key
 
-    def link(self, path: Path, base_url: str) -> str:
-        """See `FileLinks.link`: `<base_url>/files/<expires>/<signature>/<path>`."""
-        relative = path.resolve().relative_to(self.root).as_posix()  # ValueError outside
+    @classmethod
+    async def open(cls, store: Store, ttl: float, legacy: Path | None = None) -> MediaLinks:
+        """The links signed with the database's key: made once (the key of an older
+        install's `legacy` file when there is one), then shared by every instance."""
+        key = await link_key(store, legacy)
+        return cls(key, ttl)
+
+    def link(self, attachment: Attachment, base_url: str) -> str:
+        """See `FileLinks.link`: `<base_url>/files/<expires>/<signature>/<blob>/<name>`."""
+        if attachment.blob is None or not is_key(attachment.blob):
+            raise ValueError("only files in the blob store can be linked")
+        name = _link_name(attachment.filename or attachment.path.name)
+        relative = f"{attachment.blob}/{name}"
         expires = int(time.time() + self.ttl)
         signature = self._sign(expires, relative)
         return f"{base_url.rstrip('/')}{self.PREFIX}/{expires}/{signature}/{quote(relative)}"
@@ -273,41 +281,49 @@ class MediaLinks:
     def check(
         self, expires: str, signature: str, relative: str, now: float | None = None
     ) -> Checked:
-        """The file a link names, or 403 (forged: bad signature, outside the files) / 410
-        (expired) / 404 (gone)."""
+        """The blob a link names, or 403 (forged: bad signature) / 410 (expired) / 404 (not a
+        file's link)."""
         if not expires.isdigit() or not hmac.compare_digest(
             self._sign(int(expires), relative), signature
         ):
-            return Checked(None, 403, "bad signature")
+            return Checked(None, status=403, reason="bad signature")
         if int(expires) < (time.time() if now is None else now):
-            return Checked(None, 410, "link expired")
-        path = (self.root / relative).resolve()
-        if not path.is_relative_to(self.root):
-            return Checked(None, 403, "outside the files")
-        if not path.is_file():
-            return Checked(None, 404, "no such file (pruned?)")
-        return Checked(path)
+            return Checked(None, status=410, reason="link expired")
+        blob, _, name = relative.partition("/")
+        if not is_key(blob) or not name:
+            return Checked(None, status=404, reason="no such file")
+        return Checked(blob, name)
 
     def _sign(self, expires: int, relative: str) -> str:
         mac = hmac.new(self._key, f"{expires}:{relative}".encode(), hashlib.sha256).digest()
         return base64.urlsafe_b64encode(mac).decode("ascii").rstrip("=")
 
 
-def _load_key(path: Path) -> bytes:
-    """The secret in `path`, made (0600) when missing."""
+def _link_name(name: str) -> str:
+    """The name a link shows (no separators, printable)."""
+    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    return "".join(c for c in base if c.isprintable()).strip()[:150] or "file"
+
+
+async def link_key(store: Store, legacy: Path | None = None) -> bytes:
+    """The media-link key in `settings`, set when missing: the key in the `legacy` file of
+    an older install (so links it signed stay valid), else a new random one. Every
+    instance reads the same key back."""
+    found = await store.get_setting(LINK_KEY)
+    if found is None:
+        old = None if legacy is None else await asyncio.to_thread(_read_key, legacy)
+        found = await BlobRecords(store).setting_once(
+            LINK_KEY, (old or secrets.token_bytes(32)).hex()
+        )
+    return bytes.fromhex(found)
+
+
+def _read_key(path: Path) -> bytes | None:
+    """The key in an older install's key file, or None. Blocking."""
     try:
-        return bytes.fromhex(path.read_text(encoding="ascii").strip())
-    except FileNotFoundError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:  # another instance made it just now
-        return bytes.fromhex(path.read_text(encoding="ascii").strip())
-    key = secrets.token_bytes(32)
-    with os.fdopen(fd, "w", encoding="ascii") as f:
-        f.write(key.hex())
-    return key
+        return bytes.fromhex(path.read_text(encoding="ascii").strip()) or None
+    except (OSError, ValueError):
+        return None
 
 
 def prune_files(root: Path, max_age: float, now: float | None = None) -> int:
@@ -332,13 +348,40 @@ def prune_files(root: Path, max_age: float, now: float | None = None) -> int:
     return removed
 
 
-async def prune_forever(root: Path, retention_days: float, interval: float = 3600.0) -> None:
-    """Prune `root` now and every `interval` seconds until cancelled."""
+async def prune_forever(
+    blobs: Blobs, scratch: Sequence[Path], retention_days: float, interval: float = 3600.0
+) -> None:
+    """Prune the blob store and the local `scratch` folders (downloads, staging, the cache)
+    now and every `interval` seconds until cancelled."""
+    max_age = retention_days * 86400
     while True:
-        removed = await asyncio.to_thread(prune_files, root, retention_days * 86400)
-        if removed:
-            logger.info("files: pruned %d file(s) older than %g days", removed, retention_days)
+        try:
+            removed = await blobs.prune(max_age)
+            for root in scratch:
+                removed += await asyncio.to_thread(prune_files, root, max_age)
+        except Exception as err:  # the store away, a disk error: try again next time
+            logger.warning("files: pruning failed (tried again in %gs): %s", interval, err)
+        else:
+            if removed:
+                logger.info("files: pruned %d file(s) older than %g days", removed, retention_days)
         await asyncio.sleep(interval)
+
+
+async def blob_response_body(blobs: Blobs, key: str) -> AsyncGenerator[bytes, None]:
+    """The bytes of `key`, its first chunk already fetched (so a missing file or a failing
+    store is known before a response starts). Raises FileGone, FileStoreUnavailable."""
+    chunks = blobs.read(key)
+    first = await anext(chunks, b"")
+
+    async def body() -> AsyncGenerator[bytes, None]:
+        try:
+            yield first
+            async for block in chunks:
+                yield block
+        finally:
+            await chunks.aclose()
+
+    return body()
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,6 +391,7 @@ class MediaParts:
     tools: tuple[ViewAttachmentTool, SendFileTool]
     vision: Vision
     transcriber: Transcriber | None
+    files: StoredFiles
 
 
 def media_parts(
@@ -355,14 +399,16 @@ def media_parts(
     store: Store,
     channels: Channels,
     resolve: TargetResolver = no_other_targets,
+    blobs: Blobs | None = None,
 ) -> MediaParts:
-    """The media tools, the vision step and the transcriber (close it: `aclose`)."""
+    """The media tools, the vision step and the transcriber (close it: `aclose`), over
+    `blobs` (default: the database's blob store)."""
     llm = config.llm
     settings = VisionSettings(
         llm.vision, llm.image_max_pixels, llm.max_images_per_turn, config.media.max_image_pixels
     )
     pictures = Pictures(settings.max_pixels, settings.max_decoded)  # one decoding at a time
-    files = StoredFiles(Inbox(store), config.state_dir / "files")
+    files = StoredFiles(Inbox(store), blobs or database_blobs(store, config))
     send = SendFileTool(
         ChatFileTargets(channels, resolve),
         files,
@@ -377,6 +423,7 @@ def media_parts(
         (ViewAttachmentTool(files, settings, pictures), send),
         Vision(settings, files, pictures),
         transcriber,
+        files,
     )
 
 

@@ -49,6 +49,7 @@ from agent_core.tools import (
 from gateway import platforms
 from gateway.access import Access
 from gateway.backoff import Backoff, FailureLog
+from gateway.blobs import Blobs, open_blobs
 from gateway.channels import Channels
 from gateway.checkpoints import StoreCheckpoints
 from gateway.cluster.bus import Signal, SignalAction
@@ -78,11 +79,14 @@ from gateway.cron.clock import Clock, SystemClock
 from gateway.cron.scheduler import CronScheduler
 from gateway.cron.service import AgentJobs, JobService
 from gateway.delivery import DeliveryWorker
+from gateway.files_import import import_files
 from gateway.http.app import OFFLINE_WARNING, create_app
 from gateway.http.deps import AppDeps, ServingState
 from gateway.http.server import server_config
 from gateway.media import (
+    KEY_FILE,
     MediaLinks,
+    StoredFiles,
     file_destination,
     media_parts,
     no_other_targets,
@@ -96,6 +100,7 @@ from gateway.sdnotify import SystemdNotifier
 from gateway.sessions import SessionManager
 from gateway.state import import_state
 from gateway.store import Store
+from gateway.store.inbox import Inbox
 from gateway.store.jobs import record_report
 from gateway.store.leases import Lease, Leases
 from gateway.store.memory_docs import SqlMemoryDocs
@@ -296,6 +301,7 @@ def build_agent(
     sources: Sequence[ToolSource] = (),
     places: Places | None = None,
     redact: Callable[[str], str] = lambda text: text,
+    blobs: Blobs | None = None,
 ) -> tuple[Agent, MemoryFiles]:
     """The agent with its tools, from config (`schedule_job` when `jobs` is given; the
     external memory provider's recall, tools and edit mirroring when `external` is; the media
@@ -318,7 +324,7 @@ def build_agent(
     if external is not None:
         tools.extend(external.provider.tools())
     resolve = no_other_targets if places is None else file_destination(places)
-    media = media_parts(config, store, channels or Channels(), resolve)
+    media = media_parts(config, store, channels or Channels(), resolve, blobs)
     tools.extend(media.tools)
     skills = build_skills(config, store)
     if skills is not None:
@@ -360,9 +366,17 @@ def build_skills(config: HeraldConfig, store: Store | None) -> Skills | None:
     return Skills(SkillStore(config.state_dir, dirs), journal, config.skills.settings(), sync)
 
 
-async def _import_state(cfg: HeraldConfig, store: Store) -> None:
-    """Move what an older version kept in `state_dir` into the database (cheap when there is
-    nothing left); a failure is logged (`herald state import` tries again), never fatal."""
+async def _import_state(cfg: HeraldConfig, store: Store, blobs: Blobs) -> None:
+    """Move what an older version kept in `state_dir` into the database and the blob store
+    (cheap when there is nothing left); a failure is logged (`herald state import` tries
+    again), never fatal."""
+    try:
+        files = await import_files(cfg.state_dir, store, blobs)
+    except Exception as err:
+        logger.error("received and sent files not imported (run `herald state import`): %s", err)
+    else:
+        if files:
+            logger.info("moved into the blob store: %s", ", ".join(files))
     try:
         done = await import_state(cfg.state_dir, store, skills=cfg.skills.enabled)
     except Exception as err:
@@ -416,6 +430,8 @@ class _Core:
     hub: MCPHub
     sender: OutboxChannels
     agent: Agent
+    files: StoredFiles
+    """Received and sent files, their bytes in the blob store."""
 
 
 class Supervisor:
@@ -513,6 +529,10 @@ class Supervisor:
     async def _agent(self, stack: AsyncExitStack, store: Store) -> _Core:
         """The model, jobs, external memory, skills, approvals, MCP servers and the agent."""
         cfg = self.config
+        blobs = await open_blobs(cfg, store, stack)
+        files = StoredFiles(Inbox(store), blobs)
+        if cfg.api.enabled:
+            self.links = await MediaLinks.open(store, cfg.files.link_ttl, cfg.state_dir / KEY_FILE)
         health = ModelHealth()
         failed_calls = self.metrics.model_calls_failed
         provider: LLMProvider = ObservedProvider(
@@ -531,7 +551,7 @@ class Supervisor:
         self.memory = await open_external(
             cfg.memory, cfg.state_dir, store, self.metrics, stack, redact=self.redactor
         )
-        await _import_state(cfg, store)
+        await _import_state(cfg, store, blobs)
         if cfg.skills.enabled and cfg.skills.bundled:
             await _bundled(cfg.state_dir, store)
         channels = Channels()
@@ -564,20 +584,19 @@ class Supervisor:
             sources=[mcp_tools],
             places=places,
             redact=self.redactor,
+            blobs=blobs,
         )
         if agent.transcriber is not None:
             stack.push_async_callback(agent.transcriber.aclose)
         skills = agent.skills
         self._menu = lambda: chat_menu(skills)
         return _Core(
-            store, sections, provider, health, jobs, channels, approvals, hub, sender, agent
+            store, sections, provider, health, jobs, channels, approvals, hub, sender, agent, files
         )
 
     def _channels(self, core: _Core, node: Node) -> None:
         """A runner per configured platform, registered with the channels (and leased when
-        its receiver runs on one instance at a time); the media-link signer with HTTP."""
-        cfg = self.config
-        self.links = MediaLinks(cfg.state_dir, cfg.files.link_ttl) if cfg.api.enabled else None
+        its receiver runs on one instance at a time)."""
         for name, section in core.sections.items():
             runner = self._runner(
                 name, section, StoreCheckpoints(core.store, name, section.account)
@@ -597,6 +616,7 @@ class Supervisor:
             owner=node.id,
             lease_ttl=None if node.solo else self.config.cluster.lease_ttl,
             redactor=self.redactor,
+            files=core.files,
         )
 
         def on_outbox() -> None:
@@ -633,7 +653,7 @@ class Supervisor:
                 scan_interval=cfg.cluster.scan_interval,
                 approvals=core.approvals,
                 memory_sync=None if self.memory is None else self.memory.queue,
-                files_dir=cfg.state_dir / "files",
+                files=core.files,
                 homes=cfg.home.targets,
                 redact=self.redactor.secrets,
             )
@@ -721,6 +741,7 @@ class Supervisor:
             llm_health=core.health,
             mcp=lambda: {n: st.as_dict() for n, st in hub.status().items()},
             links=self.links,
+            files=core.files,
             skills=core.agent.skills,
             mcp_servers=hub.servers,
             cluster=lambda: {
@@ -808,6 +829,8 @@ class Supervisor:
         triggers: TriggerService,
     ) -> None:
         cfg = self.config
+        files = deps.files
+        assert files is not None  # set by `_http`
         server: _Server | None = None
         sock = self._sock
         if sock is not None:  # before the task group: one error, not an ExceptionGroup
@@ -848,7 +871,11 @@ class Supervisor:
             )
             background.append(
                 tg.create_task(
-                    prune_forever(cfg.state_dir / "files", cfg.files.retention_days),
+                    prune_forever(
+                        files.blobs,
+                        [cfg.state_dir / "files", cfg.state_dir / "cache" / "files"],
+                        cfg.files.retention_days,
+                    ),
                     name="files",
                 )
             )

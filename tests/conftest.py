@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 from sqlalchemy import NullPool
@@ -21,6 +21,9 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from gateway.store import Store
 from tests.services import require_service
+
+if TYPE_CHECKING:
+    from tests.fakes.s3 import MotoS3
 
 T = TypeVar("T")
 
@@ -237,3 +240,12 @@ async def store(migrated_url: str) -> AsyncIterator[Store]:
     opening it still runs the migrations, with none left to do."""
     async with Store.open(migrated_url) as opened:
         yield opened
+
+
+@pytest.fixture(scope="session")
+def moto_s3() -> Iterator[MotoS3]:
+    """moto's standalone S3 server on 127.0.0.1, one per test worker (a bucket per test)."""
+    from tests.fakes.s3 import moto_server
+
+    with moto_server() as server:
+        yield server

@@ -323,9 +323,10 @@ class TwilioAdapter(TrackedSends):
                 f"{MAX_MEDIA_BYTES} bytes"
             )
         try:
-            return self.links.link(attachment.path, self.config.public_url)
+            return self.links.link(attachment, self.config.public_url)
         except ValueError as err:
-            raise PermanentSendError(f"twilio: {attachment.path} cannot be linked") from err
+            name = attachment.filename or attachment.path.name
+            raise PermanentSendError(f"twilio: {name} cannot be linked: {err}") from err
 
     async def _create(
         self,

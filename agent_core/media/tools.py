@@ -15,6 +15,7 @@ from agent_core.media.images import Pictures, UnreadableImage
 from agent_core.media.turn import Destination, OutgoingFile, SessionFiles, TurnMedia
 from agent_core.media.vision import VisionSettings
 from agent_core.tools.base import ToolContext, ToolError, str_arg
+from gateway.contracts.errors import FileGone, FileStoreUnavailable, FileTooLarge
 from gateway.contracts.history import ChatMessage, Role
 from gateway.contracts.messages import Attachment
 
@@ -67,13 +68,14 @@ class ViewAttachmentTool:
         wanted = str_arg(args, key).strip()
         found = _find(await self.files.received(ctx.session), wanted)
         name = found.filename or found.path.name
-        if not await asyncio.to_thread(found.path.is_file):
-            raise ToolError(f"{name} is no longer kept (received files are pruned after a while)")
+        if found.transcript and not found.mime_type.lower().startswith("image/"):
+            return f"{name} ({found.mime_type}, {found.size} bytes):\n{found.transcript}"
+        if found.mime_type.lower().startswith("image/") and not self.vision.enabled:
+            raise ToolError("this model cannot see pictures; tell the person so")
+        path = await local_file(self.files, found)
         if found.mime_type.lower().startswith("image/"):
-            if not self.vision.enabled:
-                raise ToolError("this model cannot see pictures; tell the person so")
             try:
-                url = await self.pictures.shown(found.path)
+                url = await self.pictures.shown(path)
             except UnreadableImage as err:
                 raise ToolError(f"{name} cannot be shown: {err}") from err
             media.shown.append(
@@ -82,10 +84,23 @@ class ViewAttachmentTool:
                 )
             )
             return f"{name} follows as a picture in the next message."
-        if found.mime_type.startswith("text/") or found.transcript:
-            text = found.transcript or await asyncio.to_thread(_head, found.path)
+        if found.mime_type.startswith("text/"):
+            text = await asyncio.to_thread(_head, path)
             return f"{name} ({found.mime_type}, {found.size} bytes):\n{text}"
         return f"{name} is a {found.mime_type} file of {found.size} bytes; it cannot be shown."
+
+
+async def local_file(files: SessionFiles, found: Attachment) -> Path:
+    """The real file of `found` on this instance; ToolError when it cannot be had."""
+    name = found.filename or found.path.name
+    try:
+        return await files.local(found)
+    except FileGone as err:
+        raise ToolError(
+            f"{name} is no longer kept (received files are pruned after a while)"
+        ) from err
+    except FileStoreUnavailable as err:
+        raise ToolError(f"{name} cannot be read right now: {err}; try again later") from err
 
 
 def _find(received: Sequence[Attachment], wanted: str) -> Attachment:
@@ -195,9 +210,17 @@ class SendFileTool:
             filename = filename or _display_name(source.name)
             _check_size((await asyncio.to_thread(source.stat)).st_size, limits)
             staged = await asyncio.to_thread(self._stage_copy, source, filename)
-        size = (await asyncio.to_thread(staged.stat)).st_size
         mime = mimetypes.guess_type(filename)[0] or "application/octet-stream"
-        media.files.append(OutgoingFile(Attachment(staged, mime, size, filename), caption, to))
+        try:
+            kept = await self.files.keep(staged, filename, mime)
+        except FileTooLarge as err:
+            raise ToolError(f"{err}; send a smaller file (compress or split it)") from err
+        except FileStoreUnavailable as err:
+            raise ToolError(f"the file cannot be stored right now: {err}") from err
+        finally:
+            await asyncio.to_thread(staged.unlink, True)
+        size = kept.size
+        media.files.append(OutgoingFile(kept, caption, to))
         if to is None and media.report_to is not None:
             chats = ", ".join(_chat(d) for d in media.report_to if d.max_bytes >= size)
             return f"{filename} ({size} bytes) will be sent after your report, to {chats}."
@@ -229,29 +252,34 @@ class SendFileTool:
     async def _source(self, path_arg: str, ctx: ToolContext) -> Path:
         """The file `path_arg` names, if it may be sent: under a root, or received here."""
         assert ctx.session is not None
-        received = [
-            a.path
-            for a in reversed(await self.files.received(ctx.session))
-            if path_arg in (str(a.path), a.path.name)
-        ]
-        found = await asyncio.to_thread(self._allowed, path_arg, received)
-        if found is None:
-            raise ToolError(
-                f"{path_arg!r} is not a file I may send: send files from "
-                + (", ".join(str(r) for r in self.roots) or "(no folder)")
-                + " or files the person sent in this conversation"
-            )
-        return found
+        found = await asyncio.to_thread(self._under_root, path_arg)
+        if found is not None:
+            return found
+        received = next(
+            (
+                a
+                for a in reversed(await self.files.received(ctx.session))
+                if path_arg in (str(a.path), a.path.name, a.filename)
+            ),
+            None,
+        )
+        if received is not None:
+            return await local_file(self.files, received)
+        raise ToolError(
+            f"{path_arg!r} is not a file I may send: send files from "
+            + (", ".join(str(r) for r in self.roots) or "(no folder)")
+            + " or files the person sent in this conversation"
+        )
 
-    def _allowed(self, path_arg: str, received: Sequence[Path]) -> Path | None:
-        """A file under a root (symlinks and `..` resolved first), else a received one."""
+    def _under_root(self, path_arg: str) -> Path | None:
+        """A file under a root (symlinks and `..` resolved first), or None. Blocking."""
         given = Path(path_arg).expanduser()
         candidates = [given] if given.is_absolute() else [r / given for r in self.roots]
         for candidate in candidates:
             resolved = candidate.resolve()
             if any(resolved.is_relative_to(r) for r in self.roots) and resolved.is_file():
                 return resolved
-        return next((p for p in received if p.is_file()), None)
+        return None
 
     def _stage_bytes(self, data: bytes, filename: str) -> Path:
         path = self._staged(filename)

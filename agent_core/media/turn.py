@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from gateway.contracts.history import ChatMessage, SessionInfo
@@ -16,6 +17,17 @@ class SessionFiles(Protocol):
 
     async def received(self, session: SessionInfo) -> Sequence[Attachment]:
         """The attachments of the session's inbound messages, oldest first."""
+        ...
+
+    async def local(self, attachment: Attachment) -> Path:
+        """A real file with the attachment's bytes on this instance (materialised from the
+        blob store, its hash checked). Raises FileGone (no longer kept) or
+        FileStoreUnavailable (the store failed)."""
+        ...
+
+    async def keep(self, path: Path, filename: str, mime_type: str) -> Attachment:
+        """Store the local file `path` (moved away) for sending; the attachment naming it.
+        Raises FileTooLarge, FileStoreUnavailable."""
         ...
 
 

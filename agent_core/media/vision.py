@@ -10,7 +10,9 @@ from dataclasses import dataclass, replace
 from agent_core.media.images import Pictures, UnreadableImage
 from agent_core.media.refs import FileRef, file_refs
 from agent_core.media.turn import SessionFiles
+from gateway.contracts.errors import FileGone, FileStoreUnavailable
 from gateway.contracts.history import ChatMessage, Role, SessionInfo
+from gateway.contracts.messages import Attachment
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +54,7 @@ class Vision:
         current = context[start:]
         if not any(r.is_image for m in current for r in file_refs(m.content)):
             return context
-        received = {a.path for a in await self.files.received(session)}
+        received = {a.path: a for a in await self.files.received(session)}
         budget = self.settings.max_per_turn
         out = list(context[:start])
         for message in current:
@@ -63,17 +65,19 @@ class Vision:
             if not self.settings.enabled:
                 out.append(replace(message, content=f"{message.content}\n{BLIND_NOTE}"))
                 continue
-            images, notes = await self._load(refs, budget)
+            images, notes = await self._load([(r, received[r.path]) for r in refs], budget)
             budget -= len(images)
             content = "\n".join([message.content, *notes])
             out.append(replace(message, content=content, images=tuple(images)))
         return out
 
-    async def _load(self, refs: Sequence[FileRef], budget: int) -> tuple[list[str], list[str]]:
+    async def _load(
+        self, refs: Sequence[tuple[FileRef, Attachment]], budget: int
+    ) -> tuple[list[str], list[str]]:
         """Data URLs of up to `budget` pictures, and a note for each one not shown."""
         images: list[str] = []
         notes: list[str] = []
-        for ref in refs:
+        for ref, attachment in refs:
             if len(images) >= budget:
                 notes.append(
                     f"[picture {ref.name} not shown: more than "
@@ -82,7 +86,10 @@ class Vision:
                 )
                 continue
             try:
-                url = await self.pictures.shown(ref.path)
+                url = await self.pictures.shown(await self.files.local(attachment))
+            except (FileGone, FileStoreUnavailable) as err:
+                notes.append(f"[picture {ref.name} not shown: {err}]")
+                continue
             except UnreadableImage as err:
                 notes.append(f"[picture {ref.name} ({ref.mime_type}) not shown: {err}]")
                 continue

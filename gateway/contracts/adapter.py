@@ -9,7 +9,13 @@ from pathlib import Path
 from typing import Protocol, Self, runtime_checkable
 
 from gateway.contracts.ids import AccountId, ChatId, Platform, PlatformMessageId, ThreadId
-from gateway.contracts.messages import DeliveryReceipt, InboundMessage, OutboundMessage, SendLimits
+from gateway.contracts.messages import (
+    Attachment,
+    DeliveryReceipt,
+    InboundMessage,
+    OutboundMessage,
+    SendLimits,
+)
 
 
 class AdapterState(StrEnum):
@@ -44,9 +50,9 @@ class FileLinks(Protocol):
     """Public, signed, expiring URLs under Herald's HTTP server for files it sends, for
     platforms that fetch media by URL (Twilio MMS / WhatsApp)."""
 
-    def link(self, path: Path, base_url: str) -> str:
-        """A URL under `base_url` that serves `path` until it expires. Raises ValueError
-        for a file outside the state directory."""
+    def link(self, attachment: Attachment, base_url: str) -> str:
+        """A URL under `base_url` that serves the attachment's bytes (from the blob store)
+        until it expires. Raises ValueError for a file not in the blob store."""
         ...
 
 

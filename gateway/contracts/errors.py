@@ -86,3 +86,22 @@ class SetupError(ConfigError):
 class DatabaseUnavailable(TransientError):
     """The database server does not answer (down, starting, unreachable). Start it or fix
     `database_url`; a later try may succeed."""
+
+
+class FileStoreUnavailable(TransientError):
+    """The blob store (the database or the S3 bucket) failed: unreachable, credentials
+    refused, no such bucket. The message says which; try again later or fix `files.*`."""
+
+
+class FileGone(HeraldError, LookupError):
+    """No bytes are kept under this key (pruned after `files.retention_days`, or never
+    stored). Ask for the file again."""
+
+
+class FileTooLarge(HeraldError, ValueError):
+    """A file is larger than `files.max_file_bytes`; it is not kept."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(f"the file is {size} bytes; files of at most {limit} bytes are kept")

@@ -52,6 +52,9 @@ class Attachment:
     filename: str = ""
     transcript: str | None = None
     """What a voice note or audio file says, once transcribed (stored with the message)."""
+    blob: str | None = None
+    """The SHA-256 (hex) of the bytes in the blob store; `path` is then only where this
+    instance caches them (or did). None: a file from before the blob store, at `path`."""
 
 
 @dataclass(frozen=True, slots=True)

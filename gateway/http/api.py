@@ -16,12 +16,13 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, Header, HTTPException, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.exc import SQLAlchemyError
 
 from agent_core.media.images import Pictures, UnreadableImage
 from agent_core.media.refs import reference
 from agent_core.media.vision import BLIND_NOTE
 from gateway.commands import parse_command
-from gateway.contracts.errors import Overloaded, ShuttingDown
+from gateway.contracts.errors import FileStoreUnavailable, FileTooLarge, Overloaded, ShuttingDown
 from gateway.contracts.history import ChatMessage, Role, ToolCall
 from gateway.contracts.ids import API_ACCOUNT, Origin, SessionKey, UserId, session_key
 from gateway.contracts.messages import Attachment
@@ -30,7 +31,6 @@ from gateway.http.deps import AppDeps
 from gateway.http.errors import error_body, error_response
 from gateway.http.local import require_local
 from gateway.http.middleware import RECEIVED_AT
-from gateway.media import session_dir
 from gateway.redact import Redactor, SecretStream
 from gateway.sessions import Finished, Token, TurnRequest, TurnStream
 
@@ -225,9 +225,8 @@ async def chat_completions(
             reply = await deps.manager.api_command(key, user_id, command)
             headers = {"X-Herald-Session-Id": _echo(session_id)}
             return _command_reply(body, reply, headers, deps)
-        if found:  # kept in the session's folder; the history keeps a reference line
-            folder = session_dir(deps.config.state_dir / "files", key)
-            kept = await asyncio.to_thread(uploads.keep, found, folder)
+        if found:  # kept in the blob store for the session; the history keeps a reference
+            kept = await _keep_pictures(deps, key, found)
             text = "\n".join([*([text] if text else []), *map(reference, kept)])
         turn = TurnRequest(
             key,
@@ -255,7 +254,7 @@ async def chat_completions(
     try:
         stream = deps.manager.submit(turn)
     except (ShuttingDown, Overloaded) as err:
-        await asyncio.to_thread(uploads.forget, kept)
+        await _forget_pictures(deps, key, kept)
         if isinstance(err, Overloaded):
             return _overloaded(err)
         return error_response(503, str(err), headers={"Retry-After": "5"})
@@ -277,6 +276,36 @@ async def chat_completions(
         return _failure(done, headers, deps.redactor)
     content = deps.redactor.secrets(done.text)
     return JSONResponse(_completion(completion_id, model, content, _usage(done)), headers=headers)
+
+
+async def _keep_pictures(
+    deps: AppDeps, key: SessionKey, found: list[uploads.Picture]
+) -> list[Attachment]:
+    """The pictures kept in the blob store and recorded as files of session `key`. Raises
+    HTTPException 503 saying why they cannot be kept."""
+    if deps.files is None:
+        raise HTTPException(503, "this server keeps no files; send text only")
+    scratch = deps.config.state_dir / "files" / "api"
+    written = await asyncio.to_thread(uploads.keep, found, scratch)
+    kept: list[Attachment] = []
+    try:
+        for a in written:
+            kept.append(await deps.files.keep(a.path, a.filename, a.mime_type))
+        await deps.files.blobs.records.add_session_files(key, kept)
+    except (FileStoreUnavailable, FileTooLarge, SQLAlchemyError) as err:
+        why = deps.redactor(f"{type(err).__name__}: {err}")
+        raise HTTPException(
+            503, f"the picture cannot be kept now ({why}); try again", {"Retry-After": "5"}
+        ) from err
+    finally:
+        await asyncio.to_thread(uploads.forget, written)
+    return kept
+
+
+async def _forget_pictures(deps: AppDeps, key: SessionKey, kept: list[Attachment]) -> None:
+    """Forget pictures `_keep_pictures` recorded for a request that did not run."""
+    if kept and deps.files is not None:
+        await deps.files.blobs.records.drop_session_files(key, kept)
 
 
 def _completion(

@@ -12,7 +12,7 @@ from agent_core.skills.service import Skills
 from gateway.config import HeraldConfig
 from gateway.contracts.adapter import AdapterState, WebhookAdapter
 from gateway.cron.service import JobService
-from gateway.media import MediaLinks
+from gateway.media import MediaLinks, StoredFiles
 from gateway.metrics import Metrics
 from gateway.redact import Redactor
 from gateway.sessions import SessionManager
@@ -56,6 +56,9 @@ class AppDeps:
     """Each MCP server's state and tool count (shown by /health and /ready, never gating)."""
     links: MediaLinks | None = None
     """Checks the signed file links of `/files/…`; None: the route answers 404."""
+    files: StoredFiles | None = None
+    """The blob store's files: pictures sent over the API are kept there, `/files/…` serves
+    from it; None: pictures are refused (503) and `/files/…` answers 404."""
     skills: Skills | None = None
     """The skills and their write journal (the console's Skills page); None: turned off."""
     mcp_servers: Mapping[str, MCPServer] = field(default_factory=dict)

@@ -8,8 +8,6 @@ adapter acknowledges the message to its platform.
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import logging
 import math
 import time
@@ -26,7 +24,6 @@ from gateway.contracts.config import BusyMode, GroupSessions
 from gateway.contracts.errors import ShuttingDown
 from gateway.contracts.ids import InboxId, SessionKey
 from gateway.contracts.messages import InboundMessage
-from gateway.media import adopt_files, drop_originals
 from gateway.sessions.context import SessionContext
 from gateway.sessions.keys import derive_session_key
 from gateway.sessions.policies import policy
@@ -84,10 +81,8 @@ class Admission:
         section = ctx.platforms.get(platform)
         groups = section.group_sessions if section else GroupSessions.CHAT
         key = derive_session_key(message, groups)
-        downloaded = message.attachments
-        if downloaded and ctx.files_dir is not None:  # kept in the session's own folder
-            kept = await asyncio.to_thread(adopt_files, downloaded, ctx.files_dir, key)
-            message = dataclasses.replace(message, attachments=kept)
+        if message.attachments and ctx.files is not None:  # bytes into the blob store
+            message = await ctx.files.keep_received(message)
         target = Target(platform, message.account, message.chat_id, message.thread_id)
         parsed = parse_command(message.text)
 
@@ -97,8 +92,6 @@ class Admission:
         if admitted.row_id is None:
             logger.debug("duplicate delivery of %s ignored", message.platform_message_id)
             return
-        if message.attachments is not downloaded:
-            await asyncio.to_thread(drop_originals, downloaded, message.attachments)
         ctx.cancel_review(key)  # the person is talking again: the review of their last turn stops
         ctx.metrics.inbound.labels(platform=platform).inc()
         if admitted.outcome is not None:

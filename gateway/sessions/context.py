@@ -12,7 +12,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -27,6 +26,7 @@ from gateway.config import SessionsConfig
 from gateway.contracts.config import BusyMode, PlatformSection
 from gateway.contracts.history import ChatMessage, SessionInfo
 from gateway.contracts.ids import SessionKey, TurnId, UserId
+from gateway.media import StoredFiles
 from gateway.memory_sync import SyncQueue
 from gateway.metrics import Metrics
 from gateway.sessions.state import Lane, Speaker
@@ -61,9 +61,9 @@ class SessionContext:
     memory_sync: SyncQueue | None = None
     """Where finished turns of a person are queued for the memory provider (None: no
     provider)."""
-    files_dir: Path | None = None
-    """`state_dir/files`: received files move to their session's folder under it when their
-    message is accepted (None: they stay where the adapter put them)."""
+    files: StoredFiles | None = None
+    """Where received files are kept when their message is accepted (the blob store; None:
+    they stay where the adapter put them)."""
     homes: tuple[str, ...] = ()
     """`home.targets` from the config: `/cron` lists the jobs reporting to them too."""
     outbox: Outbox = field(init=False)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from types import TracebackType
 from typing import Self
 
@@ -27,6 +26,7 @@ from gateway.config import SessionsConfig
 from gateway.contracts.config import PlatformSection
 from gateway.contracts.ids import AccountId, Platform, PlatformMessageId, SessionKey, UserId
 from gateway.contracts.messages import InboundMessage
+from gateway.media import StoredFiles
 from gateway.memory_sync import SyncQueue
 from gateway.metrics import Metrics
 from gateway.sessions.admission import Admission
@@ -71,7 +71,7 @@ class SessionManager:
         scan_interval: float = 1.0,
         approvals: ChatApprovals | None = None,
         memory_sync: SyncQueue | None = None,
-        files_dir: Path | None = None,
+        files: StoredFiles | None = None,
         homes: Sequence[str] = (),
         redact: Callable[[str], str] = lambda text: text,
     ) -> None:
@@ -89,7 +89,7 @@ class SessionManager:
             bus=bus or LocalBus(),
             approvals=approvals,
             memory_sync=memory_sync,
-            files_dir=files_dir,
+            files=files,
             homes=tuple(homes),
             redact=redact,
         )

@@ -15,6 +15,7 @@ import logging
 from dataclasses import replace
 
 from agent_core.media.transcribe import Transcriber, TranscriptionFailed
+from gateway.contracts.errors import FileGone, FileStoreUnavailable
 from gateway.contracts.ids import InboxId
 from gateway.contracts.messages import Attachment
 from gateway.sessions.context import SessionContext
@@ -111,7 +112,12 @@ class VoiceNotes:
             return None, NO_ENDPOINT
         name = a.filename or a.path.name
         try:
-            text = await self.transcriber.transcribe(a.path, a.mime_type, name)
+            path = a.path if self.ctx.files is None else await self.ctx.files.local(a)
+        except (FileGone, FileStoreUnavailable) as err:
+            logger.warning("voice note %s cannot be read: %s", name, err)
+            return None, f"⚠ I couldn't read your voice note ({err}). Please send it again."
+        try:
+            text = await self.transcriber.transcribe(path, a.mime_type, name)
         except TranscriptionFailed as err:
             logger.warning("transcription of %s failed: %s", a.path, err)
             return None, f"⚠ I couldn't transcribe your voice note: {err}. Please type it instead."

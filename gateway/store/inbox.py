@@ -448,11 +448,11 @@ def _payload(message: InboundMessage) -> dict[str, Any] | None:
     if message.reply_to:
         payload["reply_to"] = message.reply_to
     if message.attachments:
-        payload["attachments"] = _attachments_json(message.attachments)
+        payload["attachments"] = attachments_json(message.attachments)
     return payload or None
 
 
-def _attachments_json(attachments: Sequence[Attachment]) -> list[dict[str, Any]]:
+def attachments_json(attachments: Sequence[Attachment]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for a in attachments:
         item: dict[str, Any] = {
@@ -463,11 +463,13 @@ def _attachments_json(attachments: Sequence[Attachment]) -> list[dict[str, Any]]
         }
         if a.transcript is not None:
             item["transcript"] = a.transcript
+        if a.blob is not None:
+            item["blob"] = a.blob
         out.append(item)
     return out
 
 
-def _attachments(payload: Any) -> tuple[Attachment, ...]:
+def attachments_of(payload: Any) -> tuple[Attachment, ...]:
     items = payload.get("attachments") if isinstance(payload, dict) else None
     if not isinstance(items, list):
         return ()
@@ -478,6 +480,7 @@ def _attachments(payload: Any) -> tuple[Attachment, ...]:
             int(a["size"]),
             str(a["filename"]),
             None if a.get("transcript") is None else str(a["transcript"]),
+            None if a.get("blob") is None else str(a["blob"]),
         )
         for a in items
         if isinstance(a, dict)
@@ -493,7 +496,7 @@ async def set_attachments(
     if row.reply_to:
         payload["reply_to"] = row.reply_to
     if attachments:
-        payload["attachments"] = _attachments_json(attachments)
+        payload["attachments"] = attachments_json(attachments)
     await conn.execute(update(inbox).where(inbox.c.id == row.id).values(payload=payload or None))
 
 
@@ -524,5 +527,5 @@ def _row(r: RowMapping) -> InboxRow:
         received_at=r["received_at"],
         accepted_at=r["accepted_at"],
         reply_to=None if reply_to is None else PlatformMessageId(str(reply_to)),
-        attachments=_attachments(payload),
+        attachments=attachments_of(payload),
     )

@@ -239,7 +239,7 @@ async def enqueue(conn: AsyncConnection, chunks: Sequence[Chunk]) -> list[int]:
                 "inbox_id": c.inbox_id,
                 "job_run_id": c.job_run_id,
                 "buttons": [[b.label, b.command] for b in c.buttons] or None,
-                "attachment": None if c.attachment is None else _attachment_json(c.attachment),
+                "attachment": None if c.attachment is None else attachment_json(c.attachment),
             },
         )
         if new_id is not None:
@@ -738,11 +738,19 @@ def _opt_id(value: Any) -> PlatformMessageId | None:
     return None if value is None else PlatformMessageId(str(value))
 
 
-def _attachment_json(a: Attachment) -> dict[str, Any]:
-    return {"path": str(a.path), "mime_type": a.mime_type, "size": a.size, "filename": a.filename}
+def attachment_json(a: Attachment) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "path": str(a.path),
+        "mime_type": a.mime_type,
+        "size": a.size,
+        "filename": a.filename,
+    }
+    if a.blob is not None:
+        out["blob"] = a.blob
+    return out
 
 
-def _attachment(value: Any) -> Attachment | None:
+def attachment_of(value: Any) -> Attachment | None:
     if not isinstance(value, dict):
         return None
     return Attachment(
@@ -750,6 +758,7 @@ def _attachment(value: Any) -> Attachment | None:
         str(value["mime_type"]),
         int(value["size"]),
         str(value["filename"]),
+        blob=None if value.get("blob") is None else str(value["blob"]),
     )
 
 
@@ -790,5 +799,5 @@ def _row(r: RowMapping) -> OutboxRow:
         ),
         receipt=r["receipt"],
         buttons=tuple(Button(str(b[0]), str(b[1])) for b in r.get("buttons") or ()),
-        attachment=_attachment(r.get("attachment")),
+        attachment=attachment_of(r.get("attachment")),
     )

@@ -527,3 +527,20 @@ trigger_runs = Table(
     Index(None, "status", "id"),
     Index(None, "trigger", "id"),
 )
+
+session_files = Table(
+    "session_files",
+    metadata,
+    # Files a session holds that no inbound message carries (pictures sent over the HTTP
+    # API): what `view_attachment` and `send_file` may reach besides the inbox's attachments.
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("session_key", SafeText, nullable=False),
+    Column("blob", String(64), nullable=False),
+    Column("path", SafeText, nullable=False),
+    Column("filename", SafeText, nullable=False),
+    Column("mime_type", String(200), nullable=False),
+    Column("size", BigId, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Index(None, "session_key", "id"),
+    Index(None, "created_at"),
+)

@@ -21,11 +21,13 @@ from adapters.telegram.adapter import SEND_FILE_MAX_BYTES
 from agent_core.llm import Completion
 from agent_core.media.tools import SendFileTool
 from agent_core.tools import Tool
+from gateway.blobs import Blobs, DatabaseBlobs
 from gateway.channels import Channels
 from gateway.contracts.adapter import Adapter
 from gateway.contracts.history import Role, ToolCall
 from gateway.media import ChatFileTargets, StoredFiles
 from gateway.store import Store
+from gateway.store.blobs import BlobRecords
 from gateway.store.inbox import Inbox
 from gateway.store.jobs import DeliveryStatus, RunStatus
 from gateway.store.tables import outbox
@@ -47,6 +49,12 @@ def send_file(args: dict[str, Any], call_id: str = "call-1") -> Completion:
     return Completion("", tool_calls=(ToolCall(call_id, "send_file", json.dumps(args)),))
 
 
+def blobs(store: Store, state_dir: Path) -> Blobs:
+    """The database's blob store, caching under `state_dir`."""
+    records = BlobRecords(store)
+    return Blobs(records, DatabaseBlobs(records), state_dir / "cache", max_bytes=10**7)
+
+
 def file_tools(store: Store) -> Callable[[Channels, Path], list[Tool]]:
     """`send_file` as the daemon builds it: files from the workspace, limits by channel."""
 
@@ -54,7 +62,7 @@ def file_tools(store: Store) -> Callable[[Channels, Path], list[Tool]]:
         return [
             SendFileTool(
                 ChatFileTargets(channels),
-                StoredFiles(Inbox(store), state_dir / "files"),
+                StoredFiles(Inbox(store), blobs(store, state_dir)),
                 roots=[state_dir / "workspace"],
                 staging=state_dir / "files" / "outbox",
             )

@@ -21,7 +21,7 @@ import pytest
 from PIL import Image
 from sqlalchemy import func, select
 
-from gateway.media import session_dir
+from gateway.store.blobs import BlobRecords
 from gateway.store.tables import messages, sessions
 from tests.contract.harness import PlatformHarness, started
 from tests.e2e.daemon import free_port
@@ -99,7 +99,7 @@ async def test_api_pictures_reach_the_model_and_history_keeps_a_reference(
     tmp_path: Path, telegram: PlatformHarness
 ) -> None:
     async with FakeLLM() as llm, herald(tmp_path, telegram, llm, vision=True) as h:
-        files = h.config.state_dir / "files"
+        files = h.config.state_dir / "cache" / "files"  # the blob store's local cache
         llm.script(Reply(text="a red square"))
         answer = await post(h, asking("what is this?", data_url(picture(400, 300))), "ann")
         assert answer.status_code == 200, answer.text
@@ -108,7 +108,10 @@ async def test_api_pictures_reach_the_model_and_history_keeps_a_reference(
         assert seen.width * seen.height <= MAX_PIXELS
         assert "[attached file: api-" in last_user_text(first)
         [kept] = await asyncio.to_thread(kept_files, files)
-        assert kept.parent == session_dir(files, "api:default:ann")
+        [recorded] = await BlobRecords(h.store).session_files("api:default:ann", 10)
+        assert recorded.path == kept
+        assert recorded.blob == kept.parent.name  # its bytes are in the blob store
+        assert await BlobRecords(h.store).session_files("api:default:bob", 10) == []
         async with h.store.read() as conn:
             stored = (await conn.execute(select(messages.c.content))).scalars().all()
         assert any(f"saved at {kept}]" in c for c in stored)

@@ -14,11 +14,13 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import httpx
 import pytest
 
-from gateway.media import MediaLinks
+from gateway.contracts.messages import Attachment
+from gateway.media import MediaLinks, link_key
 from tests.contract.harness import PlatformHarness, TwilioHarness, started
 from tests.e2e.daemon import free_port
 from tests.fakes.llm import FakeLLM, Reply, last_user_text
@@ -129,13 +131,17 @@ async def _links_refused_when_expired_or_forged(h: Herald, twilio: TwilioHarness
     [(url, status)] = twilio.twilio.media_pulls
     assert status == 200
     assert "/files/" in url
-    staged = next((h.config.state_dir / "files" / "outbox").iterdir())
-    expired = MediaLinks(h.config.state_dir, ttl=-5).link(staged, h.url)
     prefix, _, rest = url.partition("/files/")
     expires, signature, path = rest.split("/", 2)
+    blob, _, name = unquote(path).partition("/")
+    sent = Attachment(Path(name), "text/plain", 17, name, blob=blob)
+    expired = MediaLinks(await link_key(h.store), ttl=-5).link(sent, h.url)
     forged = f"{prefix}/files/{expires}/{signature[:-2]}xx/{path}"
     async with httpx.AsyncClient(timeout=5.0, trust_env=False) as client:
-        assert (await client.get(url.replace(prefix, h.url))).content == b"made by the agent"
+        served = await client.get(url.replace(prefix, h.url))
+        assert served.content == b"made by the agent"
+        assert served.headers["x-content-type-options"] == "nosniff"  # never run as a page
+        assert served.headers["content-security-policy"].startswith("sandbox")
         assert (await client.head(url.replace(prefix, h.url))).status_code == 200
         assert (await client.get(expired)).status_code == 410
         assert (await client.get(forged.replace(prefix, h.url))).status_code == 403

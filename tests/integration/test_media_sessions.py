@@ -1,10 +1,11 @@
 """Received files are kept per session: in a Telegram group with one session per person,
-each person's file lies in their own session's folder, and another person's session can
+each person's file belongs to their own session's rows, and another person's session can
 neither show it (`view_attachment`) nor send it (`send_file`), even by its full path."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from gateway.media import session_dir
 from tests.fakes.llm import FakeLLM, Reply
 from tests.fakes.telegram import FakeTelegramServer
 from tests.integration.telegram_rig import ANN, BOB, BOT_USERNAME, TOKEN, running_herald
@@ -62,8 +62,8 @@ async def test_a_persons_file_is_not_readable_from_another_persons_session(
         [ann_row] = await herald.answered(1)
         [kept] = ann_row["payload"]["attachments"]
         path = Path(kept["path"])
-        assert await asyncio.to_thread(path.read_bytes) == SECRET
-        assert path.parent == session_dir(files, ann_row["session_key"])
+        assert await asyncio.to_thread(path.read_bytes) == SECRET  # the cache's copy
+        assert kept["blob"] == hashlib.sha256(SECRET).hexdigest()  # bytes in the blob store
         assert (
             await asyncio.to_thread(files_in, files / "telegram") == []
         )  # no copy left in the shared chat's folder
@@ -89,7 +89,6 @@ async def test_a_persons_file_is_not_readable_from_another_persons_session(
         rows = await herald.answered(2)
         bob_key = rows[1]["session_key"]
         assert bob_key != ann_row["session_key"]
-        assert await asyncio.to_thread(files_in, session_dir(files, bob_key)) == []
         await tg.wait_for_sent(lambda s: s.chat_id == GROUP and "not yours" in s.plain_text)
         assert not [s for s in tg.sent if s.upload is not None]
         assert "4711" not in json.dumps(requests[3]["messages"])

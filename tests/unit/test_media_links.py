@@ -4,6 +4,7 @@ be sent (the platform's file limit; other targets only through the resolver)."""
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,15 +17,15 @@ from agent_core.tools.base import ToolContext, ToolError
 from gateway.channels import Channels
 from gateway.contracts.history import SessionInfo
 from gateway.contracts.ids import SessionId, SessionKey
-from gateway.contracts.messages import SendLimits
+from gateway.contracts.messages import Attachment, SendLimits
 from gateway.media import ChatFileTargets, MediaLinks, prune_files
+from gateway.store import Store
+
+BLOB = "ab" * 32
 
 
-def staged(state: Path, name: str = "ab12-report final.pdf") -> Path:
-    path = state / "files" / "outbox" / name
-    path.parent.mkdir(parents=True)
-    path.write_bytes(b"%PDF")
-    return path
+def staged(name: str = "report final.pdf", blob: str | None = BLOB) -> Attachment:
+    return Attachment(Path("/anywhere") / name, "application/pdf", 4, name, blob=blob)
 
 
 def parts(url: str, base: str) -> tuple[str, str, str]:
@@ -32,39 +33,48 @@ def parts(url: str, base: str) -> tuple[str, str, str]:
     return expires, signature, unquote(path)
 
 
-def test_a_link_serves_its_file_until_it_expires(tmp_path: Path) -> None:
-    path = staged(tmp_path)
-    links = MediaLinks(tmp_path, ttl=60)
-    url = links.link(path, "https://herald.example.com/")
-    assert url.startswith("https://herald.example.com/files/")
-    expires, signature, relative = parts(url, "https://herald.example.com")
-    assert links.check(expires, signature, relative).path == path.resolve()
-    assert links.check(expires, signature, relative, now=time.time() + 120).status == 410
-    # Another instance on the same state directory reads the same secret.
-    assert MediaLinks(tmp_path, ttl=60).check(expires, signature, relative).path is not None
-    assert (tmp_path / "media-links.key").stat().st_mode & 0o777 == 0o600
+async def test_a_link_names_its_blob_until_it_expires_on_every_instance(
+    tmp_path: Path, sqlite_template: Path
+) -> None:
+    legacy = tmp_path / "media-links.key"
+    legacy.write_text("11" * 32)
+    shutil.copyfile(sqlite_template, tmp_path / "herald.db")
+    url_db = f"sqlite+aiosqlite:///{tmp_path / 'herald.db'}"
+    async with Store.open(url_db) as store:
+        links = await MediaLinks.open(store, 60, legacy)
+        url = links.link(staged(), "https://herald.example.com/")
+        assert url.startswith("https://herald.example.com/files/")
+        expires, signature, relative = parts(url, "https://herald.example.com")
+        checked = links.check(expires, signature, relative)
+        assert (checked.blob, checked.name) == (BLOB, "report final.pdf")
+        assert links.check(expires, signature, relative, now=time.time() + 120).status == 410
+        # Another instance (no key file of its own) reads the same key from the database:
+        # the older install's key, so the links it signed stay valid.
+        other = await MediaLinks.open(store, 60, tmp_path / "elsewhere" / "none.key")
+        assert other.check(expires, signature, relative).blob == BLOB
+        assert links._key == bytes.fromhex("11" * 32)
 
 
-def test_forged_links_are_refused(tmp_path: Path) -> None:
-    path = staged(tmp_path)
-    links = MediaLinks(tmp_path, ttl=60)
-    expires, signature, relative = parts(links.link(path, "http://h"), "http://h")
+def test_forged_links_are_refused() -> None:
+    links = MediaLinks(b"k" * 32, ttl=60)
+    expires, signature, relative = parts(links.link(staged(), "http://h"), "http://h")
     forged = signature[:-1] + ("B" if signature.endswith("A") else "A")
     assert links.check(expires, forged, relative).status == 403
     assert links.check(str(int(expires) + 999), signature, relative).status == 403
-    assert links.check(expires, signature, "outbox/other.pdf").status == 403
+    assert links.check(expires, signature, f"{'cd' * 32}/report final.pdf").status == 403
     assert links.check("soon", signature, relative).status == 403
-    other = MediaLinks(tmp_path / "elsewhere", ttl=60)
+    other = MediaLinks(b"o" * 32, ttl=60)
     assert other.check(expires, signature, relative).status == 403
 
 
-def test_files_outside_the_state_directory_cannot_be_linked(tmp_path: Path) -> None:
-    (tmp_path / "state").mkdir()
-    links = MediaLinks(tmp_path / "state", ttl=60)
-    secret = tmp_path / "secret.txt"
-    secret.write_text("no")
-    with pytest.raises(ValueError, match="is not in the subpath"):
-        links.link(secret, "http://h")
+def test_only_files_in_the_blob_store_can_be_linked() -> None:
+    links = MediaLinks(b"k" * 32, ttl=60)
+    with pytest.raises(ValueError, match="only files in the blob store"):
+        links.link(staged(blob=None), "http://h")
+    with pytest.raises(ValueError, match="only files in the blob store"):
+        links.link(staged(blob="../../etc/passwd"), "http://h")
+    url = links.link(staged("../../x/../secret.txt"), "http://h")
+    assert url.endswith(f"/{BLOB}/secret.txt")
 
 
 def test_prune_deletes_old_files_and_empty_folders(tmp_path: Path) -> None:

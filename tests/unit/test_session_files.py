@@ -1,71 +1,84 @@
-"""Received files kept per session: the folder name comes from the session key alone, a
-message's downloads are linked there (the originals dropped only once its row is stored), and
-pruning covers the per-session folders and the older per-chat ones alike."""
+"""Received files kept through the blob store: a message's downloads go into the store (the
+download moved to the cache, its name a label only), a file over the cap or a store that
+fails becomes a note in the message, each session sees only its own files, and pruning
+covers the local scratch and cache folders."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import time
+from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
-from gateway.contracts.ids import SessionKey
+import pytest
+
+from gateway.blobs import Blobs, DatabaseBlobs
+from gateway.contracts.errors import FileGone
 from gateway.contracts.messages import Attachment
-from gateway.media import adopt_files, drop_originals, prune_files, session_dir
+from gateway.media import StoredFiles, prune_files
+from gateway.store import Store
+from gateway.store.blobs import BlobRecords
+from gateway.store.inbox import Inbox
+from tests.fakes.platform import inbound
+
+pytestmark = pytest.mark.timeout(30)
 
 
-def test_session_folders_are_safe_and_never_shared(tmp_path: Path) -> None:
-    keys = [
-        "telegram:default:-100:u=1",
-        "telegram:default:-100:u=2",
-        "telegram:default:-100:u=1/../../x",
-        "telegram:default:-100:u%3D1",  # the same readable part as the first
-        "telegram:default:-100:u_1",
-        ":::",
-    ]
-    folders = [session_dir(tmp_path, SessionKey(k)) for k in keys]
-    assert len(set(folders)) == len(keys)
-    for folder in folders:
-        assert folder.parent == tmp_path / "sessions"
-        assert "/" not in folder.name
-        assert not folder.name.startswith(".")
+@pytest.fixture
+async def files(tmp_path: Path, sqlite_template: Path) -> AsyncIterator[StoredFiles]:
+    shutil.copyfile(sqlite_template, tmp_path / "herald.db")
+    async with Store.open(f"sqlite+aiosqlite:///{tmp_path / 'herald.db'}") as store:
+        records = BlobRecords(store)
+        blobs = Blobs(records, DatabaseBlobs(records), tmp_path / "cache", max_bytes=2048)
+        yield StoredFiles(Inbox(store), blobs)
 
 
-def test_downloads_move_to_the_session_folder(tmp_path: Path) -> None:
-    key = SessionKey("slack:default:C1:u=U2")
-    download = tmp_path / "slack" / "default" / "C1" / "17-0-notes.pdf"
+async def test_downloads_go_into_the_blob_store_and_leave_the_download_folder(
+    tmp_path: Path, files: StoredFiles
+) -> None:
+    download = tmp_path / "files" / "slack" / "default" / "C1" / "17-0-notes.pdf"
     download.parent.mkdir(parents=True)
     download.write_bytes(b"%PDF")
-    elsewhere = tmp_path.parent / "fixture.bin"
-    given = (
-        Attachment(download, "application/pdf", 4, "../../etc/passwd"),
-        Attachment(elsewhere, "application/octet-stream", 1, "x"),
+    big = download.with_name("17-1-big.bin")
+    big.write_bytes(b"x" * 4096)
+    message = replace(
+        inbound("see attached"),
+        attachments=(
+            Attachment(download, "application/pdf", 4, "../../etc/passwd"),
+            Attachment(big, "application/octet-stream", 4096, "big.bin"),
+        ),
     )
 
-    kept = adopt_files(given, tmp_path, key)
+    kept = await files.keep_received(message)
 
-    assert kept[0].path == session_dir(tmp_path, key) / "17-0-notes.pdf"
-    assert kept[0].path.read_bytes() == b"%PDF"
-    assert kept[0].filename == "../../etc/passwd"  # a label only, never a path
-    assert kept[1] == given[1]  # not under the files folder: left as it is
-    assert download.exists()  # until the message is stored
-    assert adopt_files(kept, tmp_path, key) == kept  # again (a redelivery): nothing moves
-    drop_originals(given, kept)
+    [pdf] = kept.attachments
+    assert pdf.blob is not None
+    assert pdf.filename == "../../etc/passwd"  # a label only, never a path
+    assert pdf.path.is_relative_to(tmp_path / "cache")
+    assert pdf.path.name == "passwd"
+    assert "[file big.bin not kept: the file is 4096 bytes" in kept.text
     assert not download.exists()
-    assert kept[0].path.read_bytes() == b"%PDF"
+    assert not big.exists()
+    pdf.path.unlink()  # the cache is only a cache
+    assert (await files.local(pdf)).read_bytes() == b"%PDF"
+    with pytest.raises(FileGone):
+        await files.local(Attachment(tmp_path / "gone.pdf", "application/pdf", 1, "gone.pdf"))
 
 
-def test_prune_covers_per_session_and_per_chat_folders(tmp_path: Path) -> None:
+def test_prune_covers_scratch_and_cache_folders(tmp_path: Path) -> None:
     month_ago = time.time() - 31 * 86400
     old_chat = tmp_path / "telegram" / "default" / "42" / "1-0-photo.jpg"
-    old_session = session_dir(tmp_path, SessionKey("telegram:default:42")) / "2-0-photo.jpg"
-    new_session = session_dir(tmp_path, SessionKey("telegram:default:43")) / "3-0-photo.jpg"
-    for path in (old_chat, old_session, new_session):
+    old_cached = tmp_path / "cache" / "ab" / ("ab" * 32) / "photo.jpg"
+    new_cached = tmp_path / "cache" / "cd" / ("cd" * 32) / "photo.jpg"
+    for path in (old_chat, old_cached, new_cached):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"x")
-    for path in (old_chat, old_session):
+    for path in (old_chat, old_cached):
         os.utime(path, (month_ago, month_ago))
 
     assert prune_files(tmp_path, 30 * 86400) == 2
     assert not old_chat.parent.exists()
-    assert not old_session.parent.exists()
-    assert new_session.exists()
+    assert not old_cached.parent.exists()
+    assert new_cached.exists()

@@ -3,12 +3,14 @@ tools (`view_attachment`, `send_file`): what each shows, queues or refuses."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import struct
 import zlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from hashlib import sha256
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ from agent_core.media.refs import file_refs, reference
 from agent_core.media.tools import SendFileTool, ViewAttachmentTool
 from agent_core.media.vision import BLIND_NOTE
 from agent_core.tools.base import ToolContext, ToolError, ToolRegistry
+from gateway.contracts.errors import FileGone
 from gateway.contracts.history import ChatMessage, Role, SessionInfo
 from gateway.contracts.ids import SessionId, SessionKey, UserId
 from gateway.contracts.messages import Attachment
@@ -67,6 +70,18 @@ class Files:
 
     async def received(self, session: SessionInfo) -> Sequence[Attachment]:
         return self.by_key.get(str(session.key), [])
+
+    async def local(self, attachment: Attachment) -> Path:
+        if not await asyncio.to_thread(attachment.path.is_file):
+            raise FileGone("no longer kept")
+        return attachment.path
+
+    async def keep(self, path: Path, filename: str, mime_type: str) -> Attachment:
+        """Kept beside the staged file (the blob store's stand-in), which goes."""
+        kept = path.with_name(f"kept-{path.name}")
+        await asyncio.to_thread(path.replace, kept)
+        data = await asyncio.to_thread(kept.read_bytes)
+        return Attachment(kept, mime_type, len(data), filename, blob=sha256(data).hexdigest())
 
 
 def attached(path: Path, mime: str = "image/png") -> Attachment:
