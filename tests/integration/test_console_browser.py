@@ -333,8 +333,13 @@ async def test_the_charts_draw_the_traffic_and_switch_to_a_day(browser: Browser,
 
         await until(readable)
         # A bar is filled by the stylesheet's colour (not the default black of an unstyled SVG).
-        fill = await incoming.locator("rect.bar").first.evaluate("e => getComputedStyle(e).fill")
-        assert fill not in ("rgb(0, 0, 0)", "none", "")
+        # (Read until laid out: an element the live overview just swapped in has no style yet.)
+        async def styled() -> bool:
+            bar = incoming.locator("rect.bar").first
+            fill = await bar.evaluate("e => getComputedStyle(e).fill")
+            return fill not in ("rgb(0, 0, 0)", "none", "")
+
+        await until(styled)
         await expect(page.locator("#chart-reply .summary")).to_contain_text("answers timed: p50")
         await expect(page.locator("#per-platform")).to_contain_text("api")
         await shot(page, "overview-charts")
