@@ -44,7 +44,7 @@ def memory_owner(
     if not groups or not key:
         return None
     parts = str(key).split(":")
-    if len(parts) < 3 or parts[0] in ("api", "cron", "cli"):
+    if len(parts) < 3 or parts[0] in ("api", "cron", "cli", "trigger"):
         return None
     # platform:account:chat — the whole group, whichever of its threads the session is.
     return MemoryOwner("g-" + quote(":".join(parts[:3]), safe=""))

@@ -35,6 +35,9 @@ class TriggerStatus(StrEnum):
     FAILED = "failed"
     TIMED_OUT = "timed_out"
     INTERRUPTED = "interrupted"
+    SKIPPED = "skipped"
+    """Left out by the trigger's filters: kept only so that a replay of it (say, with an
+    unsigned event header changed) is known and runs nothing."""
 
 
 WAITING = (TriggerStatus.QUEUED, TriggerStatus.RUNNING)
@@ -86,11 +89,12 @@ class TriggerRuns:
         now: datetime,
         max_queued: int,
         content_key: str | None = None,
+        skipped: bool = False,
     ) -> tuple[Accepted, int | None]:
         """Store a verified delivery as a queued run, in one transaction: (NEW, its id);
         (DUPLICATE, None) when its delivery id or its content key is known (whatever became
         of it); (FULL, None), storing nothing, when `max_queued` runs of the trigger wait
-        or run."""
+        or run. `skipped`: recorded as skipped (never run), the queue not counted."""
         same = trigger_runs.c.delivery_id == delivery_id
         if content_key is not None:
             same = or_(same, trigger_runs.c.content_key == content_key)
@@ -108,7 +112,7 @@ class TriggerRuns:
                     trigger_runs.c.status.in_([str(s) for s in WAITING]),
                 )
             )
-            if int(waiting or 0) >= max_queued:
+            if not skipped and int(waiting or 0) >= max_queued:
                 return Accepted.FULL, None
             run_id = await insert_ignore(
                 conn,
@@ -116,7 +120,8 @@ class TriggerRuns:
                 {
                     "trigger": trigger,
                     "delivery_id": delivery_id,
-                    "status": str(TriggerStatus.QUEUED),
+                    "status": str(TriggerStatus.SKIPPED if skipped else TriggerStatus.QUEUED),
+                    **({"finished_at": now} if skipped else {}),
                     "event": event,
                     "headers": dict(headers),
                     "payload": payload,

@@ -8,7 +8,7 @@ finds its row and is answered 202 without running; a trigger with `max_queued` r
 is answered 429) and the sender is answered 202 after the commit, before the run.
 
 The runner takes queued rows (a conditional write each), and runs each as an agent turn in
-the trigger's own session (`trigger:default:<name>`) without operator rights, with only the
+a session of its own (`trigger:default:<name>:run-<id>`) without operator rights, with only the
 tools the trigger allows, the payload fenced as data. The answer goes to the trigger's
 targets through the outbox in the run's final transaction (`[SILENT]`: nowhere). A run cut
 off by a crash is taken again once at the next start (or, in a cluster, once its instance is
@@ -75,9 +75,11 @@ KEPT_HEADERS = 50
 HEADING = "⚡ {name}"
 
 
-def trigger_session_key(name: str) -> SessionKey:
-    """The session a trigger's runs share (so a run sees the previous ones)."""
-    return session_key(Origin.TRIGGER, ACCOUNT, name)
+def trigger_session_key(name: str, run_id: int) -> SessionKey:
+    """The session of one run: its own (a thread of the trigger), so that no payload, which
+    is untrusted, reaches a later run — not even through a compressed history's summary,
+    which is not fenced."""
+    return session_key(Origin.TRIGGER, ACCOUNT, name, f"run-{run_id}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,13 +265,31 @@ class TriggerService:
         reason = skipped_by(
             kept, payload, header_rules=cfg.filter.headers, field_rules=cfg.filter.fields
         )
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            self.count(name, "bad_body")
+            return Answer(400, {"error": "the body is not UTF-8 text"})
         if reason is not None:
+            # Recorded, so that a replay with an unsigned header changed is a duplicate.
+            outcome, _ = await self.runs.accept(
+                name,
+                verified.delivery_id,
+                event=verified.event,
+                headers=kept,
+                payload="",
+                now=self.clock(),
+                max_queued=cfg.max_queued,
+                content_key=verified.content_key,
+                skipped=True,
+            )
+            if outcome is Accepted.DUPLICATE:
+                return Answer(202, {"status": "duplicate", "delivery": verified.delivery_id})
             self.count(name, "skipped")
             logger.info("trigger %s: delivery %s skipped: %s", name, verified.delivery_id, reason)
             return Answer(
                 200, {"status": "skipped", "delivery": verified.delivery_id, "reason": reason}
             )
-        text = body.decode("utf-8", errors="replace")
         outcome, run_id = await self.runs.accept(
             name,
             verified.delivery_id,
@@ -425,7 +445,7 @@ class TriggerService:
             payload=parse_payload(run.payload.encode()),
         )
         session = await self.store.open_session(
-            trigger_session_key(run.trigger),
+            trigger_session_key(run.trigger, run.id),
             platform=str(Origin.TRIGGER),
             user_id=None,
             snapshot=self.snapshot,

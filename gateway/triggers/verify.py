@@ -11,6 +11,7 @@ import binascii
 import hashlib
 import hmac
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,6 +19,9 @@ from datetime import datetime
 from gateway.triggers.config import Scheme, TriggerConfig
 
 MAX_DELIVERY_ID = 200
+_WORD = re.compile(rf"[A-Za-z0-9._:/@+=-]{{1,{MAX_DELIVERY_ID}}}")
+"""What a delivery id or an event name may hold as it is (it reaches the prompt, outside the
+fence): letters, digits and a few separators; anything else is hashed or dropped."""
 """Characters of a delivery id at most (a longer one is hashed)."""
 
 
@@ -159,10 +163,10 @@ _EVENT_HEADERS = {Scheme.GITHUB: "x-github-event", Scheme.GITLAB: "x-gitlab-even
 def _json_field(body: bytes, name: str) -> str | None:
     try:
         data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, an integer past 4300 digits
         return None
     value = data.get(name) if isinstance(data, dict) else None
-    return value[:200] if isinstance(value, str) and value and value.isprintable() else None
+    return value if isinstance(value, str) and _WORD.fullmatch(value) else None
 
 
 def delivery_id(cfg: TriggerConfig, headers: Mapping[str, str], body: bytes) -> str:
@@ -176,7 +180,7 @@ def delivery_id(cfg: TriggerConfig, headers: Mapping[str, str], body: bytes) -> 
         found = found.strip()
     if not found:
         return "sha256:" + hashlib.sha256(body).hexdigest()
-    if len(found) > MAX_DELIVERY_ID or not found.isprintable():
+    if not _WORD.fullmatch(found):  # too long, or more than an id's characters: hashed
         return "sha256:" + hashlib.sha256(found.encode()).hexdigest()
     return found
 
@@ -186,7 +190,7 @@ def event_of(cfg: TriggerConfig, headers: Mapping[str, str], body: bytes) -> str
     name = cfg.event_header or _EVENT_HEADERS.get(cfg.scheme)
     if name:
         value = headers.get(name.lower())
-        return value[:200] if value and value.isprintable() else None
+        return value if value and _WORD.fullmatch(value) else None
     if cfg.scheme is Scheme.STRIPE:
         return _json_field(body, "type")
     return None

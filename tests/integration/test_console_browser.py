@@ -332,6 +332,7 @@ async def test_the_charts_draw_the_traffic_and_switch_to_a_day(browser: Browser,
             return bool(width > 200 and height > 40)
 
         await until(readable)
+
         # A bar is filled by the stylesheet's colour (not the default black of an unstyled SVG).
         # (Read until laid out: an element the live overview just swapped in has no style yet.)
         async def styled() -> bool:

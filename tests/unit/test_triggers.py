@@ -222,3 +222,9 @@ def test_refusals_are_logged_once_per_interval(caplog: pytest.LogCaptureFixture)
         "trigger other: refused",
         "trigger gh: refused (2 more since the last report)",
     ]
+
+
+def test_a_trigger_run_has_no_memory_scope() -> None:
+    from agent_core.memory import memory_owner
+
+    assert memory_owner("trigger:default:gh:run-1", None) is None
