@@ -246,8 +246,7 @@ async def test_a_strangers_files_are_never_downloaded(name: str, tmp_path: Path)
         await platform.send_file(h, ann, content)
         await platform.wait_texts(ann, 1)
         assert platform.downloads() == 1
-        saved = list((tmp_path / "state" / "files").rglob("*"))
-        assert [p.read_bytes() for p in saved if p.is_file()] == [content]
+        assert list((await h.kept_files()).values()) == [content]
 
 
 @pytest.mark.parametrize("name", cases("server_error"))

@@ -16,7 +16,7 @@ from gateway.config import HeraldConfig
 from gateway.contracts.adapter import AdapterState
 from gateway.cron.clock import Clock
 from gateway.store import Store
-from gateway.store.tables import inbox
+from gateway.store.tables import blob_chunks, inbox
 from gateway.supervisor import Supervisor
 from tests.e2e.daemon import free_port
 from tests.fakes.llm import FakeLLM
@@ -56,6 +56,20 @@ class Herald:
                 select(inbox).where(inbox.c.platform == self.platform).order_by(inbox.c.id)
             )
             return list(result.mappings().all())
+
+    async def kept_files(self) -> dict[str, bytes]:
+        """The bytes of every file kept in the database's blob store, by key (received
+        files live there, not in the state directory)."""
+        async with self.store.read() as conn:
+            result = await conn.execute(
+                select(blob_chunks.c.key, blob_chunks.c.data).order_by(
+                    blob_chunks.c.key, blob_chunks.c.seq
+                )
+            )
+            out: dict[str, bytes] = {}
+            for key, data in result:
+                out[key] = out.get(key, b"") + bytes(data)
+            return out
 
     async def answered(self, count: int) -> list[RowMapping]:
         """Wait until `count` messages of the platform are stored with an outcome; return all

@@ -262,8 +262,7 @@ async def test_a_strangers_attachments_are_not_written_to_disk(
         rows = {r["platform_message_id"]: r for r in await rows_with_outcome(herald, 2)}
         assert rows[stranger_id]["outcome"] == "rejected"
         assert rows[stranger_id]["text"] == "Question"  # the subject: the body was never read
-        saved = list((tmp_path / "state" / "files").rglob("*.pdf"))
-        assert [p.name[-5:] for p in saved] == ["b.pdf"]
+        assert list((await herald.kept_files()).values()) == [pdf]  # Ann's only
         assert rows[ann_id]["outcome"] == "answered"
 
 

@@ -188,13 +188,12 @@ async def test_files_are_downloaded_with_the_bot_token(
 ) -> None:
     pdf = b"%PDF-1.7 " + bytes(range(256)) * 4
     file = slack.add_file(pdf, name="notes.pdf", mimetype="application/pdf")
-    async with running_herald(tmp_path, slack, llm):
+    async with running_herald(tmp_path, slack, llm) as herald:
         slack.inject_message(DM, "summarise", user=ANN, files=[file])
         await slack.wait_for_posted(lambda p: p.channel == DM)
         seen = last_user_text(llm.requests[0])
         assert seen.startswith("summarise\n[attached file: notes.pdf (application/pdf")
-        saved = list((tmp_path / "state" / "files" / "sessions").rglob("*notes.pdf"))
-        assert [p.read_bytes() for p in saved] == [pdf]
+        assert list((await herald.kept_files()).values()) == [pdf]
 
 
 async def test_events_api_checks_signatures_and_deduplicates_retries(

@@ -265,15 +265,13 @@ async def test_photos_are_downloaded_and_shown_to_the_agent(
 ) -> None:
     jpeg = b"\xff\xd8\xff\xe0" + bytes(range(256)) * 8
     photo = tg.add_file(jpeg, file_path="photos/file_7.jpg")
-    async with running_herald(tmp_path, tg, llm):
+    async with running_herald(tmp_path, tg, llm) as herald:
         tg.inject_message(ANN, "what is this?", sender_id=ANN, photo=photo)
         await tg.wait_for_sent(to(ANN))
         seen = last_user_text(llm.requests[0])
         assert seen.startswith("what is this?\n[attached file: photo_")
         assert f"(image/jpeg, {len(jpeg)} bytes)" in seen
-        saved = list((tmp_path / "state" / "files" / "sessions").rglob("*.jpg"))
-        assert [p.read_bytes() for p in saved] == [jpeg]
-        assert str(saved[0]) in seen
+        assert list((await herald.kept_files()).values()) == [jpeg]
 
 
 async def test_too_large_documents_are_not_downloaded(

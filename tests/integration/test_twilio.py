@@ -220,10 +220,7 @@ async def test_mms_media_reach_the_agent(
         assert len(twilio.media_fetches) == 1
         payload = row["payload"]
         [attachment] = payload["attachments"]
-        saved = Path(attachment["path"])
-        assert await asyncio.to_thread(saved.read_bytes) == photo
-        assert saved.is_relative_to(tmp_path / "state" / "files" / "sessions")
-        assert saved.parent.name.startswith("twilio_main_")
+        assert (await herald.kept_files())[attachment["blob"]] == photo
         assert attachment["mime_type"] == "image/jpeg"
         prompt = str(llm.requests[-1]["messages"])
         assert "look at this" in prompt
