@@ -12,11 +12,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from gateway.blobs import open_blobs
 from gateway.cli.base import load
 from gateway.cli.help import HeraldTyper
-from gateway.files_import import import_files
-from gateway.state import import_state
 from gateway.store import Store
 
 state_app = HeraldTyper(
@@ -37,6 +34,12 @@ def state_import(config: ConfigOption = None) -> None:
     to run again after it was stopped halfway: each file is moved once, and deleted (memory
     files, received and sent files) only after it was read back. `herald run` does this at
     start."""
+    # Imported here: the files' import reaches the model client (media), which every other
+    # command would pay for at start.
+    from gateway.blobs import open_blobs  # noqa: PLC0415
+    from gateway.files_import import import_files  # noqa: PLC0415
+    from gateway.state import import_state  # noqa: PLC0415
+
     cfg = load(config)
     console = Console(highlight=False)
 

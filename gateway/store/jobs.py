@@ -249,7 +249,6 @@ class JobStore:
 
         Its time is `now`, moved on by a microsecond or so if a run already has that time.
         """
-        run_id = None
         for shift in range(10):
             async with self.store.write() as conn:
                 run_id = await insert_ignore(
@@ -262,13 +261,16 @@ class JobStore:
                         "trigger": str(Trigger.MANUAL),
                     },
                 )
-            if run_id is not None:
-                break
-        if run_id is None:
-            raise LookupError(f"a run of {job_id!r} is already queued for {now.isoformat()}")
-        run = await self.run(run_id)
-        assert run is not None
-        return run
+                if run_id is not None:
+                    # Read back in the same transaction: a scheduler may take the run the
+                    # moment it commits, and the caller is told what it queued.
+                    row = (
+                        (await conn.execute(select(job_runs).where(job_runs.c.id == run_id)))
+                        .mappings()
+                        .one()
+                    )
+                    return _run(row)
+        raise LookupError(f"a run of {job_id!r} is already queued for {now.isoformat()}")
 
     async def take_queued(
         self, owner: str, now: datetime, *, fence: Fence | None = None
