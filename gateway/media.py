@@ -32,6 +32,7 @@ from urllib.parse import quote
 
 from agent_core.media import Destination, OutgoingFile, Vision, VisionSettings
 from agent_core.media.images import Pictures
+from agent_core.media.speech import OpenAISynthesizer, Synthesizer
 from agent_core.media.tools import SendFileTool, ViewAttachmentTool
 from agent_core.media.transcribe import OpenAITranscriber, Transcriber
 from agent_core.tools.base import ToolContext, ToolError
@@ -425,6 +426,17 @@ def media_parts(
         transcriber,
         files,
     )
+
+
+def synthesizer(config: HeraldConfig) -> Synthesizer | None:
+    """What speaks voice replies (`speech`, its key defaulting to `llm.api_key`; close it:
+    `aclose`), or None without an endpoint."""
+    speech = config.speech
+    if not speech.enabled:
+        return None
+    if speech.api_key is None and config.llm.api_key is not None:
+        speech = speech.model_copy(update={"api_key": config.llm.api_key})
+    return OpenAISynthesizer(speech)
 
 
 def pictures_of(vision: Vision | None) -> Pictures | None:

@@ -109,6 +109,8 @@ class TelegramAdapter(TrackedSends):
             min_edit_interval=config.min_edit_interval,
             min_send_interval=config.min_send_interval,
             max_file_bytes=SEND_FILE_MAX_BYTES,
+            voice=True,
+            voice_caption=CAPTION_MAX,
         )
         self._bot: Bot | None = None
         self._identity: BotIdentity | None = None
@@ -363,6 +365,16 @@ class TelegramAdapter(TrackedSends):
         data = await asyncio.to_thread(attachment.path.read_bytes)
         name = attachment.filename or attachment.path.name
         text, mode = caption or (None, None)
+        if attachment.voice:  # a spoken reply: Ogg/Opus, played as a voice note
+            return await bot.send_voice(
+                chat,
+                data,
+                filename=name,
+                caption=text,
+                parse_mode=mode,
+                message_thread_id=thread,
+                reply_parameters=reply,
+            )
         photo = attachment.mime_type.startswith("image/") and len(data) <= PHOTO_MAX_BYTES
         send = bot.send_photo if photo else bot.send_document
         return await send(
