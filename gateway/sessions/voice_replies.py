@@ -123,7 +123,9 @@ class VoiceReplies:
         if limits.voice_caption:
             size = min(size, limits.voice_caption)
         text, rest = split_spoken(answer, size, utf16=limits.count_utf16)
-        words = markdown_to_plain(text).strip()
+        # The words leave Herald for the endpoint, and as audio for the chat: redacted here
+        # (the caption is redacted on its way out like every chunk).
+        words = self.ctx.redact(markdown_to_plain(text)).strip()
         if not words:
             return
         try:

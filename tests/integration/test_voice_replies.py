@@ -37,6 +37,8 @@ pytestmark = pytest.mark.timeout(60)
 
 OGG = b"OggS" + b"\x00" * 200
 """What the person's voice note carries (the fake transcription does not look)."""
+SECRET = "tts-secret-4f9a7c2e1b"
+"""The speech endpoint's key: a configured secret, never spoken nor shown."""
 
 
 @contextlib.asynccontextmanager
@@ -218,12 +220,17 @@ async def test_voice_reply_never_and_always(tmp_path: Path, telegram: PlatformHa
             await voice_note(telegram, h, person)
             assert await telegram.wait_texts(person, 1) == ["in text"]
             assert speech.requests == []
-        async with herald(tmp_path / "always", telegram, llm, speech, voice="always") as h:
-            llm.script(Reply(text="spoken anyway"))
+        async with herald(
+            tmp_path / "always", telegram, llm, speech, voice="always", api_key=SECRET
+        ) as h:
+            llm.script(Reply(text=f"spoken anyway, and {SECRET} is not read out"))
             await telegram.send(h, person, "typed")
             [sent] = await telegram.tg.wait_for_sent(lambda s: s.method == "sendVoice", 20)
-            assert sent.plain_text == "spoken anyway"
-            assert speech.said == ["spoken anyway"]
+            assert sent.plain_text.startswith("spoken anyway, and ")
+            assert SECRET not in sent.plain_text
+            [said] = speech.said
+            assert said.startswith("spoken anyway, and ")
+            assert SECRET not in said
 
 
 @pytest.fixture(params=["slack", "whatsapp", "email", "discord"])
