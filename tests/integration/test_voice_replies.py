@@ -49,10 +49,11 @@ async def herald(
     speech: FakeSpeech,
     *,
     voice: str | None = None,
+    section_extra: dict[str, Any] | None = None,
     **speech_extra: Any,
 ) -> AsyncIterator[Herald]:
     port = free_port()
-    section = platform.section(port)
+    section = {**platform.section(port), **(section_extra or {})}
     if voice is not None:
         section["voice"] = {"reply": voice}
     async with running_daemon(
@@ -211,26 +212,49 @@ async def test_speech_endpoint_down_answers_in_text_logged_once(
             assert any("works again" in r.getMessage() for r in caplog.records)
 
 
-async def test_voice_reply_never_and_always(tmp_path: Path, telegram: PlatformHarness) -> None:
+async def test_voice_reply_never_always_and_after_a_streamed_preview(
+    tmp_path: Path, telegram: PlatformHarness
+) -> None:
     person = telegram.people[0]
     assert isinstance(telegram, TelegramHarness)
+    tg = telegram.tg
     async with FakeLLM() as llm, FakeSpeech() as speech:
         async with herald(tmp_path / "never", telegram, llm, speech, voice="never") as h:
             llm.script(Reply(text="in text"))
             await voice_note(telegram, h, person)
             assert await telegram.wait_texts(person, 1) == ["in text"]
             assert speech.requests == []
+        streaming = {"stream_edits": True, "min_edit_interval": 0.2}
         async with herald(
-            tmp_path / "always", telegram, llm, speech, voice="always", api_key=SECRET
+            tmp_path / "always",
+            telegram,
+            llm,
+            speech,
+            voice="always",
+            section_extra=streaming,
+            api_key=SECRET,
         ) as h:
-            llm.script(Reply(text=f"spoken anyway, and {SECRET} is not read out"))
+            # Typed, and streamed: the preview grows into the answer, the voice note follows.
+            words = " ".join(f"word{i}" for i in range(30))
+            llm.script(Reply(text=words, chunk_delay=0.02))
             await telegram.send(h, person, "typed")
-            [sent] = await telegram.tg.wait_for_sent(lambda s: s.method == "sendVoice", 20)
-            assert sent.plain_text.startswith("spoken anyway, and ")
-            assert SECRET not in sent.plain_text
-            [said] = speech.said
-            assert said.startswith("spoken anyway, and ")
-            assert SECRET not in said
+            [sent] = await tg.wait_for_sent(lambda s: s.method == "sendVoice", 20)
+            assert sent.upload is not None
+            assert is_ogg_opus(sent.upload.content)
+            assert telegram.texts_to(person)[1:] == [words, ""]  # no caption: already shown
+            assert [s.method for s in tg.sent][1:] == ["sendMessage", "sendVoice"]
+            assert tg.edits
+            assert speech.said == [words]
+
+            # A configured secret is neither read out nor shown.
+            llm.script(Reply(text=f"spoken anyway, and {SECRET} is not read out"))
+            await telegram.send(h, person, "typed again")
+            await tg.wait_for_sent(lambda s: s.method == "sendVoice", 20)
+            await h.until(lambda: len(speech.said) == 2)
+            assert speech.said[1].startswith("spoken anyway, and ")
+            assert SECRET not in speech.said[1]
+            await h.until(lambda: len([s for s in tg.sent if s.method == "sendVoice"]) == 2)
+            assert not [t for t in telegram.texts_to(person) if SECRET in t]
 
 
 @pytest.fixture(params=["slack", "whatsapp", "email", "discord"])
