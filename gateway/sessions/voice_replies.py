@@ -8,8 +8,8 @@ answer in text.
 The first part of the answer (`speech.max_chars`, cut at a paragraph or sentence, and no
 longer than the platform's caption) is spoken after the agent answered and before the turn
 settles; its audio goes into the blob store, and the settlement writes it as one outbox row
-(with the spoken text as its caption where the platform shows one) ahead of the rest of the
-answer as text. So the voice note and each text chunk are rows of their own, each sent once
+(with the spoken text as its caption where the platform shows one, the whole answer when it
+fits) ahead of the rest of the answer as text. So the voice note and each text chunk are rows of their own, each sent once
 across a crash. A speech endpoint that fails leaves the answer all text; the failure is
 logged when a run of failures starts, not for every answer.
 """
@@ -23,7 +23,7 @@ from datetime import datetime
 
 from agent_core.media.speech import FILENAME, MIME_TYPE, SpeechFailed, Synthesizer
 from gateway.backoff import FailureLog
-from gateway.chunking import markdown_to_plain, split_spoken
+from gateway.chunking import markdown_to_plain, split_spoken, text_length
 from gateway.contracts.config import VoiceReply
 from gateway.contracts.errors import FileStoreUnavailable, FileTooLarge
 from gateway.contracts.ids import InboxId, PlatformMessageId, SessionId, TurnId
@@ -43,7 +43,7 @@ class Spoken:
     attachment: Attachment
     """The audio, in the blob store, marked `voice`."""
     text: str
-    """The part of the answer that was spoken (Markdown)."""
+    """Its caption (Markdown): the part that was spoken, or the whole answer when it fits."""
     rest: str
     """What follows as text (may be empty)."""
 
@@ -143,6 +143,9 @@ class VoiceReplies:
         attachment = Attachment(
             blobs.cached(key, FILENAME), MIME_TYPE, size, FILENAME, blob=key, voice=True
         )
+        whole = answer.strip()
+        if rest and text_length(whole, utf16=limits.count_utf16) <= limits.voice_caption:
+            text, rest = whole, ""  # the whole answer fits the caption: one message
         job.spoken = Spoken(attachment, text, rest)
 
     def _limits(self, target: Target) -> SendLimits:

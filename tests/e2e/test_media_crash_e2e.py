@@ -136,7 +136,7 @@ async def test_sigkill_between_voice_reply_and_its_text_sends_each_once(tmp_path
             },
         )
         (tmp_path / "state").mkdir()
-        llm.script(Reply(text="This part is spoken aloud.\n\n" + "And this part is read. " * 5))
+        llm.script(Reply(text="This part is spoken aloud.\n\n" + "And this part is read. " * 50))
         tg.fail("sendMessage", count=10_000, status=500)  # the text after the voice waits
         await daemon.start()
         try:
@@ -167,7 +167,7 @@ async def test_sigkill_between_voice_reply_and_its_text_sends_each_once(tmp_path
         assert is_ogg_opus(voices[0].upload.content)
         assert voices[0].plain_text == "This part is spoken aloud."
         assert [s.plain_text for s in tg.sent if s.method == "sendMessage"] == [
-            ("And this part is read. " * 5).strip()
+            ("And this part is read. " * 50).strip()
         ]
         assert speech.said == ["This part is spoken aloud."]
 

@@ -129,7 +129,7 @@ async def test_telegram_voice_note_answered_by_voice_long_answers_in_part_and_ty
     assert isinstance(telegram, TelegramHarness)
     person = telegram.people[0]
     tg = telegram.tg
-    long_answer = "First, **the short part**. It is spoken.\n\n" + "More words here. " * 30
+    long_answer = "First, **the short part**. It is spoken.\n\n" + "More words here. " * 80
     async with (
         FakeLLM() as llm,
         FakeSpeech() as speech,
@@ -267,12 +267,14 @@ async def test_voice_note_answered_by_voice_on_each_platform(
     tmp_path: Path, platform: PlatformHarness
 ) -> None:
     person = platform.people[0]
+    rest = "Then more words, read but not spoken. " * 3
+    answer = f"Spoken back to you.\n\n{rest}".strip()
     async with (
         FakeLLM() as llm,
         FakeSpeech() as speech,
-        herald(tmp_path, platform, llm, speech) as h,
+        herald(tmp_path, platform, llm, speech, max_chars=50) as h,
     ):
-        llm.script(Reply(text="Spoken back to you."))
+        llm.script(Reply(text=answer))
         await voice_note(platform, h, person)
         await platform.fake.wait_for(lambda: voices_to(platform, person) != [], 30)
         [audio] = voices_to(platform, person)
@@ -284,9 +286,14 @@ async def test_voice_note_answered_by_voice_on_each_platform(
             assert is_ogg_opus(audio)
         if isinstance(platform, SlackHarness):
             [upload] = platform.slack.uploads
-            assert upload.initial_comment == "Spoken back to you."
+            assert upload.initial_comment == answer  # the whole answer fits the comment
         if isinstance(platform, TwilioHarness):
-            [sent] = [s for s in platform.twilio.sent if s.to == person]
-            assert sent.body == ""  # WhatsApp shows no caption on audio
+            # No caption on WhatsApp audio: the voice alone, then the rest as text.
+            await platform.fake.wait_for(
+                lambda: len([s for s in platform.twilio.sent if s.to == person]) >= 2, 30
+            )
+            [voice, text] = [s for s in platform.twilio.sent if s.to == person]
+            assert (voice.body, len(voice.media)) == ("", 1)
+            assert (text.body, text.media) == (rest.strip(), ())
         if isinstance(platform, EmailHarness | DiscordHarness):
-            assert "Spoken back to you." in " ".join(platform.texts_to(person))
+            assert platform.texts_to(person) == [answer]  # one message: text and audio
