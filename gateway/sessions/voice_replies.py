@@ -9,8 +9,8 @@ The first part of the answer (`speech.max_chars`, cut at a paragraph or sentence
 longer than the platform's caption) is spoken after the agent answered and before the turn
 settles; its audio goes into the blob store, and the settlement writes it as one outbox row
 (with the spoken text as its caption where the platform shows one, the whole answer when it
-fits) ahead of the rest of the answer as text. So the voice note and each text chunk are rows of their own, each sent once
-across a crash. A speech endpoint that fails leaves the answer all text; the failure is
+fits) ahead of the rest of the answer as text. So the voice note and each text chunk are
+rows of their own, each sent once across a crash. A speech endpoint that fails leaves the answer all text; the failure is
 logged when a run of failures starts, not for every answer.
 """
 
