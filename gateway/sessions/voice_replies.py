@@ -10,8 +10,8 @@ longer than the platform's caption) is spoken after the agent answered and befor
 settles; its audio goes into the blob store, and the settlement writes it as one outbox row
 (with the spoken text as its caption where the platform shows one, the whole answer when it
 fits) ahead of the rest of the answer as text. So the voice note and each text chunk are
-rows of their own, each sent once across a crash. A speech endpoint that fails leaves the answer all text; the failure is
-logged when a run of failures starts, not for every answer.
+rows of their own, each sent once across a crash. A speech endpoint that fails leaves the
+answer all text; the failure is logged when a run of failures starts, not for every answer.
 """
 
 from __future__ import annotations
