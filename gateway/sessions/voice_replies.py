@@ -115,7 +115,15 @@ class VoiceReplies:
 
     async def speak(self, job: VoiceJob, answer: str) -> None:
         """Speak the first part of `answer` into `job.spoken`; left None (the answer goes as
-        text) when there is nothing to say or the endpoint or the file store fails."""
+        text) when there is nothing to say or the endpoint or the file store fails. Raises
+        nothing but cancellation: it runs in the turn's task, whose exception would stop the
+        lanes."""
+        try:
+            await self._speak(job, answer)
+        except Exception:  # a bug here must cost the voice, not the answer
+            logger.exception("voice reply failed (answered in text)")
+
+    async def _speak(self, job: VoiceJob, answer: str) -> None:
         assert self.synthesizer is not None
         assert self.ctx.files is not None
         limits = self._limits(job.target)
