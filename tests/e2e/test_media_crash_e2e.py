@@ -146,7 +146,10 @@ async def test_sigkill_between_voice_reply_and_its_text_sends_each_once(tmp_path
 
             async def text_tried() -> bool:
                 rows = await _rows(daemon.database_url)
-                return any(r["attachment"] is None and r["attempts"] >= 1 for r in rows)
+                return any(
+                    r["attachment"] is None and r["attempts"] >= 1 and r["status"] == "pending"
+                    for r in rows
+                )
 
             await until(text_tried)
             daemon.signal(signal.SIGKILL)
@@ -155,7 +158,12 @@ async def test_sigkill_between_voice_reply_and_its_text_sends_each_once(tmp_path
             tg.clear_faults()
             await daemon.start()
             await tg.wait_for_sent(lambda s: s.method == "sendMessage", WAIT)
-            await until(lambda: _sent(daemon.database_url))
+
+            async def all_sent() -> bool:
+                rows = await _rows(daemon.database_url)
+                return len(rows) == 2 and all(r["status"] == "sent" for r in rows)
+
+            await until(all_sent)
             assert await daemon.stop() == 0
         finally:
             if daemon.process is not None and daemon.process.returncode is None:

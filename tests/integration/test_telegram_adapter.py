@@ -169,6 +169,8 @@ async def test_adapter_shape(tg: FakeTelegramServer, tmp_path: Path) -> None:
         min_edit_interval=0.2,
         min_send_interval=0.0,
         max_file_bytes=50 * 1024 * 1024,
+        voice=True,
+        voice_caption=1024,
     )
     with pytest.raises(NotReady, match="not connected"):  # before entering
         await adapter.send(outbound())
