@@ -6,6 +6,7 @@ and WhatsApp as a voice message, and what Discord, Slack and mail carry as an au
 
 from __future__ import annotations
 
+import asyncio
 from typing import Protocol
 
 import openai
@@ -50,10 +51,12 @@ class Synthesizer(Protocol):
 class OpenAISynthesizer:
     """`audio.speech.create` of the `openai` SDK against the `speech` section."""
 
-    def __init__(self, config: SpeechConfig) -> None:
+    def __init__(self, config: SpeechConfig, *, max_bytes: int = MAX_AUDIO_BYTES) -> None:
         self.max_chars = config.max_chars
         self.model = config.model
         self.voice = config.voice
+        self.timeout = config.timeout
+        self.max_bytes = max_bytes
         key = config.api_key.get_secret_value() if config.api_key is not None else ""
         self._client = openai.AsyncOpenAI(
             base_url=config.base_url,
@@ -64,27 +67,42 @@ class OpenAISynthesizer:
         )
 
     async def speak(self, text: str) -> bytes:
-        """See `Synthesizer.speak`."""
+        """See `Synthesizer.speak`. The whole answer must arrive within `speech.timeout`
+        (an endpoint that trickles bytes forever is cut off) and be at most `max_bytes`
+        (read in pieces: no more than that is ever held)."""
         try:
-            response = await self._client.audio.speech.create(
-                model=self.model,
-                voice=self.voice,
-                input=text[: self.max_chars],
-                response_format="opus",
-            )
+            async with asyncio.timeout(self.timeout):
+                data = await self._fetch(text)
+        except TimeoutError as err:
+            raise SpeechFailed(
+                f"the speech service did not answer within {self.timeout:g} s"
+            ) from err
         except openai.APIStatusError as err:
             raise SpeechFailed(f"the speech service refused it (HTTP {err.status_code})") from err
         except openai.APIError as err:
             raise SpeechFailed(f"the speech service is unreachable ({type(err).__name__})") from err
-        data = response.content
-        if len(data) > MAX_AUDIO_BYTES:
-            raise SpeechFailed(f"the speech service answered {len(data)} bytes, too many")
         if not is_ogg_opus(data):
             raise SpeechFailed(
                 "the speech service did not answer with Ogg/Opus audio "
                 f"(it began {data[:8]!r}); does it support response_format 'opus'?"
             )
         return data
+
+    async def _fetch(self, text: str) -> bytes:
+        async with self._client.audio.speech.with_streaming_response.create(
+            model=self.model,
+            voice=self.voice,
+            input=text[: self.max_chars],
+            response_format="opus",
+        ) as response:
+            data = bytearray()
+            async for piece in response.iter_bytes(64 * 1024):
+                data += piece
+                if len(data) > self.max_bytes:
+                    raise SpeechFailed(
+                        f"the speech service answered more than {self.max_bytes} bytes"
+                    )
+            return bytes(data)
 
     async def aclose(self) -> None:
         """See `Synthesizer.aclose`."""

@@ -5,20 +5,23 @@ It answers every request with a small valid Ogg/Opus stream (`ogg_opus(text)`: t
 `OpusHead` and `OpusTags` pages, CRCs right) when `response_format` is `opus`, and with
 MP3-looking bytes for any other format, so a client asking for the wrong one is caught.
 Faults: `status` (anything but 200 answers an OpenAI-style error), `garbage` (answer bytes
-that are not audio). Every request body is kept in `requests`.
+that are not audio), `huge` (valid Ogg/Opus followed by that many more bytes, streamed),
+`endless` (valid Ogg/Opus, then a byte every 50 ms for ever). Every request body is kept in `requests`.
 
 In tests: `async with FakeSpeech() as speech:` then point `speech.base_url` at it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import struct
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.fakes.serving import LocalServer, Served
@@ -72,10 +75,16 @@ class FakeSpeech(Served):
     def __init__(self, *, port: int = 0) -> None:
         self.requests: list[dict[str, Any]] = []
         """Every speech request body, parsed, in arrival order."""
+        self.authorizations: list[str] = []
+        """The `Authorization` header of each request, in arrival order."""
         self.status = 200
         """Anything but 200 answers with an OpenAI-style error of that status."""
         self.garbage = False
         """Answer bytes that are not audio (an endpoint that ignores `response_format`)."""
+        self.huge = 0
+        """Bytes streamed after a valid answer (an answer too large to keep)."""
+        self.endless = False
+        """Trickle bytes after a valid answer and never finish."""
         self._port = port
 
     @property
@@ -98,6 +107,7 @@ class FakeSpeech(Served):
             await self._local.stop()
 
     async def _speech(self, request: Request) -> Response:
+        self.authorizations.append(request.headers.get("authorization", ""))
         try:
             body = json.loads(await request.body())
         except ValueError:
@@ -109,9 +119,22 @@ class FakeSpeech(Served):
             return _error(self.status, f"fake speech error {self.status}")
         if self.garbage:
             return Response(b"<html>not audio</html>", media_type="text/html")
+        if self.huge or self.endless:
+            return StreamingResponse(self._stream(str(body["input"])), media_type="audio/ogg")
         if body.get("response_format") != "opus":
             return Response(b"ID3\x04" + b"\x00" * 64, media_type="audio/mpeg")
         return Response(ogg_opus(str(body["input"])), media_type="audio/ogg")
+
+    async def _stream(self, text: str) -> AsyncIterator[bytes]:
+        yield ogg_opus(text)
+        left = self.huge
+        while left > 0:
+            piece = min(left, 64 * 1024)
+            yield b"\x00" * piece
+            left -= piece
+        while self.endless:
+            await asyncio.sleep(0.05)
+            yield b"\x00"
 
 
 def _error(status: int, message: str) -> JSONResponse:

@@ -12,10 +12,11 @@ import pytest
 from agent_core.config import SpeechConfig
 from agent_core.media.speech import OpenAISynthesizer, SpeechFailed, is_ogg_opus
 from gateway.chunking import split_spoken
-from gateway.config import load_config, masked
+from gateway.config import HeraldConfig, load_config, masked
 from gateway.contracts.config import VoiceReply
 from gateway.contracts.errors import ConfigError
 from gateway.contracts.messages import Attachment
+from gateway.media import synthesizer
 from gateway.redact import secrets_of
 from gateway.store.outbox import attachment_json, attachment_of
 from tests.fakes.speech import FakeSpeech, ogg_opus
@@ -38,6 +39,12 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def load(tmp_path: Path, text: str) -> object:
+    path = tmp_path / "herald.yaml"
+    path.write_text(text, encoding="utf-8")
+    return load_config(path)
+
+
+def load_config_text(tmp_path: Path, text: str) -> HeraldConfig:
     path = tmp_path / "herald.yaml"
     path.write_text(text, encoding="utf-8")
     return load_config(path)
@@ -161,3 +168,45 @@ async def test_synthesizer_asks_for_opus_and_refuses_what_is_not() -> None:
             await gone.speak("nobody listens")
     finally:
         await gone.aclose()
+
+
+async def test_synthesizer_caps_an_answer_too_large_or_that_never_ends() -> None:
+    async with FakeSpeech() as fake:
+        speaker = OpenAISynthesizer(
+            SpeechConfig(base_url=fake.base_url, timeout=1.0), max_bytes=256 * 1024
+        )
+        try:
+            fake.huge = 10 * 1024 * 1024  # Ogg/Opus, but far over the cap: refused early
+            with pytest.raises(SpeechFailed, match="more than 262144 bytes"):
+                await speaker.speak("a long one")
+            fake.huge, fake.endless = 0, True  # a byte now and then keeps a read timeout happy
+            with pytest.raises(SpeechFailed, match="did not answer within 1 s"):
+                await speaker.speak("and on and on")
+        finally:
+            fake.endless = False
+            await speaker.aclose()
+
+
+@pytest.mark.parametrize(
+    ("llm_url", "sent"),
+    [
+        ("http://127.0.0.1:{port}/v1", "Bearer llm-secret"),  # the model's own server
+        ("http://127.0.0.1:1/v1", "Bearer not-needed"),  # another port: another server
+        (None, "Bearer not-needed"),  # OpenAI's key, and the speech host is not OpenAI
+    ],
+)
+async def test_the_model_key_goes_only_to_the_model_server(
+    tmp_path: Path, llm_url: str | None, sent: str
+) -> None:
+    async with FakeSpeech() as fake:
+        llm = "llm:\n  api_key: llm-secret\n"
+        if llm_url is not None:
+            llm += f"  base_url: {llm_url.format(port=fake.port)}\n"
+        config = load_config_text(tmp_path, llm + f"speech:\n  base_url: {fake.base_url}\n")
+        speaker = synthesizer(config)
+        assert speaker is not None
+        try:
+            await speaker.speak("hello")
+        finally:
+            await speaker.aclose()
+        assert fake.authorizations == [sent]
