@@ -6,7 +6,8 @@ It answers every request with a small valid Ogg/Opus stream (`ogg_opus(text)`: t
 MP3-looking bytes for any other format, so a client asking for the wrong one is caught.
 Faults: `status` (anything but 200 answers an OpenAI-style error), `garbage` (answer bytes
 that are not audio), `huge` (valid Ogg/Opus followed by that many more bytes, streamed),
-`endless` (valid Ogg/Opus, then a byte every 50 ms for ever). Every request body is kept in `requests`.
+`endless` (valid Ogg/Opus, then a byte every 50 ms for ever). Every request body is kept in
+`requests`, every `Authorization` header in `authorizations`.
 
 In tests: `async with FakeSpeech() as speech:` then point `speech.base_url` at it.
 """
