@@ -40,8 +40,8 @@ class SpeechConfig(Section):
     base_url: str | None = None
     api_key: SecretStr | None = None
     """Default: `llm.api_key`."""
-    model: str = "tts-1"
-    voice: str = "alloy"
+    model: str = Field(default="tts-1", min_length=1)
+    voice: str = Field(default="alloy", min_length=1)
     """The endpoint's voice name (OpenAI: alloy, echo, fable, onyx, nova, shimmer, …)."""
     max_chars: int = Field(default=1000, ge=50, le=4096)
     """The longest part of an answer that is spoken (cut at a paragraph or sentence); the

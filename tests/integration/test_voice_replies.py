@@ -297,3 +297,24 @@ async def test_voice_note_answered_by_voice_on_each_platform(
             assert (text.body, text.media) == (rest.strip(), ())
         if isinstance(platform, EmailHarness | DiscordHarness):
             assert platform.texts_to(person) == [answer]  # one message: text and audio
+
+
+async def test_a_strangers_voice_note_is_neither_heard_nor_answered_by_voice(
+    tmp_path: Path, telegram: PlatformHarness
+) -> None:
+    assert isinstance(telegram, TelegramHarness)
+    person, stranger = telegram.people[0], "777000111"
+    assert stranger not in telegram.people
+    async with (
+        FakeLLM() as llm,
+        FakeSpeech() as speech,
+        herald(tmp_path, telegram, llm, speech, voice="always") as h,
+    ):
+        await voice_note(telegram, h, stranger)
+        llm.script(Reply(text="for you"))
+        await voice_note(telegram, h, person)  # after the stranger's, in the same poll order
+        await telegram.tg.wait_for_sent(lambda s: s.method == "sendVoice", 20)
+        assert len(llm.transcriptions) == 1  # the person's only
+        assert speech.said == ["for you"]
+        assert voices_to(telegram, stranger) == []
+        assert not any(SECRET in t or "for you" in t for t in telegram.texts_to(stranger))

@@ -94,6 +94,8 @@ def test_voice_reply_from_the_environment(tmp_path: Path, monkeypatch: pytest.Mo
         ("speech: {base_url: 'http://x/v1', max_chars: 10}\n", "speech.max_chars: Input should"),
         ("speech: {base_url: 'http://x/v1', api_key: ' '}\n", "speech.api_key: must not be"),
         ("speech: {url: 'http://x/v1'}\n", "speech.url: unknown key (known: base_url, api_key"),
+        ("speech: {base_url: 'http://x/v1', voice: ''}\n", "speech.voice: String should have"),
+        ("speech: {base_url: 'http://x/v1', model: ''}\n", "speech.model: String should have"),
     ],
 )
 def test_config_errors_name_the_key(tmp_path: Path, extra: str, expected: str) -> None:
