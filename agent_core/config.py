@@ -33,6 +33,30 @@ class TranscriptionConfig(Section):
         return self.base_url is not None
 
 
+class SpeechConfig(Section):
+    """An OpenAI-compatible `/v1/audio/speech` endpoint for voice replies (`voice.reply` of
+    each platform). Without `base_url`, every answer is text."""
+
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    """Default: `llm.api_key`."""
+    model: str = Field(default="tts-1", min_length=1)
+    voice: str = Field(default="alloy", min_length=1)
+    """The endpoint's voice name (OpenAI: alloy, echo, fable, onyx, nova, shimmer, …)."""
+    max_chars: int = Field(default=1000, ge=50, le=4096)
+    """The longest part of an answer that is spoken (cut at a paragraph or sentence); the
+    rest follows as text."""
+    timeout: float = Field(default=60.0, gt=0)
+
+    _api_key = field_validator("api_key")(not_empty)
+    _base_url = field_validator("base_url")(http_url)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether answers can be spoken."""
+        return self.base_url is not None
+
+
 class LLMConfig(Section):
     """The language model. With neither `base_url` nor `api_key`, the offline echo provider."""
 

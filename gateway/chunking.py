@@ -622,3 +622,16 @@ def _rule_of_three(opener: _Delimiters, closer: _Delimiters) -> bool:
     both = (opener.can_open and opener.can_close) or (closer.can_open and closer.can_close)
     total = opener.length + closer.length
     return both and total % 3 == 0 and not (opener.length % 3 == 0 and closer.length % 3 == 0)
+
+
+def split_spoken(text: str, max_len: int, *, utf16: bool = False) -> tuple[str, str]:
+    """(the first part of a Markdown reply, at most `max_len` long, the rest): the part a
+    voice reply speaks and the text that follows it, cut where `split_chunks` would cut."""
+    pieces = split_chunks(text, max_len, utf16=utf16)
+    if len(pieces) < 2:
+        return (pieces[0] if pieces else ""), ""
+    first = pieces[0]
+    if text.startswith(first):
+        return first, text[len(first) :].strip()
+    # The cut fell inside a code block (closed in the first part, reopened in the next).
+    return first, "\n".join(pieces[1:])

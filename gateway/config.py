@@ -33,13 +33,20 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from agent_core.config import LLMConfig, MediaConfig
+from agent_core.config import LLMConfig, MediaConfig, SpeechConfig
 from agent_core.mcp.config import MCPConfig
 from agent_core.memory_providers.config import HonchoConfig, Mem0Config
 from agent_core.memory_providers.registry import NONE, available
 from agent_core.skills.config import SkillsConfig
 from gateway import platforms
-from gateway.contracts.config import BusyMode, IdList, PlatformSection, Section, not_empty
+from gateway.contracts.config import (
+    BusyMode,
+    IdList,
+    PlatformSection,
+    Section,
+    VoiceReply,
+    not_empty,
+)
 from gateway.contracts.config import read_secret_files as _read_secret_files
 from gateway.contracts.errors import ConfigError
 from gateway.contracts.platform import Host
@@ -513,6 +520,8 @@ class HeraldConfig(BaseSettings):
     tools: ToolsConfig = ToolsConfig()
     files: FilesConfig = FilesConfig()
     media: MediaConfig = MediaConfig()
+    speech: SpeechConfig = SpeechConfig()
+    """The text-to-speech endpoint of voice replies (`platforms.<name>.voice.reply`)."""
     triggers: Mapping[str, TriggerConfig] = {}
     """Signed webhooks that start agent runs: `POST /hooks/<name>` (see README, Triggers)."""
     webhooks: Mapping[str, WebhookConfig] = {}
@@ -572,6 +581,19 @@ class HeraldConfig(BaseSettings):
                     f"access.operators: {operator!r} is an identity its platform does not "
                     "vouch for (anyone can write a mail's From): turn on "
                     "require_authentication_results (with authserv_id) for it, or remove it"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _voice_rules(self) -> HeraldConfig:
+        if self.speech.enabled:
+            return self
+        for name, section in self.platforms.sections().items():
+            if section.voice.reply is VoiceReply.ALWAYS:
+                raise ValueError(
+                    f"platforms.{name}.voice.reply: 'always' needs a speech endpoint: set "
+                    "speech.base_url (an OpenAI-compatible /v1/audio/speech), or use "
+                    "'when_spoken_to' or 'never'"
                 )
         return self
 

@@ -28,10 +28,14 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
+from pydantic import SecretStr
+
+from agent_core.config import LLMConfig
 from agent_core.media import Destination, OutgoingFile, Vision, VisionSettings
 from agent_core.media.images import Pictures
+from agent_core.media.speech import OpenAISynthesizer, Synthesizer
 from agent_core.media.tools import SendFileTool, ViewAttachmentTool
 from agent_core.media.transcribe import OpenAITranscriber, Transcriber
 from agent_core.tools.base import ToolContext, ToolError
@@ -416,8 +420,9 @@ def media_parts(
         staging=config.state_dir / "files" / "outbox",
     )
     transcription = llm.transcription
-    if transcription.api_key is None and llm.api_key is not None:
-        transcription = transcription.model_copy(update={"api_key": llm.api_key})
+    if transcription.api_key is None and transcription.base_url is not None:
+        key = model_key_for(llm, transcription.base_url)
+        transcription = transcription.model_copy(update={"api_key": key})
     transcriber = OpenAITranscriber(transcription) if transcription.enabled else None
     return MediaParts(
         (ViewAttachmentTool(files, settings, pictures), send),
@@ -425,6 +430,37 @@ def media_parts(
         transcriber,
         files,
     )
+
+
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+"""Where the `openai` SDK goes without a `base_url`."""
+
+
+def model_key_for(llm: LLMConfig, base_url: str) -> SecretStr | None:
+    """`llm.api_key` for an endpoint on the model's own server (same scheme, host and port as
+    `llm.base_url`, or OpenAI's without one), else None: the model's key is never sent to
+    another host; a transcription or speech endpoint elsewhere needs its own `api_key`."""
+    if llm.api_key is None:
+        return None
+    return llm.api_key if _origin(base_url) == _origin(llm.base_url or OPENAI_BASE_URL) else None
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    port = parts.port or {"http": 80, "https": 443}.get(scheme)
+    return scheme, (parts.hostname or "").lower(), port
+
+
+def synthesizer(config: HeraldConfig) -> Synthesizer | None:
+    """What speaks voice replies (`speech`, its key defaulting to `llm.api_key` when on the
+    model's server: `model_key_for`; close it: `aclose`), or None without an endpoint."""
+    speech = config.speech
+    if speech.base_url is None:
+        return None
+    if speech.api_key is None:
+        speech = speech.model_copy(update={"api_key": model_key_for(config.llm, speech.base_url)})
+    return OpenAISynthesizer(speech)
 
 
 def pictures_of(vision: Vision | None) -> Pictures | None:

@@ -92,6 +92,7 @@ from gateway.media import (
     no_other_targets,
     pictures_of,
     prune_forever,
+    synthesizer,
 )
 from gateway.memory_sync import ExternalMemory, MemoryWrites, open_external
 from gateway.metrics import Metrics
@@ -637,6 +638,9 @@ class Supervisor:
         """The session manager (access, lanes, turns), made every runner's sink."""
         cfg = self.config
         self._access = Access(core.store, core.sections, cfg.access)
+        speech = synthesizer(cfg)
+        if speech is not None:
+            stack.push_async_callback(speech.aclose)
         manager = await stack.enter_async_context(
             SessionManager(
                 core.store,
@@ -654,6 +658,7 @@ class Supervisor:
                 approvals=core.approvals,
                 memory_sync=None if self.memory is None else self.memory.queue,
                 files=core.files,
+                speech=speech,
                 homes=cfg.home.targets,
                 redact=self.redactor.secrets,
             )

@@ -108,6 +108,8 @@ class DiscordAdapter(TrackedSends):
             min_edit_interval=config.min_edit_interval,
             min_send_interval=config.min_send_interval,
             max_file_bytes=10 * 1024 * 1024,  # a bot's upload limit outside boosted servers
+            voice=True,  # an audio file, with the spoken text as its message
+            voice_caption=MAX_CHUNK,
         )
         self._client: HeraldClient | None = None
         self._downloads: aiohttp.ClientSession | None = None

@@ -77,6 +77,8 @@ class EmailAdapter:
             max_chunk=MAX_CHUNK,
             min_edit_interval=60.0,
             max_file_bytes=15 * 1024 * 1024,  # about 20 MB encoded: what most mail servers take
+            voice=True,  # an attachment, the spoken text as the body
+            voice_caption=MAX_CHUNK,
         )
         self.receiver = MailReceiver(config, checkpoints, self._receive)
         self._session: ImapSession | None = None

@@ -88,6 +88,8 @@ class SlackAdapter(TrackedSends):
             min_edit_interval=config.min_edit_interval,
             min_send_interval=config.min_send_interval,
             max_file_bytes=1024 * 1024 * 1024,  # Slack's upload limit: 1 GB
+            voice=True,  # an audio file, with the spoken text as its comment
+            voice_caption=3900,
         )
         self._http: aiohttp.ClientSession | None = None
         self._inflight = InFlight()
@@ -314,6 +316,21 @@ class SlackAdapter(TrackedSends):
         web = self._connected()
         thread = message.thread_id or None
         receipt: DeliveryReceipt | None = None
+        if len(message.attachments) == 1 and message.attachments[0].voice:
+            # A spoken reply: the audio file with its text as the file's comment, in one call.
+            voice = message.attachments[0]
+            data = await asyncio.to_thread(voice.path.read_bytes)
+            await self._call(
+                "files.upload",
+                web.files_upload_v2(
+                    channel=message.chat_id,
+                    thread_ts=thread,
+                    content=data,
+                    filename=voice.filename or voice.path.name,
+                    initial_comment=self._render(message) if message.text.strip() else None,
+                ),
+            )
+            return DeliveryReceipt(None)
         if message.text.strip():
             text = self._render(message)
             markdown = message.format is TextFormat.MARKDOWN

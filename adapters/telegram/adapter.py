@@ -43,6 +43,7 @@ from adapters.telegram.markup import to_html, to_markdown_v2
 from adapters.telegram.polling import READ_GRACE, Poller
 from adapters.telegram.pools import SplitPools
 from adapters.telegram.webhook import WebhookReceiver
+from gateway.chunking import markdown_to_plain
 from gateway.contracts.adapter import AdapterState, InboundSink, WebhookResponse
 from gateway.contracts.errors import NotReady, PermanentSendError
 from gateway.contracts.ids import AccountId, ChatId, Platform, PlatformMessageId, ThreadId
@@ -109,6 +110,8 @@ class TelegramAdapter(TrackedSends):
             min_edit_interval=config.min_edit_interval,
             min_send_interval=config.min_send_interval,
             max_file_bytes=SEND_FILE_MAX_BYTES,
+            voice=True,
+            voice_caption=CAPTION_MAX,
         )
         self._bot: Bot | None = None
         self._identity: BotIdentity | None = None
@@ -325,6 +328,17 @@ class TelegramAdapter(TrackedSends):
         thread = int(message.thread_id) if message.thread_id else None
         reply = _reply_parameters(message.reply_to)
         text, mode = self._render(message)
+        if len(message.attachments) == 1 and message.attachments[0].voice:
+            # A spoken reply is always one request: text sent ahead of a voice note whose
+            # upload then failed would be sent again by the retry.
+            return await self._send_file(
+                bot,
+                chat,
+                message.attachments[0],
+                thread,
+                reply,
+                caption=_voice_caption(text, mode, message),
+            )
         if len(message.attachments) == 1 and 0 < utf16_len(text) <= CAPTION_MAX and text.strip():
             # One request for the file and its caption: a failed upload sent nothing, so a
             # retry cannot repeat the text.
@@ -363,6 +377,16 @@ class TelegramAdapter(TrackedSends):
         data = await asyncio.to_thread(attachment.path.read_bytes)
         name = attachment.filename or attachment.path.name
         text, mode = caption or (None, None)
+        if attachment.voice:  # a spoken reply: Ogg/Opus, played as a voice note
+            return await bot.send_voice(
+                chat,
+                data,
+                filename=name,
+                caption=text,
+                parse_mode=mode,
+                message_thread_id=thread,
+                reply_parameters=reply,
+            )
         photo = attachment.mime_type.startswith("image/") and len(data) <= PHOTO_MAX_BYTES
         send = bot.send_photo if photo else bot.send_document
         return await send(
@@ -420,6 +444,26 @@ class TelegramAdapter(TrackedSends):
         if len(self._migrated) >= MAX_MIGRATIONS:
             self._migrated.pop(next(iter(self._migrated)))
         self._migrated[old] = new
+
+
+def _voice_caption(
+    text: str, mode: str | None, message: OutboundMessage
+) -> tuple[str, str | None] | None:
+    """A voice note's caption: the rendered text when it fits Telegram's 1,024, else the same
+    words as plain text (markup and escapes take room; the gateway cut the Markdown to
+    1,024), shortened with "…" only when even that does not fit."""
+    if not text.strip():
+        return None
+    if utf16_len(text) <= CAPTION_MAX:
+        return text, mode
+    plain = markdown_to_plain(message.text) if message.format is TextFormat.MARKDOWN else text
+    if utf16_len(plain) > CAPTION_MAX:
+        logger.warning("%s: a voice note's caption was shortened to 1,024 characters", PLATFORM)
+        plain = plain[: CAPTION_MAX - 1]
+        while utf16_len(plain) > CAPTION_MAX - 1:  # astral characters count twice
+            plain = plain[:-1]
+        plain = plain.rstrip() + "…"
+    return plain, None
 
 
 def _reply_parameters(reply_to: PlatformMessageId | None) -> ReplyParameters | None:

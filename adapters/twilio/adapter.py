@@ -107,6 +107,7 @@ class TwilioAdapter(TrackedSends):
             max_chunk=MAX_PART,
             min_send_interval=config.min_send_interval,
             max_file_bytes=MAX_MEDIA_BYTES if context.links is not None else None,
+            voice=context.links is not None,  # media by link; WhatsApp shows no audio caption
         )
         self._validator = RequestValidator(config.auth_token.get_secret_value())
         self._http: TwilioHttp | None = None

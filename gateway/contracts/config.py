@@ -24,6 +24,15 @@ class BusyMode(StrEnum):
     INTERRUPT = "interrupt"
 
 
+class VoiceReply(StrEnum):
+    """When an answer on a platform is spoken (a voice note, through `speech`)."""
+
+    NEVER = "never"
+    WHEN_SPOKEN_TO = "when_spoken_to"
+    """Answers to voice notes are spoken; the rest are text."""
+    ALWAYS = "always"
+
+
 class GroupSessions(StrEnum):
     """In group chats: one session per chat, or one per person in the chat."""
 
@@ -106,6 +115,12 @@ class Section(BaseModel):
         return read_secret_files(data)
 
 
+class VoiceSection(Section):
+    """A platform's voice replies (the endpoint is the top-level `speech` section)."""
+
+    reply: VoiceReply = VoiceReply.WHEN_SPOKEN_TO
+
+
 class PlatformSection(Section):
     """What every platform's config section has: access rules and session rules.
 
@@ -122,6 +137,8 @@ class PlatformSection(Section):
     busy_mode: BusyMode | None = None
     """Default busy mode of this platform's sessions; `sessions.busy_mode` when unset."""
     group_sessions: GroupSessions = GroupSessions.CHAT
+    voice: VoiceSection = VoiceSection()
+    """When answers are spoken: `voice.reply` is never, when_spoken_to (default) or always."""
 
     @property
     def singleton(self) -> bool:

@@ -55,6 +55,9 @@ class Attachment:
     blob: str | None = None
     """The SHA-256 (hex) of the bytes in the blob store; `path` is then only where this
     instance caches them (or did). None: a file from before the blob store, at `path`."""
+    voice: bool = False
+    """Going out: a spoken reply (Ogg/Opus), sent as the platform's voice note where it has
+    one (Telegram `sendVoice`), else as an audio file."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,3 +137,8 @@ class SendLimits:
     """Seconds between two sends to one chat (the platform's per-chat rate)."""
     max_file_bytes: int | None = None
     """The largest file the platform takes in one message (None: files cannot be sent)."""
+    voice: bool = False
+    """Whether the adapter sends spoken replies (`Attachment.voice`)."""
+    voice_caption: int = 0
+    """The longest text shown with a voice reply, as its caption (0: none is shown, the
+    audio goes alone)."""

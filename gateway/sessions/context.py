@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_core.agent import Agent
+from agent_core.media.speech import Synthesizer
 from gateway.access import Access
 from gateway.backoff import Backoff
 from gateway.channels import Channels
@@ -64,6 +65,8 @@ class SessionContext:
     files: StoredFiles | None = None
     """Where received files are kept when their message is accepted (the blob store; None:
     they stay where the adapter put them)."""
+    speech: Synthesizer | None = None
+    """Speaks voice replies (`speech`; None: every answer is text)."""
     homes: tuple[str, ...] = ()
     """`home.targets` from the config: `/cron` lists the jobs reporting to them too."""
     outbox: Outbox = field(init=False)

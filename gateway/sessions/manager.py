@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import Self
 
 from agent_core.agent import Agent
+from agent_core.media.speech import Synthesizer
 from gateway.access import Access
 from gateway.channels import Channels
 from gateway.cluster.bus import LocalBus
@@ -72,6 +73,7 @@ class SessionManager:
         approvals: ChatApprovals | None = None,
         memory_sync: SyncQueue | None = None,
         files: StoredFiles | None = None,
+        speech: Synthesizer | None = None,
         homes: Sequence[str] = (),
         redact: Callable[[str], str] = lambda text: text,
     ) -> None:
@@ -90,6 +92,7 @@ class SessionManager:
             approvals=approvals,
             memory_sync=memory_sync,
             files=files,
+            speech=speech,
             homes=tuple(homes),
             redact=redact,
         )

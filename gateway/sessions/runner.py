@@ -18,13 +18,21 @@ from agent_core.media import TurnMedia
 from gateway.cluster.lanes import Claim
 from gateway.contracts.errors import LeaseLost
 from gateway.contracts.history import ChatMessage, History, Role, SessionInfo, TurnResult
-from gateway.contracts.ids import InboxId, SessionId, SessionKey, TurnId, UserId
+from gateway.contracts.ids import (
+    InboxId,
+    PlatformMessageId,
+    SessionId,
+    SessionKey,
+    TurnId,
+    UserId,
+)
 from gateway.contracts.messages import utcnow
 from gateway.media import file_chunks
 from gateway.sessions.context import SessionContext
 from gateway.sessions.feedback import Feedback, Preview
 from gateway.sessions.state import Lane, Running, Steer
 from gateway.sessions.voice import VoiceNotes
+from gateway.sessions.voice_replies import VoiceJob, VoiceReplies, voice_chunk
 from gateway.store import inbox as inbox_sql
 from gateway.store.inbox import InboxRow, Outcome
 from gateway.store.outbox import Chunk, Target, enqueue, reply_chunks
@@ -60,6 +68,7 @@ class InboxTurns:
         self.ctx = ctx
         self.feedback = feedback
         self.voice = VoiceNotes(ctx, ctx.agent.transcriber)
+        self.voice_replies = VoiceReplies(ctx, ctx.speech)
 
     async def run_batch(self, key: SessionKey, lane: Lane, batch: list[InboxRow]) -> None:
         head = batch[0]
@@ -175,6 +184,7 @@ class InboxTurns:
         operator = all(self.ctx.is_operator(r.platform, r.sender_id) for r in batch)
         sender = f"{batch[-1].platform}:{batch[-1].sender_id}"
         others = frozenset(f"{r.platform}:{r.sender_id}" for r in batch) - {sender}
+        voice = self.voice_replies.job(target, batch)
         running.task = self.ctx.tg.create_task(
             self._agent_turn(
                 f"turn {turn_id} of {key}",
@@ -188,6 +198,7 @@ class InboxTurns:
                 group=not head.is_direct,
                 media=media,
                 history=history,
+                voice=voice,
             ),
             name=f"turn {key}",
         )
@@ -236,6 +247,7 @@ class InboxTurns:
                 target=target,
                 stops=stops,
                 media=media,
+                voice=voice,
             )
             status, result, outcomes = settled.status, settled.result, settled.outcomes
             notices, postponed = settled.notices, settled.postponed
@@ -310,6 +322,7 @@ class InboxTurns:
         target: Target,
         stops: int,
         media: TurnMedia | None = None,
+        voice: VoiceJob | None = None,
     ) -> _Settlement:
         """What a finished try means for its messages: each one's outcome, the chunks to
         send, and which wait for another try (the model was unreachable)."""
@@ -378,18 +391,16 @@ class InboxTurns:
                 (ids[1:], Outcome.MERGED, None),
                 (steered, Outcome.STEERED, None),
             ]
-            limits = self.ctx.channels.limits(target.platform, target.account)
             notices.extend(
-                reply_chunks(
+                self._answer(
                     target,
                     progress.final_text,
-                    limits,
                     session_id=session_id,
                     turn_id=turn_id,
                     inbox_id=ids[0],
                     reply_to=None if head.is_direct else head.platform_message_id,
-                    edit_of=None if preview is None else preview.message_id,
-                    not_before=self.feedback.not_before(target.chat, preview),
+                    preview=preview,
+                    voice=voice,
                 )
             )
             if media is not None and media.files:
@@ -404,6 +415,76 @@ class InboxTurns:
                     )
                 )
         return _Settlement(status, result, outcomes, notices, postponed)
+
+    def _answer(
+        self,
+        target: Target,
+        text: str,
+        *,
+        session_id: SessionId,
+        turn_id: TurnId,
+        inbox_id: InboxId,
+        reply_to: PlatformMessageId | None,
+        preview: Preview | None,
+        voice: VoiceJob | None,
+    ) -> list[Chunk]:
+        """The chunks of an answer: its text cut to the platform's limit (the first replacing
+        the streamed preview), and its voice note when it was spoken."""
+        limits = self.ctx.channels.limits(target.platform, target.account)
+        not_before = self.feedback.not_before(target.chat, preview)
+        edit_of = None if preview is None else preview.message_id
+        spoken = None if voice is None else voice.spoken
+        if spoken is None or edit_of is not None:
+            chunks = reply_chunks(
+                target,
+                text,
+                limits,
+                session_id=session_id,
+                turn_id=turn_id,
+                inbox_id=inbox_id,
+                reply_to=reply_to,
+                edit_of=edit_of,
+                not_before=not_before,
+            )
+            if spoken is not None:
+                # The streamed preview already shows the answer: the voice note follows it.
+                chunks.append(
+                    voice_chunk(
+                        target,
+                        replace(spoken, text=""),
+                        limits,
+                        session_id=session_id,
+                        turn_id=turn_id,
+                        inbox_id=inbox_id,
+                        chunk_index=len(chunks),
+                    )
+                )
+            return chunks
+        # The voice note first (its text as caption where shown), then the rest as text.
+        chunks = [
+            voice_chunk(
+                target,
+                spoken,
+                limits,
+                session_id=session_id,
+                turn_id=turn_id,
+                inbox_id=inbox_id,
+                reply_to=reply_to,
+                not_before=not_before,
+            )
+        ]
+        if spoken.rest:
+            rest = reply_chunks(
+                target,
+                spoken.rest,
+                limits,
+                session_id=session_id,
+                turn_id=turn_id,
+                inbox_id=inbox_id,
+                not_before=not_before,
+            )
+            chunks.extend(replace(c, chunk_index=c.chunk_index + 1) for c in rest)
+        return chunks
 
     async def _finish(
         self,
@@ -441,6 +522,7 @@ class InboxTurns:
         group: bool = False,
         media: TurnMedia | None = None,
         history: History | None = None,
+        voice: VoiceJob | None = None,
     ) -> TurnFailure | None:
         """Run the agent; its failure, or None when it answered.
 
@@ -466,6 +548,8 @@ class InboxTurns:
             on_failure=self.ctx.failed,
         )
         running.finishing = True
+        if failure is None and voice is not None:
+            await self.voice_replies.speak(voice, progress.final_text)
         return failure
 
 

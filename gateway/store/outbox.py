@@ -747,6 +747,8 @@ def attachment_json(a: Attachment) -> dict[str, Any]:
     }
     if a.blob is not None:
         out["blob"] = a.blob
+    if a.voice:
+        out["voice"] = True
     return out
 
 
@@ -759,6 +761,7 @@ def attachment_of(value: Any) -> Attachment | None:
         int(value["size"]),
         str(value["filename"]),
         blob=None if value.get("blob") is None else str(value["blob"]),
+        voice=value.get("voice") is True,
     )
 
 

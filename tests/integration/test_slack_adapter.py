@@ -143,6 +143,8 @@ async def test_adapter_shape(slack: FakeSlackServer, tmp_path: Path) -> None:
         min_edit_interval=2.0,
         min_send_interval=0.5,
         max_file_bytes=1024 * 1024 * 1024,
+        voice=True,
+        voice_caption=3900,
     )
     with pytest.raises(NotReady, match="not connected"):  # before entering
         await adapter.send(outbound())

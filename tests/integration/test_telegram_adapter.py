@@ -169,6 +169,8 @@ async def test_adapter_shape(tg: FakeTelegramServer, tmp_path: Path) -> None:
         min_edit_interval=0.2,
         min_send_interval=0.0,
         max_file_bytes=50 * 1024 * 1024,
+        voice=True,
+        voice_caption=1024,
     )
     with pytest.raises(NotReady, match="not connected"):  # before entering
         await adapter.send(outbound())
@@ -667,6 +669,31 @@ async def test_one_file_takes_its_text_as_caption_so_a_failed_upload_sent_nothin
     # A caption over Telegram's 1,024 goes first as a message of its own.
     await adapter.send(outbound(ANN, "x" * 1025, attachments=(document,)))
     assert [s.method for s in tg.sent[1:]] == ["sendMessage", "sendDocument"]
+
+
+async def test_a_voice_note_is_one_request_even_when_its_rendered_caption_is_too_long(
+    tg: FakeTelegramServer, adapter: TelegramAdapter, tmp_path: Path
+) -> None:
+    ogg = tmp_path / "voice.ogg"
+    ogg.write_bytes(b"OggS" + b"\x00" * 40 + b"OpusHead")
+    voice = Attachment(ogg, "audio/ogg", ogg.stat().st_size, "voice.ogg", voice=True)
+    # 1,000 characters of Markdown; as HTML (`&lt;`, `&amp;`) well over Telegram's 1,024.
+    words = ("1 < 2 & 3 " * 100).strip()
+    message = outbound(ANN, words, attachments=(voice,))
+
+    tg.fail("sendVoice")
+    with pytest.raises(TransientError):
+        await adapter.send(message)
+    assert tg.sent == []  # no text went ahead of the voice note: the retry cannot repeat it
+
+    await adapter.send(message)
+    [sent] = tg.sent
+    assert (sent.method, sent.plain_text) == ("sendVoice", words)
+    # Longer than any caption even as plain text: shortened, still one request.
+    await adapter.send(outbound(ANN, "y" * 1500, attachments=(voice,)))
+    [_, long] = tg.sent
+    assert long.method == "sendVoice"
+    assert long.plain_text == "y" * 1023 + "…"
 
 
 async def test_nothing_to_send_is_a_permanent_error(adapter: TelegramAdapter) -> None:

@@ -192,6 +192,10 @@ async def send_document(server: FakeTelegramServer, request: Request, params: _P
     return await send_file(server, "sendDocument", "document", params)
 
 
+async def send_voice(server: FakeTelegramServer, request: Request, params: _Params) -> Any:
+    return await send_file(server, "sendVoice", "voice", params)
+
+
 async def send_file(server: FakeTelegramServer, method: str, kind: str, params: _Params) -> Any:
     chat = server._target_chat(params)
     thread_id = server._thread(chat, params)
@@ -201,6 +205,14 @@ async def send_file(server: FakeTelegramServer, method: str, kind: str, params: 
     message = server._bot_message(chat, thread_id, reply)
     if kind == "photo":
         message["photo"] = server._photo_sizes(stored)
+    elif kind == "voice":
+        message["voice"] = {
+            "file_id": stored.file_id,
+            "file_unique_id": stored.file_unique_id,
+            "duration": 1,
+            "mime_type": stored.mime_type or "audio/ogg",
+            "file_size": len(stored.content),
+        }
     else:
         message["document"] = _document_json(stored)
     if formatted.text:
@@ -220,7 +232,8 @@ async def send_file(server: FakeTelegramServer, method: str, kind: str, params: 
 
 
 def input_file(server: FakeTelegramServer, params: _Params, kind: str) -> tuple[Upload, StoredFile]:
-    """The file a sendPhoto / sendDocument carries; registered so getFile serves it."""
+    """The file a sendPhoto / sendDocument / sendVoice carries; registered so getFile serves
+    it."""
     part = params.files.get(kind)
     value = params.string(kind)
     if part is None and value is not None and value.startswith("attach://"):
@@ -229,6 +242,8 @@ def input_file(server: FakeTelegramServer, params: _Params, kind: str) -> tuple[
         # Telegram's style: photos/file_3.jpg, documents/file_4.csv
         if kind == "photo":
             folder, suffix = "photos", ".jpg"
+        elif kind == "voice":
+            folder, suffix = "voice", ".oga"
         else:
             folder = "documents"
             match = re.search(r"\.[A-Za-z0-9]{1,10}$", part.filename or "")

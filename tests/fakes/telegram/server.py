@@ -157,6 +157,7 @@ class FakeTelegramServer(Served, Waitable):
                 ("answerCallbackQuery", functools.partial(methods.answer_callback_query, self)),
                 ("sendPhoto", functools.partial(methods.send_photo, self)),
                 ("sendDocument", functools.partial(methods.send_document, self)),
+                ("sendVoice", functools.partial(methods.send_voice, self)),
                 ("getFile", functools.partial(methods.get_file, self)),
                 ("setWebhook", functools.partial(methods.set_webhook, self)),
                 ("deleteWebhook", functools.partial(methods.delete_webhook, self)),
