@@ -2,7 +2,7 @@
 
 Herald's platform message id of a Slack message is `<channel>:<ts>` (a `ts` is unique in its
 channel), so the `message` and `app_mention` events of one message, and Slack's retries,
-are one inbox row. Edits treated as new messages add `:e<edit ts>`.
+are one inbox row. An edit adds `:e<edit ts>` (and names the original in `edit_of`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from adapters.buttons import button_command
 from adapters.inbound import FileRef, Incoming, Skipped, file_refusal, message_key
 from adapters.slack import PLATFORM
-from adapters.slack.config import SlackConfig, SlackEdits
+from adapters.slack.config import SlackConfig
 from adapters.slack.markup import from_slack
 from gateway.contracts.errors import (
     AuthError,
@@ -116,8 +116,6 @@ def to_inbound(  # noqa: C901, PLR0912 - one branch per Slack event subtype, fla
     subtype = event.get("subtype")
     edit_ts: str | None = None
     if subtype == "message_changed":
-        if config.edited_messages is SlackEdits.IGNORE:
-            return Skipped("edited message ignored")
         inner = event.get("message")
         if not isinstance(inner, Mapping):
             return Skipped("edit without the edited message")
@@ -165,6 +163,7 @@ def to_inbound(  # noqa: C901, PLR0912 - one branch per Slack event subtype, fla
     thread_ts = _str(event.get("thread_ts"))
     thread = thread_ts if thread_ts is not None else (None if is_direct else ts)
     key = message_key(channel, ts)
+    original = key if edit_ts is not None else None
     if edit_ts is not None:
         key = PlatformMessageId(f"{key}:e{edit_ts}")
         sent_at = _timestamp(edit_ts) or sent_at
@@ -184,6 +183,7 @@ def to_inbound(  # noqa: C901, PLR0912 - one branch per Slack event subtype, fla
         thread_id=ThreadId(thread) if thread is not None else None,
         received_at=sent_at,
         raw=dict(body),
+        edit_of=original,
     )
     return Incoming(message, files)
 

@@ -1,7 +1,8 @@
 """Telegram updates → normalized messages, and Telegram errors → Herald errors. Pure functions.
 
 A Telegram `message_id` is unique only inside its chat, so Herald's platform message id for a
-Telegram message is `<chat_id>:<message_id>`; edits treated as new messages add `:e<edit_date>`.
+Telegram message is `<chat_id>:<message_id>`; an edit adds `:e<edit_date>` (and names the
+original in `edit_of`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from telegram.error import (
 
 from adapters.inbound import Incoming, Skipped, file_refusal, message_key
 from adapters.telegram import PLATFORM
-from adapters.telegram.config import EditedMessages, GroupTrigger, TelegramConfig
+from adapters.telegram.config import GroupTrigger, TelegramConfig
 from gateway.contracts.errors import (
     AuthError,
     HeraldError,
@@ -132,8 +133,6 @@ def _to_inbound(
     message = update.message or update.edited_message
     if message is None:
         return Skipped("no message in the update")
-    if edited and config.edited_messages is EditedMessages.IGNORE:
-        return Skipped("edited message ignored")
     sender = message.from_user
     if sender is None:
         return Skipped("no sender")
@@ -166,6 +165,7 @@ def _to_inbound(
         text = "\n".join([text, *notes]) if text else "\n".join(notes)
 
     key = message_key(message.chat.id, message.message_id)
+    original = key if edited else None
     if edited:
         stamp = int((message.edit_date or message.date).timestamp())
         key = PlatformMessageId(f"{key}:e{stamp}")
@@ -188,6 +188,7 @@ def _to_inbound(
         else None,
         received_at=sent_at,
         raw=update.to_dict(),
+        edit_of=original,
     )
     return Incoming(inbound, files)
 

@@ -89,7 +89,6 @@ def test_channel_messages_without_a_mention_need_a_configured_channel() -> None:
         ("bot_message", "message subtype 'bot_message' ignored"),
         ("own_message", "a bot's message"),
         ("deleted", "deleted message (an answer already sent stays)"),
-        ("edited", "edited message ignored"),
         ("reaction_added", "event type 'reaction_added' is not a message"),
     ],
 )
@@ -97,10 +96,11 @@ def test_events_that_do_not_reach_the_agent(name: str, reason: str) -> None:
     assert convert(name) == Skipped(reason)
 
 
-def test_an_edit_can_count_as_a_new_message() -> None:
-    message = accepted("edited", edited_messages="new").message
+def test_an_edit_names_the_message_it_changes() -> None:
+    message = accepted("edited").message
     assert message.text == "What's on my calendar tomorrow?"
     assert message.platform_message_id == "D0ANN:1795000000.000100:e1795000040.000000"
+    assert message.edit_of == "D0ANN:1795000000.000100"
     assert message.received_at == SENT + timedelta(seconds=40)
 
 
