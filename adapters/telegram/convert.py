@@ -45,11 +45,11 @@ from gateway.contracts.ids import (
     PlatformMessageId,
     ThreadId,
 )
-from gateway.contracts.messages import InboundMessage, Sender
+from gateway.contracts.messages import InboundMessage, Reaction, Sender
 
 logger = logging.getLogger(__name__)
 
-ALLOWED_UPDATES = ("message", "edited_message", "callback_query")
+ALLOWED_UPDATES = ("message", "edited_message", "callback_query", "message_reaction")
 """The update types Herald asks Telegram for."""
 MAX_QUOTE = 500
 """Characters of a replied-to message's text shown to the agent."""
@@ -191,6 +191,41 @@ def _to_inbound(
         edit_of=original,
     )
     return Incoming(inbound, files)
+
+
+def reaction_from(update: Update, *, bot: BotIdentity, account: AccountId) -> Reaction | Skipped:
+    """The reaction a `message_reaction` update adds (the first new emoji), or `Skipped` and
+    why (a reaction taken back, an anonymous one, the bot's own). Never raises."""
+    try:
+        changed = update.message_reaction
+        if changed is None:
+            return Skipped("not a reaction")
+        user = changed.user
+        if user is None:
+            return Skipped("an anonymous reaction")
+        if user.id == bot.id:
+            return Skipped("the bot's own reaction")
+        before = {getattr(r, "emoji", None) for r in changed.old_reaction}
+        added = [
+            e for r in changed.new_reaction if (e := getattr(r, "emoji", None)) and e not in before
+        ]
+        if not added:
+            return Skipped("a reaction taken back, or not an emoji")
+        at = changed.date if changed.date.tzinfo else changed.date.replace(tzinfo=UTC)
+        return Reaction(
+            platform=PLATFORM,
+            account=account,
+            chat_id=ChatId(str(changed.chat.id)),
+            sender=Sender(ExternalUserId(str(user.id)), user.full_name, user.is_bot),
+            message=message_key(changed.chat.id, changed.message_id),
+            emoji=added[0],
+            event_id=str(update.update_id),
+            is_direct=changed.chat.type == ChatType.PRIVATE,
+            received_at=at,
+            raw=update.to_dict(),
+        )
+    except Exception as err:  # the parser does not check types
+        return Skipped(f"malformed reaction: {type(err).__name__}: {err}")
 
 
 BUTTON_COMMANDS = ("/approve ", "/deny ")

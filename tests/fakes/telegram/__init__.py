@@ -9,7 +9,7 @@ descriptions and `parameters` (`retry_after`, `migrate_to_chat_id`). Wrong token
 "Unauthorized"; a method the fake lacks: 404 "Not Found", like an unknown one.
 
 Methods: getMe, getUpdates, sendMessage, editMessageText, deleteMessage, sendChatAction,
-answerCallbackQuery,
+answerCallbackQuery, setMessageReaction (recorded in `reactions`),
 sendPhoto, sendDocument, getFile (bytes under `GET /file/bot<token>/<file_path>`), setWebhook,
 deleteWebhook, getWebhookInfo, setMyCommands, getMyCommands, deleteMyCommands.
 
