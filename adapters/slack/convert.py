@@ -32,7 +32,7 @@ from gateway.contracts.ids import (
     PlatformMessageId,
     ThreadId,
 )
-from gateway.contracts.messages import Button, InboundMessage, Sender
+from gateway.contracts.messages import Button, InboundMessage, Reaction, Sender
 
 NOT_ADDRESSED = "channel message that does not address the bot"
 AUTH_ERRORS = frozenset(
@@ -259,6 +259,39 @@ def blocks_for(text: str, buttons: tuple[Button, ...], *, mrkdwn: bool) -> list[
     if elements:
         blocks.append({"type": "actions", "block_id": BUTTONS_BLOCK, "elements": elements})
     return blocks
+
+
+def reaction_from(body: Any, *, bot: BotIdentity, account: AccountId) -> Reaction | Skipped:
+    """The reaction a `reaction_added` event callback carries, or `Skipped` and why (not on a
+    message, the bot's own). Never raises. Slack names the emoji (`thumbsup`, `+1::skin-tone-2`).
+    """
+    event = body.get("event") if isinstance(body, Mapping) else None
+    if not isinstance(event, Mapping) or event.get("type") != "reaction_added":
+        return Skipped("not a reaction_added event")
+    item = event.get("item")
+    item = item if isinstance(item, Mapping) else {}
+    user, name = _str(event.get("user")), _str(event.get("reaction"))
+    channel, ts = _str(item.get("channel")), _str(item.get("ts"))
+    if item.get("type") != "message" or channel is None or ts is None:
+        return Skipped("a reaction to something other than a message")
+    if user is None or name is None:
+        return Skipped("a reaction without its user or emoji")
+    if user == bot.user_id:
+        return Skipped("the bot's own reaction")
+    at = _timestamp(event.get("event_ts")) or datetime.now(UTC)
+    event_id = _str(body.get("event_id")) or f"{user}:{name}:{event.get('event_ts')}"
+    return Reaction(
+        platform=PLATFORM,
+        account=account,
+        chat_id=ChatId(channel),
+        sender=Sender(ExternalUserId(user), user, False),
+        message=message_key(channel, ts),
+        emoji=name,
+        event_id=event_id,
+        is_direct=channel.startswith("D"),
+        received_at=at,
+        raw=dict(body),
+    )
 
 
 def pressed(payload: Any, *, bot: BotIdentity, account: AccountId) -> Incoming[FileRef] | Skipped:

@@ -17,6 +17,7 @@ from adapters.slack.convert import (
     NOT_ADDRESSED,
     BotIdentity,
     error_from,
+    reaction_from,
     split_message_key,
     to_inbound,
 )
@@ -166,3 +167,19 @@ def test_socket_mode_needs_the_app_token_and_events_the_signing_secret() -> None
         SlackConfig(bot_token=SecretStr("xoxb-1"))
     with pytest.raises(ValueError, match="signing_secret"):
         SlackConfig(bot_token=SecretStr("xoxb-1"), mode="events")
+
+
+def test_a_reaction_to_a_message() -> None:
+    body = json.loads((DATA / "reaction_added.json").read_text(encoding="utf-8"))
+    reaction = reaction_from(body, bot=BOT, account=AccountId("ws"))
+    assert not isinstance(reaction, Skipped)
+    assert (reaction.message, reaction.emoji, reaction.event_id) == (
+        "D0ANN:1795000000.000100",
+        "thumbsup",
+        "Ev11",
+    )
+    assert (reaction.sender.id, reaction.is_direct) == ("U0ANN", True)
+    own = {**body, "event": {**body["event"], "user": "UBOT"}}
+    assert reaction_from(own, bot=BOT, account=AccountId("ws")) == Skipped("the bot's own reaction")
+    on_file = {**body, "event": {**body["event"], "item": {"type": "file", "file": "F1"}}}
+    assert isinstance(reaction_from(on_file, bot=BOT, account=AccountId("ws")), Skipped)
