@@ -12,7 +12,7 @@ import pytest
 from adapters.loopback import PLATFORM as TEST
 from gateway.contracts.config import PlatformSection, ReactionRule
 from gateway.contracts.history import Role
-from gateway.contracts.ids import ExternalUserId, PlatformMessageId
+from gateway.contracts.ids import ChatId, ExternalUserId, PlatformMessageId
 from gateway.contracts.messages import Reaction, Sender
 from gateway.sessions.admission import reaction_verb
 from gateway.store import Store
@@ -33,7 +33,7 @@ def reaction(rig: Rig, message: str, emoji: str = "🎉", who: str = "c1", n: in
     return Reaction(
         platform=TEST,
         account=rig.adapter.account,
-        chat_id=rig.adapter.delivered[0].chat_id,  # type: ignore[arg-type]
+        chat_id=ChatId(rig.adapter.delivered[0].chat_id),
         sender=Sender(ExternalUserId(who), who),
         message=PlatformMessageId(message),
         emoji=emoji,
