@@ -71,8 +71,11 @@ class Channel:
 
 
 def split_message_key(key: str) -> tuple[str, str] | None:
-    """`(channel id, message id)` of a key made by `message_key`, None when it is not one."""
+    """`(channel id, message id)` of a key made by `message_key` (an edit's `:e<stamp>`
+    suffix, or a reaction's `:r<id>`, names the message it is about), None when it is not
+    one."""
     channel, sep, message = key.partition(":")
+    message = message.split(":", 1)[0]
     if not sep or not channel.isdigit() or not message.isdigit():
         return None
     return channel, message

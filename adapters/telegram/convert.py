@@ -79,10 +79,12 @@ class FileRef:
 
 
 def split_message_key(key: str) -> tuple[str, int] | None:
-    """`(chat_id, message_id)` of a key made by `message_key`, None when it is not one."""
-    chat, sep, number = key.rpartition(":")
+    """`(chat_id, message_id)` of a key made by `message_key` (an edit's `:e<date>` suffix,
+    or a reaction's `:r<update>`, names the message it is about), None when it is not one."""
+    chat, sep, number = key.partition(":")
     if not sep:
         chat, number = "", key
+    number = number.split(":", 1)[0]
     try:
         message_id = int(number)
     except ValueError:

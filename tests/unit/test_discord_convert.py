@@ -203,6 +203,7 @@ def test_junk_is_skipped_not_raised(junk: Any) -> None:
 def test_message_keys_and_snowflakes() -> None:
     assert message_key("12", "34") == "12:34"
     assert split_message_key("12:34") == ("12", "34")
+    assert split_message_key("12:34:e1732616160500") == ("12", "34")  # an edit of it
     assert split_message_key("nope") is None
     assert split_message_key("12:abc") is None
     assert newer("9", "10") == "10"

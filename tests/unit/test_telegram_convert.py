@@ -213,6 +213,7 @@ def test_message_keys_round_trip() -> None:
     assert split_message_key(key) == ("-100123", 55)
     assert split_message_key("55") == ("", 55)
     assert split_message_key("chat:abc") is None
+    assert split_message_key(f"{key}:e1795000030") == ("-100123", 55)  # an edit of it
 
 
 @pytest.mark.parametrize(
