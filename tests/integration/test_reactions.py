@@ -5,6 +5,7 @@ platform (`test_telegram_reactions.py`, and the Slack and Discord daemon tests).
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,9 @@ async def test_a_reaction_to_the_bot_by_rule(
         await rig.manager.accept(inbound("hello"))
         await wait_replies(rig, 1)
         bot_message = rig.adapter.delivered[0].message_id
+        async with asyncio.timeout(10):  # its receipt stored (a person reacts after that)
+            while await rig.outbox.sent_as(TEST, "acct", bot_message) is None:
+                await asyncio.sleep(0.01)
         await rig.manager.react(reaction(rig, bot_message))
         await rig.manager.react(reaction(rig, bot_message))  # a redelivery: once
         await rig.manager.react(reaction(rig, "in-1", n=2))  # the person's own message
