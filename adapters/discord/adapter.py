@@ -33,6 +33,8 @@ from adapters.discord.client import (
     GatewayEvent,
     HeraldClient,
     Interacted,
+    MessageUpdated,
+    Reacted,
 )
 from adapters.discord.config import DiscordConfig
 from adapters.discord.convert import (
@@ -49,13 +51,14 @@ from adapters.discord.convert import (
     is_guild_message,
     newer,
     pressed,
+    reaction_from,
     split_message_key,
     to_inbound,
 )
 from adapters.files import download, keep, with_files
 from adapters.inbound import FileRef, Skipped, log_skipped, message_key
 from adapters.inflight import InFlight, TrackedSends
-from gateway.contracts.adapter import AdapterState, Checkpoints, InboundSink
+from gateway.contracts.adapter import AdapterState, Checkpoints, InboundSink, ReactionSink
 from gateway.contracts.errors import AuthError, HeraldError, NotReady, PermanentSendError
 from gateway.contracts.ids import AccountId, ChatId, Platform, PlatformMessageId, ThreadId
 from gateway.contracts.messages import (
@@ -335,6 +338,10 @@ class DiscordAdapter(TrackedSends):
                 self._ready, self._catching_up = False, True
             elif isinstance(event, Interacted):
                 await self._on_press(event.data, sink)
+            elif isinstance(event, MessageUpdated):
+                await self._on_edit(event.data, sink)
+            elif isinstance(event, Reacted):
+                await self._on_reaction(event.data, sink)
             else:
                 await self._receive(event.data, sink, advance=not self._catching_up)
 
@@ -375,6 +382,62 @@ class DiscordAdapter(TrackedSends):
         await self._track(channel_id)
         if advance or await self._last_seen(channel_id) is None:
             await self._mark_seen(channel_id, message_id)
+
+    async def _on_edit(self, data: dict[str, Any], sink: InboundSink) -> None:
+        """An edited message, stored as an edit of the original (the sink decides what it
+        changes); it moves no watermark."""
+        channel_id = data.get("channel_id")
+        if not isinstance(channel_id, str):
+            return
+        channel = await self._channel(channel_id) if is_guild_message(data) else None
+        incoming = to_inbound(
+            data,
+            bot_id=self._bot_id,
+            account=self.account,
+            config=self.config,
+            channel=channel,
+            now=utcnow(),
+            edit=True,
+        )
+        if isinstance(incoming, Skipped):
+            what = f"{PLATFORM}: edit of message {data.get('id')}"
+            log_skipped(logger, what, incoming, quiet=(NOT_ADDRESSED, OWN_MESSAGE))
+            return
+        key = incoming.message.platform_message_id
+        message = await with_files(
+            incoming.message,
+            incoming.files,
+            lambda i, ref: self._download(key, i, ref),
+            sink=sink,
+        )
+        await sink.accept(message)
+
+    async def _on_reaction(self, data: dict[str, Any], sink: InboundSink) -> None:
+        """A reaction, to the sink that takes them (it decides whether it means anything)."""
+        channel_id = data.get("channel_id")
+        guild = isinstance(data.get("guild_id"), str)
+        channel = await self._channel(channel_id) if guild and isinstance(channel_id, str) else None
+        reaction = reaction_from(data, bot_id=self._bot_id, account=self.account, channel=channel)
+        if isinstance(reaction, Skipped):
+            log_skipped(logger, f"{PLATFORM}: a reaction", reaction)
+        elif isinstance(sink, ReactionSink):
+            await sink.react(reaction)
+
+    async def working(self, chat_id: ChatId, message: PlatformMessageId) -> None:
+        """Put the working reaction on the message being answered."""
+        parsed = split_message_key(message)
+        if self.config.working_reaction and parsed is not None:
+            http = self._connected().http
+            await self._call("react", http.add_reaction(*parsed, self.config.working_reaction))
+
+    async def done(self, chat_id: ChatId, message: PlatformMessageId) -> None:
+        """Take the working reaction off again."""
+        parsed = split_message_key(message)
+        if self.config.working_reaction and parsed is not None:
+            http = self._connected().http
+            await self._call(
+                "react", http.remove_own_reaction(*parsed, self.config.working_reaction)
+            )
 
     async def _on_press(self, data: dict[str, Any], sink: InboundSink) -> None:
         """A button press: stored as the presser's own command, then answered with a deferred

@@ -11,7 +11,8 @@ asks. Herald runs the connect loop itself (`DiscordAdapter`) so that failures re
 supervisor as NotReady / AuthError instead of being retried forever inside the library.
 
 Gateway events do not become discord.py model objects or event tasks: READY, RESUMED,
-MESSAGE_CREATE and INTERACTION_CREATE (button presses) go, as raw payloads and in the order
+MESSAGE_CREATE, MESSAGE_UPDATE (edits), MESSAGE_REACTION_ADD and INTERACTION_CREATE (button
+presses) go, as raw payloads and in the order
 received, to the `on_event` callback (synchronously, from the websocket's read loop), and every
 other event is dropped unparsed.
 """
@@ -52,6 +53,20 @@ class MessageCreated:
 
 
 @dataclass(frozen=True, slots=True)
+class MessageUpdated:
+    """A MESSAGE_UPDATE payload (an edit, or an embed added)."""
+
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Reacted:
+    """A MESSAGE_REACTION_ADD payload."""
+
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class Interacted:
     """An INTERACTION_CREATE payload (a press of a message's button)."""
 
@@ -63,7 +78,7 @@ class Disconnected:
     """The socket is gone; events may be missed until the next Connected."""
 
 
-GatewayEvent = Connected | MessageCreated | Interacted | Disconnected
+GatewayEvent = Connected | MessageCreated | MessageUpdated | Reacted | Interacted | Disconnected
 
 
 class RoutedHTTP(HTTPClient):
@@ -144,6 +159,8 @@ class HeraldClient(discord.Client):
         intents.guild_messages = True
         intents.dm_messages = True
         intents.message_content = True
+        intents.guild_reactions = True
+        intents.dm_reactions = True
         super().__init__(
             intents=intents,
             heartbeat_timeout=heartbeat_timeout,
@@ -161,6 +178,8 @@ class HeraldClient(discord.Client):
         parsers["READY"] = lambda data: self.on_event(Connected(resumed=False))
         parsers["RESUMED"] = lambda data: self.on_event(Connected(resumed=True))
         parsers["MESSAGE_CREATE"] = lambda data: self.on_event(MessageCreated(data))
+        parsers["MESSAGE_UPDATE"] = lambda data: self.on_event(MessageUpdated(data))
+        parsers["MESSAGE_REACTION_ADD"] = lambda data: self.on_event(Reacted(data))
         parsers["INTERACTION_CREATE"] = lambda data: self.on_event(Interacted(data))
 
     def dispatch(self, event: str, /, *args: Any, **kwargs: Any) -> None:

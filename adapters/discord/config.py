@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, SecretStr
 
-from gateway.contracts.config import IdList, PlatformSection
+from gateway.contracts.config import EditedMessages, EditRule, IdList, PlatformSection, ReactionRule
 from gateway.contracts.messages import InboundMessage
 
 PUBLIC_API_BASE = "https://discord.com/api/v10"
@@ -25,6 +25,13 @@ class DiscordConfig(PlatformSection):
     """Seconds between two edits of a streamed answer."""
     min_send_interval: float = Field(default=0.5, ge=0, le=60)
     """Seconds between two messages to one channel."""
+    edited_messages: EditedMessages = EditRule.ANSWER
+    """An edit of a message already answered: `answer` (as a new message marked as an edit)
+    or `ignore`. Edits of waiting messages and of the one being answered always count."""
+    reactions: ReactionRule = ReactionRule.NOTE
+    """A reaction to one of the bot's messages: `note` in the session, `turn`, or `ignore`."""
+    working_reaction: str = Field(default="👀", max_length=32)
+    """Put on the message being answered while the agent works (a Unicode emoji); empty: none."""
     api_base: str = Field(default=PUBLIC_API_BASE, pattern=r"^https?://\S+[^/]$")
     """REST base including the API version, without a trailing `/` (a proxy, or a test)."""
     gateway_url: str | None = Field(default=None, pattern=r"^wss?://\S+$")

@@ -34,7 +34,7 @@ from gateway.contracts.ids import (
     PlatformMessageId,
     ThreadId,
 )
-from gateway.contracts.messages import Button, InboundMessage, Sender
+from gateway.contracts.messages import Button, InboundMessage, Reaction, Sender
 
 NOT_ADDRESSED = "server message that does not address the bot"
 OWN_MESSAGE = "the bot's own message"
@@ -71,8 +71,11 @@ class Channel:
 
 
 def split_message_key(key: str) -> tuple[str, str] | None:
-    """`(channel id, message id)` of a key made by `message_key`, None when it is not one."""
+    """`(channel id, message id)` of a key made by `message_key` (an edit's `:e<stamp>`
+    suffix, or a reaction's `:r<id>`, names the message it is about), None when it is not
+    one."""
     channel, sep, message = key.partition(":")
+    message = message.split(":", 1)[0]
     if not sep or not channel.isdigit() or not message.isdigit():
         return None
     return channel, message
@@ -131,9 +134,12 @@ def to_inbound(  # noqa: C901, PLR0912 - one branch per Discord message field, f
     config: DiscordConfig,
     channel: Channel | None,
     now: datetime,
+    edit: bool = False,
 ) -> Incoming[FileRef] | Skipped:
     """The message a MESSAGE_CREATE payload (or a history entry) carries for the agent, or
-    `Skipped` and why. Never raises.
+    `Skipped` and why. Never raises. With `edit`, a MESSAGE_UPDATE: the edited message, its id
+    `<channel>:<message>:e<edited_timestamp>`, naming the original in `edit_of` (an update
+    that is not an edit, such as an embed added, is skipped).
 
     `channel` is what Herald knows of the message's channel: needed for server messages (a
     thread's messages go to the session of the thread) and for history entries, which carry
@@ -161,6 +167,11 @@ def to_inbound(  # noqa: C901, PLR0912 - one branch per Discord message field, f
     sent_at = snowflake_time(message_id)
     if sent_at is None:
         return Skipped("no message id")
+    edited_at = _iso_time(data.get("edited_timestamp")) if edit else None
+    if edit:
+        if edited_at is None:
+            return Skipped("an update that is not an edit (an embed, a pin)")
+        sent_at = edited_at
     if now - sent_at > timedelta(seconds=config.backlog_max_age):
         return Skipped(f"older than backlog_max_age (sent {sent_at:%Y-%m-%d %H:%M:%S} UTC)")
 
@@ -216,15 +227,69 @@ def to_inbound(  # noqa: C901, PLR0912 - one branch per Discord message field, f
         chat_id=ChatId(chat),
         sender=Sender(ExternalUserId(author_id), nick or _display_name(author), False),
         text=text,
-        platform_message_id=message_key(channel_id, message_id),
+        platform_message_id=(
+            message_key(channel_id, message_id)
+            if edited_at is None
+            else PlatformMessageId(
+                f"{message_key(channel_id, message_id)}:e{int(edited_at.timestamp() * 1000)}"
+            )
+        ),
         is_direct=is_direct,
         mentions_bot=mentioned,
         thread_id=ThreadId(thread) if thread is not None else None,
         reply_to=reply_to,
         received_at=sent_at,
         raw=dict(data),
+        edit_of=None if edited_at is None else message_key(channel_id, message_id),
     )
     return Incoming(message, files)
+
+
+def _iso_time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def reaction_from(
+    data: Any, *, bot_id: str, account: AccountId, channel: Channel | None
+) -> Reaction | Skipped:
+    """The reaction a MESSAGE_REACTION_ADD payload adds, or `Skipped` and why (the bot's own,
+    a custom emoji shown by name). Never raises. `channel`: as for `to_inbound` (a reaction in
+    a thread belongs to the thread's session)."""
+    if not isinstance(data, Mapping):
+        return Skipped("not a reaction")
+    user = _str(data.get("user_id"))
+    channel_id, message_id = _str(data.get("channel_id")), _str(data.get("message_id"))
+    emoji = data.get("emoji")
+    name = _str(emoji.get("name")) if isinstance(emoji, Mapping) else None
+    if user is None or channel_id is None or message_id is None or name is None:
+        return Skipped("a reaction without its user, message or emoji")
+    if user == bot_id:
+        return Skipped("the bot's own reaction")
+    is_direct = _str(data.get("guild_id")) is None
+    chat, thread = channel_id, None
+    if not is_direct and channel is not None and channel.kind is ChannelKind.THREAD:
+        chat, thread = channel.parent_id or channel_id, channel_id
+    member = data.get("member")
+    person = member.get("user") if isinstance(member, Mapping) else None
+    shown = _display_name(person) if isinstance(person, Mapping) else user
+    return Reaction(
+        platform=PLATFORM,
+        account=account,
+        chat_id=ChatId(chat),
+        sender=Sender(ExternalUserId(user), shown, False),
+        message=message_key(channel_id, message_id),
+        emoji=name,
+        event_id=f"{user}:{name}",
+        is_direct=is_direct,
+        thread_id=ThreadId(thread) if thread is not None else None,
+        raw=dict(data),
+    )
 
 
 def _display_name(user: Mapping[str, Any]) -> str:

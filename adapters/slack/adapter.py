@@ -28,12 +28,13 @@ from adapters.slack.convert import (
     blocks_for,
     error_from,
     pressed,
+    reaction_from,
     split_message_key,
     to_inbound,
 )
 from adapters.slack.markup import to_mrkdwn
 from adapters.slack.socket_mode import SocketModeReceiver
-from gateway.contracts.adapter import AdapterState, InboundSink, WebhookResponse
+from gateway.contracts.adapter import AdapterState, InboundSink, ReactionSink, WebhookResponse
 from gateway.contracts.errors import HeraldError, NotReady, PermanentSendError
 from gateway.contracts.ids import AccountId, ChatId, Platform, PlatformMessageId
 from gateway.contracts.messages import (
@@ -185,6 +186,7 @@ class SlackAdapter(TrackedSends):
         )
         bolt.event("message")(self._on_message)
         bolt.event("app_mention")(self._on_message)
+        bolt.event("reaction_added")(self._on_reaction)
         bolt.event(re.compile(".*"))(self._on_other_event)
         bolt.action(re.compile(".*"))(self._on_press)
         return bolt
@@ -274,6 +276,15 @@ class SlackAdapter(TrackedSends):
             sink=sink,
         )
         await sink.accept(message)
+
+    async def _on_reaction(self, body: dict[str, Any], context: AsyncBoltContext) -> None:
+        sink: InboundSink = context[SINK]
+        assert self._identity is not None
+        reaction = reaction_from(body, bot=self._identity, account=self.account)
+        if isinstance(reaction, Skipped):
+            log_skipped(logger, f"{PLATFORM}: event {body.get('event_id')}", reaction)
+        elif isinstance(sink, ReactionSink):
+            await sink.react(reaction)
 
     async def _on_press(
         self, ack: AsyncAck, body: dict[str, Any], context: AsyncBoltContext

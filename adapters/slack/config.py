@@ -6,7 +6,7 @@ from enum import StrEnum
 
 from pydantic import Field, SecretStr, model_validator
 
-from gateway.contracts.config import IdList, PlatformSection
+from gateway.contracts.config import EditedMessages, EditRule, IdList, PlatformSection, ReactionRule
 
 PUBLIC_BASE_URL = "https://slack.com/api/"
 
@@ -18,13 +18,6 @@ class SlackMode(StrEnum):
     """Socket Mode: Herald opens a websocket to Slack; no public URL needed."""
     EVENTS = "events"
     """Events API: Slack posts to `/webhooks/slack/events` over HTTPS."""
-
-
-class SlackEdits(StrEnum):
-    """What an edited message does."""
-
-    IGNORE = "ignore"
-    NEW = "new"
 
 
 class SlackConfig(PlatformSection):
@@ -47,7 +40,11 @@ class SlackConfig(PlatformSection):
     min_send_interval: float = Field(default=1.0, ge=0, le=60)
     working_reaction: str = Field(default="eyes", pattern=r"^[a-z0-9_+\-']*$")
     """Reaction put on the message being answered while the agent works; empty: none."""
-    edited_messages: SlackEdits = SlackEdits.IGNORE
+    edited_messages: EditedMessages = EditRule.ANSWER
+    """An edit of a message already answered: `answer` (as a new message marked as an edit)
+    or `ignore`. Edits of waiting messages and of the one being answered always count."""
+    reactions: ReactionRule = ReactionRule.NOTE
+    """A reaction to one of the bot's messages: `note` in the session, `turn`, or `ignore`."""
     backlog_max_age: float = Field(default=3600.0, gt=0)
     """Events older than this many seconds when they arrive are skipped, not answered."""
     ping_interval: float = Field(default=10.0, gt=0, le=120)

@@ -2,7 +2,7 @@
 
 Herald's platform message id of a Slack message is `<channel>:<ts>` (a `ts` is unique in its
 channel), so the `message` and `app_mention` events of one message, and Slack's retries,
-are one inbox row. Edits treated as new messages add `:e<edit ts>`.
+are one inbox row. An edit adds `:e<edit ts>` (and names the original in `edit_of`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from adapters.buttons import button_command
 from adapters.inbound import FileRef, Incoming, Skipped, file_refusal, message_key
 from adapters.slack import PLATFORM
-from adapters.slack.config import SlackConfig, SlackEdits
+from adapters.slack.config import SlackConfig
 from adapters.slack.markup import from_slack
 from gateway.contracts.errors import (
     AuthError,
@@ -32,7 +32,7 @@ from gateway.contracts.ids import (
     PlatformMessageId,
     ThreadId,
 )
-from gateway.contracts.messages import Button, InboundMessage, Sender
+from gateway.contracts.messages import Button, InboundMessage, Reaction, Sender
 
 NOT_ADDRESSED = "channel message that does not address the bot"
 AUTH_ERRORS = frozenset(
@@ -116,8 +116,6 @@ def to_inbound(  # noqa: C901, PLR0912 - one branch per Slack event subtype, fla
     subtype = event.get("subtype")
     edit_ts: str | None = None
     if subtype == "message_changed":
-        if config.edited_messages is SlackEdits.IGNORE:
-            return Skipped("edited message ignored")
         inner = event.get("message")
         if not isinstance(inner, Mapping):
             return Skipped("edit without the edited message")
@@ -165,6 +163,7 @@ def to_inbound(  # noqa: C901, PLR0912 - one branch per Slack event subtype, fla
     thread_ts = _str(event.get("thread_ts"))
     thread = thread_ts if thread_ts is not None else (None if is_direct else ts)
     key = message_key(channel, ts)
+    original = key if edit_ts is not None else None
     if edit_ts is not None:
         key = PlatformMessageId(f"{key}:e{edit_ts}")
         sent_at = _timestamp(edit_ts) or sent_at
@@ -184,6 +183,7 @@ def to_inbound(  # noqa: C901, PLR0912 - one branch per Slack event subtype, fla
         thread_id=ThreadId(thread) if thread is not None else None,
         received_at=sent_at,
         raw=dict(body),
+        edit_of=original,
     )
     return Incoming(message, files)
 
@@ -259,6 +259,39 @@ def blocks_for(text: str, buttons: tuple[Button, ...], *, mrkdwn: bool) -> list[
     if elements:
         blocks.append({"type": "actions", "block_id": BUTTONS_BLOCK, "elements": elements})
     return blocks
+
+
+def reaction_from(body: Any, *, bot: BotIdentity, account: AccountId) -> Reaction | Skipped:
+    """The reaction a `reaction_added` event callback carries, or `Skipped` and why (not on a
+    message, the bot's own). Never raises. Slack names the emoji (`thumbsup`, `+1::skin-tone-2`).
+    """
+    event = body.get("event") if isinstance(body, Mapping) else None
+    if not isinstance(event, Mapping) or event.get("type") != "reaction_added":
+        return Skipped("not a reaction_added event")
+    item = event.get("item")
+    item = item if isinstance(item, Mapping) else {}
+    user, name = _str(event.get("user")), _str(event.get("reaction"))
+    channel, ts = _str(item.get("channel")), _str(item.get("ts"))
+    if item.get("type") != "message" or channel is None or ts is None:
+        return Skipped("a reaction to something other than a message")
+    if user is None or name is None:
+        return Skipped("a reaction without its user or emoji")
+    if user == bot.user_id:
+        return Skipped("the bot's own reaction")
+    at = _timestamp(event.get("event_ts")) or datetime.now(UTC)
+    event_id = _str(body.get("event_id")) or f"{user}:{name}:{event.get('event_ts')}"
+    return Reaction(
+        platform=PLATFORM,
+        account=account,
+        chat_id=ChatId(channel),
+        sender=Sender(ExternalUserId(user), user, False),
+        message=message_key(channel, ts),
+        emoji=name,
+        event_id=event_id,
+        is_direct=channel.startswith("D"),
+        received_at=at,
+        raw=dict(body),
+    )
 
 
 def pressed(payload: Any, *, bot: BotIdentity, account: AccountId) -> Incoming[FileRef] | Skipped:

@@ -36,6 +36,7 @@ from adapters.telegram.convert import (
     FileRef,
     error_from,
     menu_entries,
+    reaction_from,
     split_message_key,
     to_inbound,
 )
@@ -44,7 +45,7 @@ from adapters.telegram.polling import READ_GRACE, Poller
 from adapters.telegram.pools import SplitPools
 from adapters.telegram.webhook import WebhookReceiver
 from gateway.chunking import markdown_to_plain
-from gateway.contracts.adapter import AdapterState, InboundSink, WebhookResponse
+from gateway.contracts.adapter import AdapterState, InboundSink, ReactionSink, WebhookResponse
 from gateway.contracts.errors import NotReady, PermanentSendError
 from gateway.contracts.ids import AccountId, ChatId, Platform, PlatformMessageId, ThreadId
 from gateway.contracts.messages import (
@@ -251,6 +252,9 @@ class TelegramAdapter(TrackedSends):
         """Normalize one update, download its files, store it. Raises NotReady on download
         failures that may pass (the update is then delivered again)."""
         assert self._identity is not None
+        if update.message_reaction is not None:
+            await self._reacted(update, sink)
+            return
         incoming = to_inbound(
             update,
             bot=self._identity,
@@ -273,6 +277,34 @@ class TelegramAdapter(TrackedSends):
             sink=sink,
         )
         await sink.accept(message)
+
+    async def _reacted(self, update: Update, sink: InboundSink) -> None:
+        """A reaction, to the sink that takes them (it decides whether it means anything)."""
+        assert self._identity is not None
+        reaction = reaction_from(update, bot=self._identity, account=self.account)
+        if isinstance(reaction, Skipped):
+            log_skipped(logger, f"{PLATFORM}: update {update.update_id}", reaction)
+        elif isinstance(sink, ReactionSink):
+            await sink.react(reaction)
+
+    async def working(self, chat_id: ChatId, message: PlatformMessageId) -> None:
+        """Put the working reaction on the message being answered."""
+        await self._react(chat_id, message, self.config.working_reaction)
+
+    async def done(self, chat_id: ChatId, message: PlatformMessageId) -> None:
+        """Take the working reaction off again."""
+        await self._react(chat_id, message, None)
+
+    async def _react(self, chat_id: ChatId, message: PlatformMessageId, emoji: str | None) -> None:
+        parsed = split_message_key(message)
+        if not self.config.working_reaction or parsed is None:
+            return
+        try:
+            await self._connected().set_message_reaction(
+                chat_id=chat_id, message_id=parsed[1], reaction=emoji
+            )
+        except TelegramError as err:
+            raise error_from(err, "setMessageReaction") from err
 
     async def _answer_press(self, query_id: str) -> None:
         """Stop the pressed button's spinner (best effort: the press is handled anyway)."""

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from gateway.contracts.config import PlatformSection
+from gateway.contracts.config import EditedMessages, EditRule, PlatformSection, ReactionRule
 
 PUBLIC_BASE_URL = "https://api.telegram.org/bot"
 PUBLIC_BASE_FILE_URL = "https://api.telegram.org/file/bot"
@@ -29,14 +29,6 @@ class GroupTrigger(StrEnum):
     """A reply to one of the bot's messages."""
     ALL = "all"
     """Every message (the bot needs privacy mode off in BotFather to see them)."""
-
-
-class EditedMessages(StrEnum):
-    """What an edited message does."""
-
-    IGNORE = "ignore"
-    NEW = "new"
-    """Treated as a new message from the same sender."""
 
 
 class ParseMode(StrEnum):
@@ -67,7 +59,14 @@ class TelegramConfig(PlatformSection):
     min_send_interval: float = Field(default=1.0, ge=0, le=60)
     """Seconds between two messages to one chat (Telegram allows about one per second)."""
     parse_mode: ParseMode = ParseMode.HTML
-    edited_messages: EditedMessages = EditedMessages.IGNORE
+    edited_messages: EditedMessages = EditRule.ANSWER
+    """An edit of a message already answered: `answer` (as a new message marked as an edit)
+    or `ignore`. Edits of waiting messages and of the one being answered always count."""
+    reactions: ReactionRule = ReactionRule.NOTE
+    """A reaction to one of the bot's messages: `note` in the session, `turn`, or `ignore`."""
+    working_reaction: str = Field(default="👀", max_length=16)
+    """Put on the message being answered while the agent works (one of Telegram's reaction
+    emoji); empty: none."""
     process_backlog_on_start: bool = True
     """Answer messages sent while Herald was down; when off they are skipped at start."""
     backlog_max_age: float = Field(default=3600.0, gt=0)

@@ -1,7 +1,8 @@
 """Telegram updates → normalized messages, and Telegram errors → Herald errors. Pure functions.
 
 A Telegram `message_id` is unique only inside its chat, so Herald's platform message id for a
-Telegram message is `<chat_id>:<message_id>`; edits treated as new messages add `:e<edit_date>`.
+Telegram message is `<chat_id>:<message_id>`; an edit adds `:e<edit_date>` (and names the
+original in `edit_of`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from telegram.error import (
 
 from adapters.inbound import Incoming, Skipped, file_refusal, message_key
 from adapters.telegram import PLATFORM
-from adapters.telegram.config import EditedMessages, GroupTrigger, TelegramConfig
+from adapters.telegram.config import GroupTrigger, TelegramConfig
 from gateway.contracts.errors import (
     AuthError,
     HeraldError,
@@ -44,11 +45,11 @@ from gateway.contracts.ids import (
     PlatformMessageId,
     ThreadId,
 )
-from gateway.contracts.messages import InboundMessage, Sender
+from gateway.contracts.messages import InboundMessage, Reaction, Sender
 
 logger = logging.getLogger(__name__)
 
-ALLOWED_UPDATES = ("message", "edited_message", "callback_query")
+ALLOWED_UPDATES = ("message", "edited_message", "callback_query", "message_reaction")
 """The update types Herald asks Telegram for."""
 MAX_QUOTE = 500
 """Characters of a replied-to message's text shown to the agent."""
@@ -78,10 +79,12 @@ class FileRef:
 
 
 def split_message_key(key: str) -> tuple[str, int] | None:
-    """`(chat_id, message_id)` of a key made by `message_key`, None when it is not one."""
-    chat, sep, number = key.rpartition(":")
+    """`(chat_id, message_id)` of a key made by `message_key` (an edit's `:e<date>` suffix,
+    or a reaction's `:r<update>`, names the message it is about), None when it is not one."""
+    chat, sep, number = key.partition(":")
     if not sep:
         chat, number = "", key
+    number = number.split(":", 1)[0]
     try:
         message_id = int(number)
     except ValueError:
@@ -132,8 +135,6 @@ def _to_inbound(
     message = update.message or update.edited_message
     if message is None:
         return Skipped("no message in the update")
-    if edited and config.edited_messages is EditedMessages.IGNORE:
-        return Skipped("edited message ignored")
     sender = message.from_user
     if sender is None:
         return Skipped("no sender")
@@ -166,6 +167,7 @@ def _to_inbound(
         text = "\n".join([text, *notes]) if text else "\n".join(notes)
 
     key = message_key(message.chat.id, message.message_id)
+    original = key if edited else None
     if edited:
         stamp = int((message.edit_date or message.date).timestamp())
         key = PlatformMessageId(f"{key}:e{stamp}")
@@ -188,8 +190,44 @@ def _to_inbound(
         else None,
         received_at=sent_at,
         raw=update.to_dict(),
+        edit_of=original,
     )
     return Incoming(inbound, files)
+
+
+def reaction_from(update: Update, *, bot: BotIdentity, account: AccountId) -> Reaction | Skipped:
+    """The reaction a `message_reaction` update adds (the first new emoji), or `Skipped` and
+    why (a reaction taken back, an anonymous one, the bot's own). Never raises."""
+    try:
+        changed = update.message_reaction
+        if changed is None:
+            return Skipped("not a reaction")
+        user = changed.user
+        if user is None:
+            return Skipped("an anonymous reaction")
+        if user.id == bot.id:
+            return Skipped("the bot's own reaction")
+        before = {getattr(r, "emoji", None) for r in changed.old_reaction}
+        added = [
+            e for r in changed.new_reaction if (e := getattr(r, "emoji", None)) and e not in before
+        ]
+        if not added:
+            return Skipped("a reaction taken back, or not an emoji")
+        at = changed.date if changed.date.tzinfo else changed.date.replace(tzinfo=UTC)
+        return Reaction(
+            platform=PLATFORM,
+            account=account,
+            chat_id=ChatId(str(changed.chat.id)),
+            sender=Sender(ExternalUserId(str(user.id)), user.full_name, user.is_bot),
+            message=message_key(changed.chat.id, changed.message_id),
+            emoji=added[0],
+            event_id=str(update.update_id),
+            is_direct=changed.chat.type == ChatType.PRIVATE,
+            received_at=at,
+            raw=update.to_dict(),
+        )
+    except Exception as err:  # the parser does not check types
+        return Skipped(f"malformed reaction: {type(err).__name__}: {err}")
 
 
 BUTTON_COMMANDS = ("/approve ", "/deny ")

@@ -14,6 +14,7 @@ from gateway.contracts.messages import (
     DeliveryReceipt,
     InboundMessage,
     OutboundMessage,
+    Reaction,
     SendLimits,
 )
 
@@ -102,6 +103,18 @@ class ScreeningSink(Protocol):
 
         Writes nothing; `accept` still makes the access decision. Raises like `accept`.
         """
+        ...
+
+
+@runtime_checkable
+class ReactionSink(Protocol):
+    """A sink that takes reactions to messages (an adapter without one drops them)."""
+
+    async def react(self, reaction: Reaction) -> None:
+        """Act on a reaction: on an approval question, a decision by the reactor; on another
+        of the bot's messages, a note in that session; else nothing. Returns once whatever
+        it changed is committed (the adapter acknowledges after that); a stranger's
+        reaction, or one seen before, changes nothing. Raises like `accept`."""
         ...
 
 

@@ -33,6 +33,36 @@ class VoiceReply(StrEnum):
     ALWAYS = "always"
 
 
+class EditRule(StrEnum):
+    """What an edit of a message already answered does. (An edit of a message still waiting
+    replaces its text; one of the message being answered acts by the busy mode.)"""
+
+    ANSWER = "answer"
+    """Answered as a new message, marked as an edit of the earlier one."""
+    IGNORE = "ignore"
+    """Recorded (outcome `dropped`), not answered."""
+
+
+def _edit_rule(value: Any) -> Any:
+    return EditRule.ANSWER if value == "new" else value  # `new`: the name before 0.19
+
+
+EditedMessages = Annotated[EditRule, BeforeValidator(_edit_rule)]
+"""A platform's `edited_messages` key (`answer` or `ignore`; `new` is read as `answer`)."""
+
+
+class ReactionRule(StrEnum):
+    """What a reaction to one of the bot's messages does (on an approval question, 👍/✅
+    approve and 👎/❌ deny unless `ignore`)."""
+
+    NOTE = "note"
+    """A short note in that session's history, read with its next turn (no turn of its own)."""
+    TURN = "turn"
+    """Answered like a message (`[reaction 👍 to: …]`)."""
+    IGNORE = "ignore"
+    """Nothing, not even on an approval question."""
+
+
 class GroupSessions(StrEnum):
     """In group chats: one session per chat, or one per person in the chat."""
 

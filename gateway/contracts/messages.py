@@ -77,6 +77,9 @@ class InboundMessage:
     attachments: tuple[Attachment, ...] = ()
     received_at: datetime = field(default_factory=utcnow)
     raw: Mapping[str, Any] = field(default_factory=dict)
+    edit_of: PlatformMessageId | None = None
+    """Set on an edit: the `platform_message_id` of the message it changes (the edit's own
+    id is unique per edit, `<original>:e<edit stamp>`); `text` is the whole new text."""
 
     def __post_init__(self) -> None:
         if self.received_at.tzinfo is None:
@@ -86,6 +89,30 @@ class InboundMessage:
     def session_key(self) -> SessionKey:
         """The default session key: one session per chat (and thread)."""
         return session_key(self.platform, self.account, self.chat_id, self.thread_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Reaction:
+    """A reaction someone added to a message in a chat, normalized at the adapter's edge."""
+
+    platform: Platform
+    account: AccountId
+    chat_id: ChatId
+    sender: Sender
+    message: PlatformMessageId
+    """The message reacted to (its `platform_message_id` form, as a receipt stores it)."""
+    emoji: str
+    """The emoji itself (`👍`) where the platform sends one, else its name (`thumbsup`)."""
+    event_id: str
+    """Unique per reaction event on the platform (deduplicates redeliveries)."""
+    is_direct: bool = True
+    thread_id: ThreadId | None = None
+    received_at: datetime = field(default_factory=utcnow)
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.received_at.tzinfo is None:
+            raise ValueError("received_at must be timezone-aware")
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -20,22 +21,61 @@ from gateway.access import Decision, Verdict
 from gateway.cluster.bus import Signal, SignalAction
 from gateway.cluster.lanes import LaneState
 from gateway.commands import WITH_TEXT, ParsedCommand, parse_command
-from gateway.contracts.config import BusyMode, GroupSessions
+from gateway.contracts.config import BusyMode, EditRule, GroupSessions, ReactionRule
 from gateway.contracts.errors import ShuttingDown
-from gateway.contracts.ids import InboxId, SessionKey
-from gateway.contracts.messages import InboundMessage
+from gateway.contracts.history import ChatMessage, Role
+from gateway.contracts.ids import InboxId, PlatformMessageId, SessionId, SessionKey
+from gateway.contracts.messages import InboundMessage, Reaction
 from gateway.sessions.context import SessionContext
 from gateway.sessions.keys import derive_session_key
 from gateway.sessions.policies import policy
 from gateway.sessions.state import INTERRUPTED_BY_NEWER
 from gateway.storable import storable
 from gateway.store import inbox as inbox_sql
-from gateway.store.inbox import InboxRow, Outcome
+from gateway.store.inbox import InboxRow, Outcome, Status
 from gateway.store.outbox import Chunk, Target, enqueue
+from gateway.store.store import record_note
 
 logger = logging.getLogger(__name__)
 
 RunCommand = Callable[[InboxRow], Awaitable[None]]
+
+APPROVAL_CHUNK = re.compile(r"approval:(\d{1,18}):\d+(?::\d+)?")
+"""The idempotency key of a chunk of an approval question (`gateway/tools/approvals.py`)."""
+APPROVE_EMOJI = frozenset(
+    {
+        "👍",
+        "✅",
+        "✔",
+        "☑",
+        "+1",
+        "thumbsup",
+        "white_check_mark",
+        "heavy_check_mark",
+        "ballot_box_with_check",
+    }
+)
+DENY_EMOJI = frozenset(
+    {"👎", "❌", "✖", "🚫", "-1", "thumbsdown", "x", "heavy_multiplication_x", "no_entry_sign"}
+)
+
+
+def reaction_verb(emoji: str) -> str | None:
+    """`approve`, `deny` or None for a reaction's emoji (or its name), skin tone and
+    variation selectors aside."""
+    name = emoji.strip(":").split("::", 1)[0]
+    bare = "".join(c for c in name if not ("\U0001f3fb" <= c <= "\U0001f3ff" or c == "\ufe0f"))
+    if bare in APPROVE_EMOJI:
+        return "approve"
+    if bare in DENY_EMOJI:
+        return "deny"
+    return None
+
+
+EDIT_OF_CURRENT = "[edit of the message you are answering; it now reads:]"
+"""Before the text of an edit of the message a running turn answers (steered or queued)."""
+EDIT_OF_ANSWERED = "[edit of an earlier message, answered already; it now reads:]"
+"""Before the text of an edit of a message answered before."""
 
 
 @dataclass(slots=True)
@@ -52,6 +92,8 @@ class _Admitted:
     """Another instance runs the session; it was told."""
     steer_text: str | None = None
     interrupt: bool = False
+    replaced: tuple[InboxId, str] | None = None
+    """An edit replaced the text of this waiting message (a steer message: in memory too)."""
 
 
 class Admission:
@@ -84,7 +126,8 @@ class Admission:
         if message.attachments and ctx.files is not None:  # bytes into the blob store
             message = await ctx.files.keep_received(message)
         target = Target(platform, message.account, message.chat_id, message.thread_id)
-        parsed = parse_command(message.text)
+        # An edit's text is words, never a command: `/stop` typed into an edit stops nothing.
+        parsed = None if message.edit_of is not None else parse_command(message.text)
 
         admitted = await ctx.store.unit(
             lambda conn: self._admit(conn, message, key, target, parsed)
@@ -98,6 +141,8 @@ class Admission:
             ctx.metrics.outcomes.labels(outcome=str(admitted.outcome)).inc()
         if admitted.notices:
             ctx.on_outbox()
+        if admitted.replaced is not None:
+            self._replace_steer(key, *admitted.replaced)
         if admitted.outcome is not None or admitted.elsewhere:
             return
         if admitted.command:
@@ -139,6 +184,8 @@ class Admission:
         decision = await ctx.access.decide(conn, message) if ctx.access else None
         if decision is not None and decision.verdict is not Verdict.ALLOW:
             admitted = await self._reject(conn, message, key, target, decision)
+        elif message.edit_of is not None:
+            admitted = await self._edit(conn, message, key, target)
         elif parsed is not None and (parsed.command not in WITH_TEXT or not parsed.arg):
             row_id = await inbox_sql.insert(conn, message, key=key, user_id=None, kind="command")
             admitted = _Admitted(row_id, command=True)
@@ -151,6 +198,83 @@ class Admission:
         if admitted.notices:
             await enqueue(conn, admitted.notices)
         return admitted
+
+    async def _edit(
+        self, conn: AsyncConnection, message: InboundMessage, key: SessionKey, target: Target
+    ) -> _Admitted:
+        """In the accept transaction: an edit of an earlier message. Waiting: its text is
+        replaced. Being answered: the edit goes by the busy mode (steer and interrupt give the
+        turn the new text, queue and collect answer it next). Answered: a new message marked
+        as an edit, or recorded only (`edited_messages: ignore`). Never stored: a new message.
+        """
+        assert message.edit_of is not None
+        original = await inbox_sql.by_platform_id(
+            conn, str(message.platform), message.account, message.edit_of
+        )
+        if original is None or original.outcome is Outcome.REJECTED:
+            return await self._queue(
+                conn, message=message, key=key, target=target, text=message.text, forced=None
+            )
+        if original.sender_id != message.sender.id:  # an edit never changes who wrote it
+            row_id = await inbox_sql.insert(
+                conn,
+                message,
+                key=key,
+                user_id=None,
+                outcome=Outcome.DROPPED,
+                detail=f"an edit of message #{original.id} by someone else",
+            )
+            return _Admitted(row_id, Outcome.DROPPED if row_id else None)
+        lane = self.ctx.lanes.get(key)
+        running = lane.running if lane else None
+        steered_in = running is not None and original.id in running.steer.taken
+        waiting = original.status is Status.PENDING and original.turn_id is None and not steered_in
+        if waiting and original.kind == "message":
+            row_id = await inbox_sql.insert(
+                conn,
+                message,
+                key=key,
+                user_id=None,
+                outcome=Outcome.MERGED,
+                detail=f"an edit: replaced the text of waiting message #{original.id}",
+            )
+            if row_id is None:
+                return _Admitted(None)
+            if await inbox_sql.replace_text(
+                conn, original, message.text, edit=row_id, at=message.received_at
+            ):
+                return _Admitted(row_id, Outcome.MERGED, replaced=(original.id, message.text))
+            # Taken by a turn since it was read: that turn answers the old text. This edit
+            # goes as one of the message being answered (its row is stored as such below).
+            await inbox_sql.discard(conn, row_id)
+            waiting = False
+        if original.status is Status.DONE or original.kind != "message":
+            section = self.ctx.platforms.get(str(message.platform))
+            rule = getattr(section, "edited_messages", EditRule.ANSWER)
+            if rule is EditRule.IGNORE:
+                row_id = await inbox_sql.insert(
+                    conn,
+                    message,
+                    key=key,
+                    user_id=None,
+                    outcome=Outcome.DROPPED,
+                    detail=f"an edit of message #{original.id}, answered already "
+                    "(edited_messages: ignore)",
+                )
+                return _Admitted(row_id, Outcome.DROPPED if row_id else None)
+            text = f"{EDIT_OF_ANSWERED} {message.text}"
+        else:
+            text = f"{EDIT_OF_CURRENT} {message.text}"
+        return await self._queue(
+            conn, message=message, key=key, target=target, text=text, forced=None
+        )
+
+    def _replace_steer(self, key: SessionKey, row_id: InboxId, text: str) -> None:
+        """A waiting steer message's new text, where the running turn keeps it in memory."""
+        lane = self.ctx.lanes.get(key)
+        steer = lane.running.steer if lane and lane.running else None
+        if steer is not None:
+            steer.waiting = [(i, text if i == row_id else t) for i, t in steer.waiting]
 
     async def _reject(
         self,
@@ -235,6 +359,92 @@ class Admission:
                 action = SignalAction.STEER if admitted.steer_text else SignalAction.WAKE
             await ctx.bus.publish(conn, Signal(action, key))
         return admitted
+
+    async def react(self, reaction: Reaction) -> None:
+        """A reaction (the adapters' `ReactionSink`): on one of the bot's approval questions,
+        👍/✅ approve and 👎/❌ deny as the reactor's own `/approve N` or `/deny N` (the same
+        checks as typing it); on another of the bot's messages, a note in its session, or a
+        turn (`reactions: turn`). A stranger's reaction, a reaction to someone else's message,
+        or one on a platform with `reactions: ignore`, changes nothing. Raises ShuttingDown."""
+        ctx = self.ctx
+        if not ctx.accepting:
+            raise ShuttingDown("Herald is shutting down; the platform will redeliver")
+        platform = str(reaction.platform)
+        section = ctx.platforms.get(platform)
+        rule = getattr(section, "reactions", ReactionRule.IGNORE)
+        if section is None or rule is ReactionRule.IGNORE:
+            return
+        as_message = InboundMessage(
+            platform=reaction.platform,
+            account=reaction.account,
+            chat_id=reaction.chat_id,
+            sender=reaction.sender,
+            text="",
+            platform_message_id=PlatformMessageId(f"{reaction.message}:r{reaction.event_id}"),
+            is_direct=reaction.is_direct,
+            mentions_bot=True,
+            thread_id=reaction.thread_id,
+            reply_to=reaction.message,
+            received_at=reaction.received_at,
+            raw=reaction.raw,
+        )
+        if ctx.access is not None and not await ctx.access.permits(as_message):
+            logger.debug("%s: a reaction by a sender not allowed ignored", platform)
+            return
+        chunk = await ctx.outbox.sent_as(platform, reaction.account, reaction.message)
+        if chunk is None:
+            logger.debug("%s: a reaction to a message not Herald's ignored", platform)
+            return
+        # The session of the reacted message: its thread (reactions often do not say it).
+        as_message = replace(as_message, thread_id=chunk.target.thread_id)
+        question = APPROVAL_CHUNK.fullmatch(chunk.idempotency_key)
+        verb = reaction_verb(reaction.emoji)
+        if question is not None:
+            if verb is not None:
+                await self.accept(replace(as_message, text=f"/{verb} {question[1]}"))
+            return
+        snippet = " ".join(chunk.text.split())
+        snippet = snippet if len(snippet) <= 80 else snippet[:79] + "…"
+        text = f"[reaction {reaction.emoji} to your message «{snippet}»]"
+        if rule is ReactionRule.TURN:
+            await self.accept(replace(as_message, text=text))
+            return
+        if chunk.session_id is None:
+            return
+        session_id = chunk.session_id
+        groups = section.group_sessions
+        key = derive_session_key(as_message, groups)
+        who = reaction.sender.display_name or str(reaction.sender.id)
+        note = ChatMessage(Role.USER, text if reaction.is_direct else f"[{who}] {text}")
+
+        def noted(conn: AsyncConnection) -> Awaitable[InboxId | None]:
+            return self._note(conn, as_message, key, session_id, note)
+
+        if await ctx.store.unit(noted) is not None:
+            ctx.metrics.inbound.labels(platform=platform).inc()
+
+    @staticmethod
+    async def _note(
+        conn: AsyncConnection,
+        message: InboundMessage,
+        key: SessionKey,
+        session_id: SessionId,
+        note: ChatMessage,
+    ) -> InboxId | None:
+        """In one transaction: a reaction's row (settled; it deduplicates) and its note in
+        the session's history. None when the reaction was stored before."""
+        row_id = await inbox_sql.insert(
+            conn,
+            message,
+            key=key,
+            user_id=None,
+            text=note.content,
+            outcome=Outcome.MERGED,
+            detail="a reaction, noted in the session's history",
+        )
+        if row_id is not None:
+            await record_note(conn, session_id, note)
+        return row_id
 
     async def settle(self, message: InboundMessage, detail: str) -> None:
         """Store a message its adapter handled by itself (an opt-out keyword): outcome

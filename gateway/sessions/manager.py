@@ -26,7 +26,7 @@ from gateway.commands import ParsedCommand
 from gateway.config import SessionsConfig
 from gateway.contracts.config import PlatformSection
 from gateway.contracts.ids import AccountId, Platform, PlatformMessageId, SessionKey, UserId
-from gateway.contracts.messages import InboundMessage
+from gateway.contracts.messages import InboundMessage, Reaction
 from gateway.media import StoredFiles
 from gateway.memory_sync import SyncQueue
 from gateway.metrics import Metrics
@@ -208,6 +208,10 @@ class SessionManager:
     async def accept(self, message: InboundMessage) -> None:
         """See `Admission.accept`. Raises ShuttingDown."""
         await self.admission.accept(message)
+
+    async def react(self, reaction: Reaction) -> None:
+        """`ReactionSink`: see `Admission.react`."""
+        await self.admission.react(reaction)
 
     async def settle(self, message: InboundMessage, detail: str) -> None:
         """See `Admission.settle`. Raises ShuttingDown."""

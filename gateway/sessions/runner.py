@@ -301,7 +301,10 @@ class InboxTurns:
         # The lane first: a takeover locks the lane row, then the inbox rows.
         await self.ctx.lane_store.check(conn, claim, None)
         turn_id, _ = await record_start(conn, session_id, new_messages)
-        taken = await inbox_sql.take(conn, [r.id for r in batch], turn_id)
+        # Taken as read: a row edited since is read again (its new text is the one to store).
+        taken = await inbox_sql.take(
+            conn, [r.id for r in batch], turn_id, texts=[r.text for r in batch]
+        )
         if taken < len(batch):
             raise _BatchChanged
         await self.ctx.lane_store.check(conn, claim, turn_id)

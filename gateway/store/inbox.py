@@ -15,8 +15,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import RowMapping, case, func, select, update
+from sqlalchemy import RowMapping, and_, case, delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.elements import ColumnElement
 
 from gateway.contracts.ids import (
     AccountId,
@@ -157,6 +158,55 @@ async def insert(
     return None if new_id is None else InboxId(new_id)
 
 
+async def by_platform_id(
+    conn: AsyncConnection, platform: str, account: str, message: PlatformMessageId
+) -> InboxRow | None:
+    """In the caller's transaction: the row of a platform message, None when not stored."""
+    row = (
+        (
+            await conn.execute(
+                select(inbox).where(
+                    inbox.c.platform == platform,
+                    inbox.c.account == account,
+                    inbox.c.platform_message_id == message,
+                )
+            )
+        )
+        .mappings()
+        .first()
+    )
+    return None if row is None else _row(row)
+
+
+async def replace_text(
+    conn: AsyncConnection, row: InboxRow, text: str, *, edit: InboxId, at: datetime
+) -> bool:
+    """In the caller's transaction: a waiting message's text replaced by its edit's (the
+    edit's row id and time kept in its payload); False when it no longer waits (a turn took
+    it, or it was settled)."""
+    payload: dict[str, Any] = {}
+    if row.reply_to:
+        payload["reply_to"] = row.reply_to
+    if row.attachments:
+        payload["attachments"] = attachments_json(row.attachments)
+    payload["edited"] = {"by": int(edit), "at": at.isoformat(), "was": row.text[:2000]}
+    result = await conn.execute(
+        update(inbox)
+        .where(
+            inbox.c.id == row.id,
+            inbox.c.status == str(Status.PENDING),
+            inbox.c.turn_id.is_(None),
+        )
+        .values(text=text, payload=payload)
+    )
+    return bool(result.rowcount)
+
+
+async def discard(conn: AsyncConnection, row_id: InboxId) -> None:
+    """In the caller's transaction: forget a row inserted in it (decided otherwise)."""
+    await conn.execute(delete(inbox).where(inbox.c.id == row_id))
+
+
 async def count_waiting(conn: AsyncConnection, key: SessionKey) -> int:
     """Messages of the session waiting for a turn (commands and steer rows excluded)."""
     value = await conn.scalar(
@@ -208,12 +258,24 @@ async def pending(
     return [_row(r) for r in rows]
 
 
-async def take(conn: AsyncConnection, ids: Sequence[InboxId], turn_id: TurnId) -> int:
+async def take(
+    conn: AsyncConnection,
+    ids: Sequence[InboxId],
+    turn_id: TurnId,
+    *,
+    texts: Sequence[str] | None = None,
+) -> int:
     """pending → running in `turn_id` (one more attempt each); returns how many were still
-    pending (a /stop may have settled some since they were read)."""
+    pending (a /stop may have settled some since they were read). With `texts` (one per id,
+    as read), a row whose text changed since (an edit) is not taken either."""
+    still: ColumnElement[bool] = inbox.c.id.in_(list(ids))
+    if texts is not None:
+        still = or_(
+            *(and_(inbox.c.id == i, inbox.c.text == t) for i, t in zip(ids, texts, strict=True))
+        )
     result = await conn.execute(
         update(inbox)
-        .where(inbox.c.id.in_(list(ids)), inbox.c.status == str(Status.PENDING))
+        .where(still, inbox.c.status == str(Status.PENDING))
         .values(
             status=str(Status.RUNNING),
             turn_id=turn_id,

@@ -283,6 +283,30 @@ class Outbox:
             found = row.first()
         return None if found is None else _row(found)
 
+    async def sent_as(
+        self, platform: str, account: str, platform_message_id: str
+    ) -> OutboxRow | None:
+        """The sent chunk the platform knows by that message id (the newest, when several
+        chunks edited one message), or None: not one of Herald's messages."""
+        async with self.store.read() as conn:
+            found = (
+                (
+                    await conn.execute(
+                        select(outbox)
+                        .where(
+                            outbox.c.platform == platform,
+                            outbox.c.account == account,
+                            outbox.c.platform_message_id == platform_message_id,
+                        )
+                        .order_by(outbox.c.id.desc())
+                        .limit(1)
+                    )
+                )
+                .mappings()
+                .first()
+            )
+        return None if found is None else _row(found)
+
     @staticmethod
     def _due_chats_query(now: datetime, platforms: Sequence[str], limit: int) -> Select[Any]:
         head = (

@@ -771,6 +771,12 @@ async def record_start(
     return turn_id, ids
 
 
+async def record_note(conn: AsyncConnection, session_id: SessionId, note: ChatMessage) -> None:
+    """In the caller's transaction: a message in a session's history outside any turn (a
+    reaction to one of the agent's messages), read with the session's next turn."""
+    await _insert_messages(conn, session_id, None, [note], utcnow())
+
+
 async def record_finish(
     conn: AsyncConnection, session_id: SessionId, turn_id: TurnId, result: TurnResult
 ) -> list[MessageId]:

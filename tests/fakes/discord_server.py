@@ -28,6 +28,9 @@ events the session missed (unless `replay_on_resume` is off) and RESUMED, or INV
 message created (injected or posted by the bot) is dispatched as MESSAGE_CREATE to every
 ready session; a session without a socket keeps it for its resume.
 
+Edits and reactions: `edit_message(message, content)` dispatches MESSAGE_UPDATE, `react(channel,
+message, emoji, user=...)` MESSAGE_REACTION_ADD.
+
 Buttons: a message posted with `components` (action rows of buttons, checked) keeps them;
 `press_button(channel, message, custom_id, user=...)` dispatches INTERACTION_CREATE (a message
 component interaction with its `id` and `token`), and `POST
@@ -51,6 +54,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import unquote
 
 from aiohttp import WSMsgType, web
 from starlette.applications import Starlette
@@ -283,6 +287,9 @@ class FakeDiscordServer(Served, Waitable):
         self.posted: list[Posted] = []
         self.edits: list[Edited] = []
         self.typing: list[str] = []
+        self.bot_reactions: list[tuple[str, str, str, str]] = []
+        """(PUT or DELETE, channel, message, emoji) of every change of the bot's own
+        reactions (`/channels/{id}/messages/{id}/reactions/{emoji}/@me`)."""
         self.identifies = 0
         self.resumes: list[tuple[str, bool]] = []
         """(session id, whether it was resumed)."""
@@ -369,6 +376,38 @@ class FakeDiscordServer(Served, Waitable):
         return self._create(
             channel_id, content, user, reply_to=reply_to, attachments=attachments, roles=roles
         )
+
+    def edit_message(self, message: Mapping[str, Any], content: str) -> JSON:
+        """The author edited a message `inject_message` created: stored, and MESSAGE_UPDATE
+        (the whole message, `edited_timestamp` set) dispatched."""
+        channel = self._channel(str(message["channel_id"]))
+        stored = next(m for m in channel.messages if m["id"] == message["id"])
+        stored.update(content=content, edited_timestamp=datetime.now(UTC).isoformat())
+        event = dict(stored)
+        if channel.guild_id is not None:
+            event["guild_id"] = channel.guild_id
+            event["member"] = {"roles": [], "nick": None, "joined_at": None}
+        self._dispatch("MESSAGE_UPDATE", event)
+        self._changes.notify()
+        return dict(stored)
+
+    def react(self, channel_id: str, message_id: str, emoji: str, *, user: str) -> None:
+        """`user` reacted with a Unicode `emoji` to a message: MESSAGE_REACTION_ADD."""
+        channel = self._channel(channel_id)
+        person = self.users.get(user) or self.add_user(user, f"user{user[-4:]}")
+        event: JSON = {
+            "user_id": user,
+            "channel_id": channel_id,
+            "message_id": message_id,
+            "emoji": {"id": None, "name": emoji},
+            "type": 0,
+            "burst": False,
+        }
+        if channel.guild_id is not None:
+            event["guild_id"] = channel.guild_id
+            event["member"] = {"user": person, "roles": [], "nick": None, "joined_at": None}
+        self._dispatch("MESSAGE_REACTION_ADD", event)
+        self._changes.notify()
 
     def dispatch_again(self, message: Mapping[str, Any]) -> None:
         """MESSAGE_CREATE once more for a message `inject_message` created (a duplicate
@@ -641,6 +680,11 @@ class FakeDiscordServer(Served, Waitable):
                 ),
                 Route(f"{api}/channels/{{cid}}/typing", self._rest(self._typing), methods=["POST"]),
                 Route(
+                    f"{api}/channels/{{cid}}/messages/{{mid}}/reactions/{{emoji}}/@me",
+                    self._rest(self._own_reaction),
+                    methods=["PUT", "DELETE"],
+                ),
+                Route(
                     f"{api}/interactions/{{iid}}/{{token}}/callback",
                     self._callback,
                     methods=["POST"],
@@ -863,6 +907,14 @@ class FakeDiscordServer(Served, Waitable):
             return Response(status_code=204)
         finally:
             self._changes.notify()
+
+    async def _own_reaction(self, request: Request) -> None:
+        channel = self._channel(request.path_params["cid"])
+        message_id = request.path_params["mid"]
+        if not any(m["id"] == message_id for m in channel.messages):
+            raise _Reject(404, "Unknown Message", 10008)
+        emoji = unquote(request.path_params["emoji"])
+        self.bot_reactions.append((request.method, channel.id, message_id, emoji))
 
     async def _typing(self, request: Request) -> None:
         self.typing.append(self._channel(request.path_params["cid"]).id)

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Protocol
 
 from gateway.contracts.adapter import Adapter
-from gateway.contracts.messages import InboundMessage
+from gateway.contracts.messages import InboundMessage, Reaction
 
 WAIT = 10.0
 """Upper bound of every wait for a condition."""
@@ -26,7 +26,14 @@ class ListSink:
         """`accept` waits for this before storing; set by default."""
         self.gate.set()
         self.fail_on = fail_on
+        self.reactions: list[Reaction] = []
+        """Every reaction passed on (a `ReactionSink`)."""
         self._changed = asyncio.Condition()
+
+    async def react(self, reaction: Reaction) -> None:
+        async with self._changed:
+            self.reactions.append(reaction)
+            self._changed.notify_all()
 
     async def accept(self, message: InboundMessage) -> None:
         async with self._changed:

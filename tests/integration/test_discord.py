@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from gateway.contracts.adapter import AdapterState
+from gateway.store.outbox import Outbox
 from tests.fakes.discord_server import DEFAULT_TOKEN, QUIET_HEARTBEAT, FakeDiscordServer
 from tests.fakes.llm import FakeLLM, Reply, last_user_text
 from tests.integration.inproc import Herald, running_daemon
@@ -233,3 +234,29 @@ async def test_a_silent_connection_fails_ready_until_it_is_replaced(
 
         await herald.until(ready, timeout=30)
         assert len(await herald.answered(2)) == 2
+
+
+async def test_edits_reactions_and_the_working_mark(
+    tmp_path: Path, discord: FakeDiscordServer, llm: FakeLLM
+) -> None:
+    async with running_herald(tmp_path, discord, llm) as herald:
+        asked = discord.inject_message(DM, "helo", author=ANN)
+        [reply] = await discord.wait_for_posted(lambda p: p.channel_id == DM)
+        # 👀 on the message while it was answered, taken off after.
+        await herald.until(lambda: len(discord.bot_reactions) == 2)
+        assert discord.bot_reactions == [
+            ("PUT", DM, asked["id"], "👀"),
+            ("DELETE", DM, asked["id"], "👀"),
+        ]
+        discord.edit_message(asked, "hello")
+        await discord.wait_for_posted(lambda p: p.content.endswith("it now reads:] hello"))
+        await herald.answered(2)
+        await herald.until(
+            lambda: Outbox(herald.store).sent_as("discord", "default", f"{DM}:{reply.id}")
+        )
+        discord.react(DM, reply.id, "🎉", user=CAROL)  # not allowed: nothing
+        discord.react(DM, reply.id, "🎉", user=ANN)
+        rows = await herald.answered(3)
+        assert [r["sender_id"] for r in rows] == [ANN, ANN, ANN]
+        assert rows[2]["text"].startswith("[reaction 🎉 to your message «You said: helo»]")
+        assert len(discord.posted) == 2

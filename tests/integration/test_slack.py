@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from gateway.contracts.adapter import AdapterState
+from gateway.store.outbox import Outbox
 from tests.e2e.daemon import free_port
 from tests.fakes.llm import FakeLLM, Reply, last_user_text
 from tests.fakes.slack import (
@@ -242,3 +243,31 @@ async def test_events_api_checks_signatures_and_deduplicates_retries(
         await slack.wait_for_posted(lambda p: p.text == "You said: pushed by Slack")
         assert pushed.event_id
         assert [p.text for p in slack.posted].count("You said: forged") == 1
+
+
+async def test_an_edit_is_answered_and_a_reaction_is_noted(
+    tmp_path: Path, slack: FakeSlackServer, llm: FakeLLM
+) -> None:
+    async with running_herald(tmp_path, slack, llm, working_reaction="") as herald:
+        asked = slack.inject_message(DM, "helo", user=ANN)
+        [reply] = await slack.wait_for_posted(lambda p: p.channel == DM)
+        slack.inject_edit(DM, asked.ts, "hello")
+        await slack.wait_for_posted(lambda p: p.text.endswith("it now reads:] hello"))
+        await herald.answered(2)
+        await herald.until(
+            lambda: Outbox(herald.store).sent_as("slack", "default", f"{DM}:{reply.ts}")
+        )
+        # A stranger's reaction changes nothing; Ann's is a note, not a turn.
+        for who in ("U0EVE", ANN):
+            slack.inject_event(
+                {
+                    "type": "reaction_added",
+                    "user": who,
+                    "reaction": "tada",
+                    "item": {"type": "message", "channel": DM, "ts": reply.ts},
+                }
+            )
+        rows = await herald.answered(3)
+        assert [r["sender_id"] for r in rows] == [ANN, ANN, ANN]
+        assert "[reaction tada to your message «You said: helo»]" in rows[2]["text"]
+        assert len(slack.posted) == 2

@@ -326,7 +326,6 @@ async def test_events_the_agent_does_not_read_are_acknowledged(
 ) -> None:
     asked = slack.inject_message(DM, "question", user=ANN)
     skipped = [
-        slack.inject_edit(DM, asked.ts, "question, edited"),  # edited_messages: ignore
         slack.inject_delete(DM, asked.ts),
         slack.inject_own_message(DM, "the bot's own answer"),
         slack.inject_event({"type": "reaction_added", "user": ANN, "reaction": "tada"}),
@@ -762,3 +761,34 @@ async def test_check_of_an_unreachable_slack_is_not_ready(tmp_path: Path) -> Non
         )
         with pytest.raises(NotReady):
             await SlackAdapter(config, tmp_path).check()
+
+
+# -- edits and reactions ------------------------------------------------------------------------
+
+
+async def test_edits_and_reactions_reach_the_sink(
+    slack: FakeSlackServer, adapter: SlackAdapter
+) -> None:
+    asked = slack.inject_message(DM, "queston", user=ANN)
+    slack.inject_edit(DM, asked.ts, "question")
+    slack.inject_event(
+        {
+            "type": "reaction_added",
+            "user": ANN,
+            "reaction": "+1::skin-tone-3",
+            "item": {"type": "message", "channel": DM, "ts": "1795000000.000200"},
+        }
+    )
+    sink = ListSink()
+    async with receiving(adapter, sink) as task:
+        await until_or_ended(slack, task, lambda: not slack.pending)
+    assert sink.texts == ["queston", "question"]
+    edit = sink.messages[1]
+    assert edit.edit_of == key(DM, asked.ts)
+    assert edit.platform_message_id.startswith(f"{key(DM, asked.ts)}:e")
+    [reaction] = sink.reactions
+    assert (reaction.message, reaction.emoji, reaction.sender.id) == (
+        key(DM, "1795000000.000200"),
+        "+1::skin-tone-3",
+        ANN,
+    )

@@ -756,7 +756,12 @@ async def test_webhook_mode_sets_the_webhook_with_the_secret(
         webhook = tg.webhook
         assert webhook is not None
         assert (webhook.url, webhook.secret_token) == (webhook_url, SECRET)
-        assert webhook.allowed_updates == ["message", "edited_message", "callback_query"]
+        assert webhook.allowed_updates == [
+            "message",
+            "edited_message",
+            "callback_query",
+            "message_reaction",
+        ]
     assert adapter.liveness() is AdapterState.STOPPED
     assert tg.webhook is not None  # stays set: Telegram keeps updates while Herald is down
     assert [c.method for c in tg.calls] == ["getMe", "setWebhook"]

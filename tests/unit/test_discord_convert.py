@@ -20,6 +20,7 @@ from adapters.discord.convert import (
     channel_from,
     error_from,
     newer,
+    reaction_from,
     snowflake_time,
     split_message_key,
     to_inbound,
@@ -202,6 +203,7 @@ def test_junk_is_skipped_not_raised(junk: Any) -> None:
 def test_message_keys_and_snowflakes() -> None:
     assert message_key("12", "34") == "12:34"
     assert split_message_key("12:34") == ("12", "34")
+    assert split_message_key("12:34:e1732616160500") == ("12", "34")  # an edit of it
     assert split_message_key("nope") is None
     assert split_message_key("12:abc") is None
     assert newer("9", "10") == "10"
@@ -230,3 +232,48 @@ def test_errors() -> None:
     assert isinstance(error_from(404, 10003, None, "send"), PermanentSendError)
     assert isinstance(error_from(502, None, None, "send"), NotReady)
     assert isinstance(error_from(None, None, None, "send"), NotReady)
+
+
+def test_an_edit_names_the_message_it_changes() -> None:
+    data = load("message_update")
+    edited = to_inbound(
+        data,
+        bot_id=BOT,
+        account=AccountId("srv"),
+        config=config(),
+        channel=None,
+        now=datetime(2024, 11, 26, 10, 16, 5, tzinfo=UTC),
+        edit=True,
+    )
+    assert isinstance(edited, Incoming), edited
+    original = message_key(DM, "1311234567890123777")
+    assert edited.message.text == "hello there, edited"
+    assert edited.message.edit_of == original
+    assert edited.message.platform_message_id == f"{original}:e1732616160500"
+    assert accepted("dm").edit_of is None
+    not_an_edit = {**data, "edited_timestamp": None}
+    assert isinstance(
+        to_inbound(
+            not_an_edit,
+            bot_id=BOT,
+            account=AccountId("srv"),
+            config=config(),
+            channel=None,
+            now=datetime(2024, 11, 26, 10, 16, 5, tzinfo=UTC),
+            edit=True,
+        ),
+        Skipped,
+    )
+
+
+def test_a_reaction_in_a_thread_belongs_to_the_thread() -> None:
+    data = load("reaction_add")
+    reaction = reaction_from(data, bot_id=BOT, account=AccountId("srv"), channel=CHANNELS[THREAD])
+    assert not isinstance(reaction, Skipped)
+    assert (reaction.chat_id, reaction.thread_id, reaction.emoji) == (GUILD_CHANNEL, THREAD, "👍")
+    assert reaction.message == message_key(THREAD, "1311234567890123999")
+    assert (reaction.sender.display_name, reaction.is_direct) == ("Ann Example", False)
+    own = {**data, "user_id": BOT}
+    assert reaction_from(own, bot_id=BOT, account=AccountId("srv"), channel=None) == Skipped(
+        "the bot's own reaction"
+    )

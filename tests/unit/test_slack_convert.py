@@ -17,6 +17,7 @@ from adapters.slack.convert import (
     NOT_ADDRESSED,
     BotIdentity,
     error_from,
+    reaction_from,
     split_message_key,
     to_inbound,
 )
@@ -89,7 +90,6 @@ def test_channel_messages_without_a_mention_need_a_configured_channel() -> None:
         ("bot_message", "message subtype 'bot_message' ignored"),
         ("own_message", "a bot's message"),
         ("deleted", "deleted message (an answer already sent stays)"),
-        ("edited", "edited message ignored"),
         ("reaction_added", "event type 'reaction_added' is not a message"),
     ],
 )
@@ -97,10 +97,11 @@ def test_events_that_do_not_reach_the_agent(name: str, reason: str) -> None:
     assert convert(name) == Skipped(reason)
 
 
-def test_an_edit_can_count_as_a_new_message() -> None:
-    message = accepted("edited", edited_messages="new").message
+def test_an_edit_names_the_message_it_changes() -> None:
+    message = accepted("edited").message
     assert message.text == "What's on my calendar tomorrow?"
     assert message.platform_message_id == "D0ANN:1795000000.000100:e1795000040.000000"
+    assert message.edit_of == "D0ANN:1795000000.000100"
     assert message.received_at == SENT + timedelta(seconds=40)
 
 
@@ -166,3 +167,19 @@ def test_socket_mode_needs_the_app_token_and_events_the_signing_secret() -> None
         SlackConfig(bot_token=SecretStr("xoxb-1"))
     with pytest.raises(ValueError, match="signing_secret"):
         SlackConfig(bot_token=SecretStr("xoxb-1"), mode="events")
+
+
+def test_a_reaction_to_a_message() -> None:
+    body = json.loads((DATA / "reaction_added.json").read_text(encoding="utf-8"))
+    reaction = reaction_from(body, bot=BOT, account=AccountId("ws"))
+    assert not isinstance(reaction, Skipped)
+    assert (reaction.message, reaction.emoji, reaction.event_id) == (
+        "D0ANN:1795000000.000100",
+        "thumbsup",
+        "Ev11",
+    )
+    assert (reaction.sender.id, reaction.is_direct) == ("U0ANN", True)
+    own = {**body, "event": {**body["event"], "user": "UBOT"}}
+    assert reaction_from(own, bot=BOT, account=AccountId("ws")) == Skipped("the bot's own reaction")
+    on_file = {**body, "event": {**body["event"], "item": {"type": "file", "file": "F1"}}}
+    assert isinstance(reaction_from(on_file, bot=BOT, account=AccountId("ws")), Skipped)

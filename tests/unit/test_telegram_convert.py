@@ -174,15 +174,13 @@ def test_files_of_other_types_become_a_note() -> None:
     assert accepted("photo_caption", attachment_types=["image/*"]).files
 
 
-def test_edited_messages_are_ignored_by_default() -> None:
-    assert convert("edited") == Skipped("edited message ignored")
-
-
-def test_edited_messages_can_count_as_new() -> None:
-    message = accepted("edited", edited_messages="new").message
+def test_an_edit_names_the_message_it_changes() -> None:
+    message = accepted("edited").message
     assert message.text == "Hello Herald, what's on tomorrow?"
     assert message.platform_message_id == f"111111111:11:e{1795000030}"
+    assert message.edit_of == "111111111:11"
     assert message.received_at == SENT + timedelta(seconds=30)
+    assert accepted("dm_text").message.edit_of is None
 
 
 @pytest.mark.parametrize(
@@ -215,6 +213,7 @@ def test_message_keys_round_trip() -> None:
     assert split_message_key(key) == ("-100123", 55)
     assert split_message_key("55") == ("", 55)
     assert split_message_key("chat:abc") is None
+    assert split_message_key(f"{key}:e1795000030") == ("-100123", 55)  # an edit of it
 
 
 @pytest.mark.parametrize(

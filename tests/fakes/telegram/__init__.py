@@ -9,9 +9,9 @@ descriptions and `parameters` (`retry_after`, `migrate_to_chat_id`). Wrong token
 "Unauthorized"; a method the fake lacks: 404 "Not Found", like an unknown one.
 
 Methods: getMe, getUpdates, sendMessage, editMessageText, deleteMessage, sendChatAction,
-answerCallbackQuery, sendPhoto, sendDocument, sendVoice,
-getFile (bytes under `GET /file/bot<token>/<file_path>`), setWebhook, deleteWebhook,
-getWebhookInfo, setMyCommands, getMyCommands, deleteMyCommands.
+answerCallbackQuery, setMessageReaction (recorded in `reactions`), sendPhoto, sendDocument,
+sendVoice, getFile (bytes under `GET /file/bot<token>/<file_path>`), setWebhook,
+deleteWebhook, getWebhookInfo, setMyCommands, getMyCommands, deleteMyCommands.
 
 Semantics worth knowing:
 - getUpdates: an update stays until a call whose `offset` passes it (negative offset: keep only

@@ -24,6 +24,7 @@ from tests.fakes.telegram.records import (
     WEBHOOK_CONFLICT,
     Action,
     Edit,
+    ReactionSet,
     StoredFile,
     Update,
     Upload,
@@ -180,6 +181,24 @@ async def send_chat_action(server: FakeTelegramServer, request: Request, params:
     if action not in CHAT_ACTIONS:
         raise _ApiError(400, "Bad Request: wrong parameter action in request")
     server.actions.append(Action(chat.id, action, thread_id, time.monotonic()))
+    server._changes.notify()
+    return True
+
+
+async def set_message_reaction(
+    server: FakeTelegramServer, request: Request, params: _Params
+) -> Any:
+    chat = server._target_chat(params)
+    message_id = params.integer("message_id") or 0
+    if message_id not in chat.messages:
+        raise _ApiError(400, "Bad Request: message to react not found")
+    given = params.json("reaction", "JSON array") if params.values.get("reaction") else []
+    emoji = (
+        [str(r.get("emoji")) for r in given if isinstance(r, dict) and r.get("type") == "emoji"]
+        if isinstance(given, list)
+        else []
+    )
+    server.reactions.append(ReactionSet(chat.id, message_id, tuple(emoji)))
     server._changes.notify()
     return True
 

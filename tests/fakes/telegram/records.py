@@ -207,6 +207,16 @@ class Action:
 
 
 @dataclass(frozen=True, slots=True)
+class ReactionSet:
+    """One accepted setMessageReaction: the bot's reactions on a message from then on."""
+
+    chat_id: int
+    message_id: int
+    emoji: tuple[str, ...]
+    """Empty: the bot's reaction taken off."""
+
+
+@dataclass(frozen=True, slots=True)
 class Call:
     """One Bot API request with a valid token, as the server decoded its parameters."""
 

@@ -49,6 +49,7 @@ from tests.fakes.telegram.records import (
     Call,
     Edit,
     Injected,
+    ReactionSet,
     Rejected,
     Sent,
     StoredFile,
@@ -105,6 +106,8 @@ class FakeTelegramServer(Served, Waitable):
         """Every accepted editMessageText, in arrival order."""
         self.actions: list[Action] = []
         """Every accepted sendChatAction, in arrival order."""
+        self.reactions: list[ReactionSet] = []
+        """Every accepted setMessageReaction, in arrival order."""
         self.answered_queries: list[str] = []
         """The callback query ids the bot answered (answerCallbackQuery)."""
         self.deleted: list[tuple[int, int]] = []
@@ -155,6 +158,7 @@ class FakeTelegramServer(Served, Waitable):
                 ("deleteMessage", functools.partial(methods.delete_message, self)),
                 ("sendChatAction", functools.partial(methods.send_chat_action, self)),
                 ("answerCallbackQuery", functools.partial(methods.answer_callback_query, self)),
+                ("setMessageReaction", functools.partial(methods.set_message_reaction, self)),
                 ("sendPhoto", functools.partial(methods.send_photo, self)),
                 ("sendDocument", functools.partial(methods.send_document, self)),
                 ("sendVoice", functools.partial(methods.send_voice, self)),
@@ -298,6 +302,41 @@ class FakeTelegramServer(Served, Waitable):
         kind = "channel_post" if chat.type == "channel" else "message"
         update_id = self._enqueue({kind: copy.deepcopy(message)})
         return Injected(update_id, chat.id, message_id)
+
+    def inject_reaction(
+        self,
+        chat_id: int,
+        message_id: int,
+        emoji: str,
+        *,
+        sender_id: int,
+        sender_name: str = "",
+        old: Sequence[str] = (),
+    ) -> int:
+        """Queue a `message_reaction` update: the user's reactions on a message (the bot's
+        included) go from `old` to `old` + `emoji`; return its update id. Discarded unless
+        the bot asked for `message_reaction` in `allowed_updates`, as on Telegram. Raises
+        KeyError for an unknown message."""
+        chat = self._chats[chat_id]
+        if message_id not in chat.messages:
+            raise KeyError(f"unknown message: {message_id!r}")
+        emoji_of = [{"type": "emoji", "emoji": e} for e in old]
+        return self._enqueue(
+            {
+                "message_reaction": {
+                    "chat": chat.to_json(),
+                    "message_id": message_id,
+                    "user": {
+                        "id": sender_id,
+                        "is_bot": False,
+                        "first_name": sender_name or f"User {sender_id}",
+                    },
+                    "date": int(time.time()),
+                    "old_reaction": emoji_of,
+                    "new_reaction": [*emoji_of, {"type": "emoji", "emoji": emoji}],
+                }
+            }
+        )
 
     def inject_update(self, raw: Mapping[str, Any]) -> int:
         """Queue `raw` as an update, as is; its `update_id` is kept when given, else assigned.

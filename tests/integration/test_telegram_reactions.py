@@ -1,0 +1,99 @@
+"""Edits and reactions on Telegram, the whole daemon against the fake Bot API: an edit of an
+answered message is answered again; the bot marks the message it answers with 👀 and takes it
+off; a 👍 on an approval question approves it (the asker's; another person's is refused like
+their /approve, a stranger's does nothing); another reaction to the bot is a note its next
+turn reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.sessions.admission import EDIT_OF_ANSWERED
+from gateway.store.inbox import Outcome
+from gateway.store.outbox import Outbox
+from tests.fakes.llm import FakeLLM
+from tests.fakes.telegram import FakeTelegramServer
+from tests.integration.button_rig import MCP, mcp_ready, responder, tool_runs
+from tests.integration.inproc import Herald, running_daemon
+from tests.integration.telegram_rig import ANN, BOB, TOKEN, running_herald
+
+pytestmark = pytest.mark.timeout(90)
+
+GROUP = -100123
+EVE = 333333333
+"""Not allowed."""
+
+
+async def receipt(herald: Herald, message: str) -> bool:
+    """Whether Herald stored the receipt of its message (a reaction before that finds no
+    message of Herald's; a person reacts to what they see, after the send)."""
+    return await Outbox(herald.store).sent_as("telegram", "default", message) is not None
+
+
+async def test_an_edit_of_an_answered_message_is_answered_again(tmp_path: Path) -> None:
+    async with (
+        FakeTelegramServer(TOKEN, bot_username="herald_bot") as tg,
+        FakeLLM() as llm,
+        running_herald(tmp_path, tg, llm, working_reaction=""),
+    ):
+        first = tg.inject_message(ANN, "helo", sender_id=ANN)
+        await tg.wait_for_sent(1, 30)
+        tg.inject_message(ANN, "hello", sender_id=ANN, edit_of=first.message_id)
+        sent = await tg.wait_for_sent(2, 30)
+        assert EDIT_OF_ANSWERED in sent[1].plain_text
+        assert not tg.reactions  # working_reaction: "" puts none
+
+
+async def test_reactions_approve_mark_and_note(tmp_path: Path) -> None:
+    async with FakeTelegramServer(TOKEN, bot_username="herald_bot") as tg, FakeLLM() as llm:
+        llm.responder = responder
+        section = {
+            "token": TOKEN,
+            "base_url": tg.base_url,
+            "base_file_url": tg.base_file_url,
+            "allowed_users": [str(ANN), str(BOB)],
+            "pairing": False,
+            "poll_timeout": 1,
+            "stream_edits": False,
+            "min_send_interval": 0,
+            "group_trigger": ["all"],
+        }
+        async with running_daemon(tmp_path, llm, "telegram", section, extra={"mcp": MCP}) as herald:
+            await mcp_ready(herald.url)
+            asked = tg.inject_message(GROUP, "run pid", sender_id=ANN, chat_type="group")
+            [question] = await tg.wait_for_sent(lambda s: "Approval needed" in s.plain_text, 30)
+            # The message being answered carries 👀 while the turn runs.
+            await herald.until(
+                lambda: any(r.message_id == asked.message_id and r.emoji for r in tg.reactions)
+            )
+
+            tg.inject_reaction(GROUP, question.message_id, "👍", sender_id=EVE)
+            tg.inject_reaction(GROUP, question.message_id, "👍", sender_id=BOB)
+            await tg.wait_for_sent(lambda s: "Only the person who asked" in s.plain_text, 30)
+            tg.inject_reaction(GROUP, question.message_id, "🤔", sender_id=ANN)  # neither
+            tg.inject_reaction(GROUP, question.message_id, "👍", sender_id=ANN, old=["🤔"])
+            [done] = await tg.wait_for_sent(lambda s: s.plain_text.startswith("done:"), 30)
+            assert f"[approved by telegram:{ANN}]" in done.plain_text
+            assert tool_runs(llm) == 1
+            await herald.until(lambda: tg.reactions[-1].emoji == ())  # taken off when done
+            assert {r.message_id for r in tg.reactions} == {asked.message_id}
+
+            # A reaction to another of the bot's messages: a note, no turn of its own.
+            requests = len(llm.requests)
+            await herald.until(lambda: receipt(herald, f"{GROUP}:{done.message_id}"))
+            tg.inject_reaction(GROUP, done.message_id, "❤", sender_id=ANN)
+
+            async def noted() -> bool:
+                rows = await herald.rows()
+                return any(r["outcome"] == Outcome.MERGED and "❤" in r["text"] for r in rows)
+
+            await herald.until(noted, 30)
+            assert len(llm.requests) == requests
+            tg.inject_message(GROUP, "thanks", sender_id=ANN, chat_type="group")
+            await herald.until(lambda: len(llm.requests) > requests, 30)
+            last = llm.requests[-1]["messages"]
+            assert any("[reaction ❤ to your message «done:" in str(m["content"]) for m in last)
+            # The stranger's reaction left no trace.
+            assert not [r for r in await herald.rows() if r["sender_id"] == str(EVE)]
