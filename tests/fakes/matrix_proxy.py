@@ -55,6 +55,8 @@ class MatrixProxy(Waitable):
         self.downloads: list[str] = []
         self.typing: list[str] = []
         self.receipts: list[str] = []
+        self.calls: list[tuple[str, str, str | None]] = []
+        """(method, last path segment, room) of every request Synapse answered 200."""
         self._limited: dict[str, tuple[int, float]] = {}
         self._errors = 0
         self._rewind: str | None = None
@@ -141,7 +143,8 @@ class MatrixProxy(Waitable):
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         path = request.rel_url.raw_path
         parts = [unquote(p) for p in request.rel_url.raw_path.split("?")[0].split("/")]
-        room = parts[parts.index("rooms") + 1] if "rooms" in parts else None
+        marker = next((m for m in ("rooms", "join") if m in parts[:-1]), None)
+        room = parts[parts.index(marker) + 1] if marker is not None else None
         if room is not None and room in self._holds:
             await asyncio.shield(self._holds[room])
         sending = request.method == "PUT" and "send" in parts
@@ -195,6 +198,7 @@ class MatrixProxy(Waitable):
     ) -> None:
         if status != 200:
             return
+        self.calls.append((method, "join" if "join" in parts else parts[-1], room))
         if method == "PUT" and "send" in parts and room is not None:
             kind = parts[parts.index("send") + 1]
             event_id = json.loads(body).get("event_id", "")
