@@ -55,6 +55,8 @@ class MatrixProxy(Waitable):
         self.downloads: list[str] = []
         self.typing: list[str] = []
         self.receipts: list[str] = []
+        self.refused: list[tuple[int, str | None]] = []
+        """(status, room) of every request Synapse refused."""
         self.calls: list[tuple[str, str, str | None]] = []
         """(method, last path segment, room) of every request Synapse answered 200."""
         self._limited: dict[str, tuple[int, float]] = {}
@@ -197,6 +199,8 @@ class MatrixProxy(Waitable):
         room: str | None,
     ) -> None:
         if status != 200:
+            self.refused.append((status, room))
+            self._changes.notify()
             return
         self.calls.append((method, "join" if "join" in parts else parts[-1], room))
         if method == "PUT" and "send" in parts and room is not None:

@@ -1,18 +1,38 @@
 """Matrix through the whole daemon on a real Synapse (see tests/contract/harness.py's
 `MatrixHarness`): a group room joined on an allowed person's invite, answered only when the
 bot is mentioned; a thread answered in the thread; a reply quoted to the agent; a stranger's
-invite declined; an encrypted room refused with a notice."""
+invite declined; an encrypted room refused with a notice; a picture both ways; Synapse's own
+rate limiter; the homeserver restarted under a running daemon."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import httpx
 import pytest
+from nio import RoomCreateResponse, RoomSendResponse
 
+from adapters.matrix import PLATFORM
+from adapters.matrix.convert import E2E_REFUSAL
+from gateway.contracts.adapter import Adapter
+from gateway.contracts.errors import RateLimited
+from gateway.contracts.ids import AccountId, ChatId
+from gateway.contracts.messages import Attachment, OutboundMessage
 from tests.contract.harness import MatrixHarness, started
 from tests.contract.test_adapters import daemon
 from tests.fakes.llm import FakeLLM
-from tests.fakes.matrix_people import open_room, say, say_content
+from tests.fakes.matrix_people import (
+    open_direct_chat,
+    open_room,
+    person_client,
+    say,
+    say_content,
+    say_file,
+)
+from tests.fakes.matrix_proxy import MatrixProxy
+from tests.fakes.synapse import private_synapse
+from tests.integration.inproc import running_daemon
 
 pytestmark = pytest.mark.timeout(90)
 WAIT = 30.0
@@ -80,9 +100,157 @@ async def test_a_strangers_invite_is_declined(tmp_path: Path) -> None:
             assert ("POST", "join", room) not in proxy.calls
 
 
-async def _texts(proxy: object, room: str, count: int) -> list[str]:
-    from tests.fakes.matrix_proxy import MatrixProxy
+async def until_sent(adapter: Adapter, message: OutboundMessage) -> None:
+    """Send `message`, waiting out each `RateLimited` as the delivery worker does."""
+    for _ in range(20):
+        try:
+            await adapter.send(message)
+        except RateLimited as limited:
+            await asyncio.sleep(limited.retry_after)
+        else:
+            return
+    raise AssertionError("still rate limited after 20 tries")
 
-    assert isinstance(proxy, MatrixProxy)
+
+async def _texts(proxy: MatrixProxy, room: str, count: int) -> list[str]:
     await proxy.wait_for(lambda: len(proxy.texts_in(room)) >= count, WAIT)
     return proxy.texts_in(room)
+
+
+async def test_an_encrypted_room_is_refused_once_with_a_notice(tmp_path: Path) -> None:
+    async with started("matrix") as harness, FakeLLM() as llm:
+        assert isinstance(harness, MatrixHarness)
+        ann = harness.people[0]
+        proxy = harness.proxy
+        client = harness.clients[ann]
+        encryption = {
+            "type": "m.room.encryption",
+            "state_key": "",
+            "content": {"algorithm": "m.megolm.v1.aes-sha2"},
+        }
+        made = await client.room_create(
+            is_direct=True, invite=[harness.bot.user_id], initial_state=[encryption]
+        )
+        assert isinstance(made, RoomCreateResponse)
+        room = str(made.room_id)
+        ciphertext = {
+            "algorithm": "m.megolm.v1.aes-sha2",
+            "ciphertext": "AwgAEnB4cQ",
+            "device_id": "ANNDEVICE",
+            "sender_key": "c2VuZGVyLWtleQ",
+            "session_id": "c2Vzc2lvbg",
+        }
+        async with daemon(tmp_path, harness, llm) as h:
+            await proxy.wait_for(lambda: ("POST", "join", room) in proxy.calls, WAIT)
+            for _ in range(2):
+                sent = await client.room_send(room, "m.room.encrypted", ciphertext)
+                assert isinstance(sent, RoomSendResponse)
+            await proxy.wait_for(lambda: bool(proxy.texts_in(room)), WAIT)
+            # A plain message after it is answered: only the encrypted ones are refused.
+            await say(harness.clients[ann], harness.rooms[ann], "and in plain text")
+            await _texts(proxy, harness.rooms[ann], 1)
+            assert await h.answered(1)
+        assert proxy.texts_in(room) == [E2E_REFUSAL]
+        assert len(llm.requests) == 1
+
+
+async def test_a_picture_both_ways(tmp_path: Path) -> None:
+    """A picture from an allowed person is downloaded (the authenticated media API) and kept;
+    a picture Herald sends is uploaded to the media repository and reads back the same."""
+    picture = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
+    async with started("matrix") as harness, FakeLLM() as llm:
+        assert isinstance(harness, MatrixHarness)
+        ann = harness.people[0]
+        room = harness.rooms[ann]
+        async with daemon(tmp_path, harness, llm) as h:
+            await say_file(harness.clients[ann], room, picture, "p.png", "image/png")
+            [row] = await h.answered(1)
+            assert row["outcome"] == "answered"
+            assert list((await h.kept_files()).values()) == [picture]
+        path = tmp_path / "out.png"
+        path.write_bytes(picture)
+        outbound = OutboundMessage(
+            platform=PLATFORM,
+            account=AccountId("default"),
+            chat_id=ChatId(room),
+            text="",
+            idempotency_key="picture",
+            attachments=(Attachment(path, "image/png", len(picture), "out.png"),),
+        )
+        async with harness.adapter(tmp_path / "files") as adapter:
+            receipt = await adapter.send(outbound)
+        assert receipt.platform_message_id is not None
+        [sent] = [s for s in harness.proxy.sent if s.content.get("msgtype") == "m.image"]
+        assert sent.content["info"] == {"mimetype": "image/png", "size": len(picture)}
+        server, media = str(sent.content["url"]).removeprefix("mxc://").split("/")
+        async with httpx.AsyncClient() as http:
+            got = await http.get(
+                f"{harness.synapse.url}/_matrix/client/v1/media/download/{server}/{media}",
+                headers={"Authorization": f"Bearer {harness.bot.access_token}"},
+            )
+        assert got.content == picture
+
+
+async def test_synapses_own_rate_limit_is_rate_limited_with_its_retry_after(
+    tmp_path: Path,
+) -> None:
+    """The bot's message rate set low through Synapse's admin API: the homeserver's own 429
+    becomes `RateLimited` with its `retry_after_ms`, and the send goes after that wait."""
+    async with started("matrix") as harness:
+        assert isinstance(harness, MatrixHarness)
+        admin = await harness.synapse.register("admin", admin=True)
+        async with httpx.AsyncClient() as http:
+            answer = await http.post(
+                f"{harness.synapse.url}/_synapse/admin/v1/users/{harness.bot.user_id}"
+                "/override_ratelimit",
+                json={"messages_per_second": 1, "burst_count": 1},
+                headers={"Authorization": f"Bearer {admin.access_token}"},
+            )
+            answer.raise_for_status()
+        ann, bob = harness.people
+        async with harness.adapter(tmp_path / "files") as adapter:
+            # The bot's joins still count in Synapse's bucket: this send may wait for them.
+            await until_sent(adapter, harness.outbound(adapter, ann, "first"))
+            with pytest.raises(RateLimited) as caught:
+                await adapter.send(harness.outbound(adapter, bob, "too soon"))
+            assert 0 < caught.value.retry_after <= 5
+            await asyncio.sleep(caught.value.retry_after)
+            await until_sent(adapter, harness.outbound(adapter, bob, "after the wait"))
+        assert (429, harness.rooms[bob]) in harness.proxy.refused
+        assert harness.texts_to(bob) == ["after the wait"]
+
+
+async def test_the_homeserver_restarted_mid_conversation(tmp_path: Path) -> None:
+    """Synapse stopped and started again under a running daemon: the adapter reconnects, and
+    the conversation goes on with nothing lost and nothing answered twice."""
+    async with (
+        private_synapse(tmp_path / "synapse") as hs,
+        MatrixProxy(hs.url) as proxy,
+        FakeLLM() as llm,
+    ):
+        bot = await hs.server.register("herald")
+        ann = await hs.server.register("ann")
+        async with person_client(hs.url, ann) as client, person_client(hs.url, bot) as bots:
+            room = await open_direct_chat(client, bots, bot.user_id)
+        section = {
+            "homeserver": proxy.url,
+            "user_id": bot.user_id,
+            "access_token": bot.access_token,
+            "allowed_users": [ann.user_id],
+            "stream_edits": False,
+            "min_send_interval": 0,
+            "sync_timeout": 2,
+        }
+        async with running_daemon(tmp_path / "herald", llm, "matrix", section) as h:
+            async with person_client(hs.url, ann) as client:
+                await say(client, room, "before")
+            await _texts(proxy, room, 1)
+            await hs.stop()
+            await hs.start()
+            async with person_client(hs.url, ann) as client:
+                await say(client, room, "after")
+            texts = await _texts(proxy, room, 2)
+            rows = await h.answered(2)
+        assert texts == ["You said: before", "You said: after"]
+        assert [r["outcome"] for r in rows] == ["answered", "answered"]
+        assert len(llm.requests) == 2
