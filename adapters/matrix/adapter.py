@@ -177,7 +177,10 @@ class MatrixAdapter(TrackedSends):
             async with asyncio.timeout(REQUEST_TIMEOUT):
                 answer = await client.whoami()
                 if not isinstance(answer, WhoamiResponse):
-                    raise _error(answer, "whoami")
+                    error = _error(answer, "whoami")
+                    if isinstance(error, PermanentSendError):  # 403, 404: not this account
+                        raise AuthError(f"{error} (check homeserver, user_id, access_token)")
+                    raise error
                 if answer.user_id != self.config.user_id:
                     raise AuthError(
                         f"matrix: the access token is {answer.user_id}'s, not "
