@@ -75,7 +75,10 @@ class MatrixProxy(Waitable):
         self._http = aiohttp.ClientSession(auto_decompress=True)
         app = web.Application(client_max_size=100 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
+        # A long poll whose client left ends with it (and a stop does not wait out its wait).
+        self._runner = web.AppRunner(
+            app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()

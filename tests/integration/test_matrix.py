@@ -1,8 +1,9 @@
 """Matrix through the whole daemon on a real Synapse (see tests/contract/harness.py's
 `MatrixHarness`): a group room joined on an allowed person's invite, answered only when the
-bot is mentioned; a thread answered in the thread; a reply quoted to the agent; a stranger's
-invite declined; an encrypted room refused with a notice; a picture both ways; Synapse's own
-rate limiter; the homeserver restarted under a running daemon."""
+bot is mentioned, with typing and read receipts; a thread answered in the thread; a reply
+quoted to the agent; a stranger's invite declined; an encrypted room refused with a notice; a
+picture both ways; Synapse's own rate limiter; the homeserver restarted under a running
+daemon."""
 
 from __future__ import annotations
 
@@ -59,6 +60,9 @@ async def test_a_group_room_a_thread_and_a_reply(tmp_path: Path) -> None:
             assert answer.endswith("] herald, what time is it?")  # the sender's name first
             rows = await h.answered(1)
             assert [r["text"] for r in rows] == ["herald, what time is it?"]
+            # The turn showed "typing…"; the messages taken in got read receipts.
+            assert group in proxy.typing
+            assert group in proxy.receipts
 
             # A thread is a session of its own, answered in the thread.
             root = await say(client, group, "a new topic")
