@@ -35,7 +35,7 @@ from nio import (
 )
 
 from adapters.files import download, keep, may_fetch, with_files
-from adapters.inbound import Skipped, log_skipped
+from adapters.inbound import Incoming, Skipped, log_skipped
 from adapters.inflight import InFlight, TrackedSends
 from adapters.matrix import PLATFORM
 from adapters.matrix.config import Invites, MatrixConfig
@@ -48,10 +48,13 @@ from adapters.matrix.convert import (
     RoomView,
     edit_content,
     error_from,
+    pressed,
+    reaction_of,
     relate,
     split_event_key,
     text_content,
     to_inbound,
+    with_buttons,
     within_event_limit,
 )
 from gateway.contracts.adapter import AdapterState, Checkpoints, InboundSink
@@ -296,15 +299,7 @@ class MatrixAdapter(TrackedSends):
             if event.get("type") == "m.room.encrypted" and event.get("sender") != self._me.user_id:
                 await self._refuse_encrypted(room_id)
                 continue
-            incoming = to_inbound(
-                event,
-                room=view,
-                me=self._me,
-                account=self.account,
-                config=self.config,
-                now=utcnow(),
-                display_name=self._name(room_id, str(event.get("sender", ""))),
-            )
+            incoming = await self._convert(event, view)
             if isinstance(incoming, Skipped):
                 what = f"{PLATFORM}: event {event.get('event_id')}"
                 log_skipped(logger, what, incoming, quiet=(NOT_ADDRESSED, "our own event"))
@@ -318,6 +313,42 @@ class MatrixAdapter(TrackedSends):
             )
             await sink.accept(message)
             await self._read(room_id, str(event["event_id"]))
+
+    async def _convert(
+        self, event: Mapping[str, Any], view: RoomView
+    ) -> Incoming[MediaRef] | Skipped:
+        """The message of one timeline event (a reaction: the button it presses)."""
+        name = self._name(view.room_id, str(event.get("sender", "")))
+        reaction = reaction_of(event)
+        if reaction is None:
+            return to_inbound(
+                event,
+                room=view,
+                me=self._me,
+                account=self.account,
+                config=self.config,
+                now=utcnow(),
+                display_name=name,
+            )
+        if event.get("sender") == self._me.user_id:
+            return Skipped("our own event")
+        try:
+            async with asyncio.timeout(REQUEST_TIMEOUT):
+                found = await self._connected().room_get_event(view.room_id, reaction[0])
+        except (aiohttp.ClientError, TimeoutError) as err:
+            raise NotReady(f"matrix: reading a reacted-to event: {type(err).__name__}") from err
+        source = getattr(getattr(found, "event", None), "source", None)
+        if not isinstance(source, Mapping):
+            return Skipped("a reaction to an event Herald cannot read")
+        return pressed(
+            event,
+            source,
+            room=view,
+            me=self._me,
+            account=self.account,
+            now=utcnow(),
+            display_name=name,
+        )
 
     def _name(self, room_id: str, user_id: str) -> str:
         client = self._client
@@ -437,6 +468,7 @@ class MatrixAdapter(TrackedSends):
                 thread=thread,
                 reply_to=reply,
             )
+            content = with_buttons(content, message.buttons)
             first = await self._put(room, "m.room.message", content, txn)
         for index, attachment in enumerate(message.attachments):
             event = await self._send_file(room, attachment, thread, f"{txn}-{index}")

@@ -11,14 +11,16 @@ wrote the fallback quote.
 
 from __future__ import annotations
 
+import html
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from markdown_it import MarkdownIt
 
+from adapters.buttons import button_command
 from adapters.inbound import Incoming, Skipped, file_refusal, message_key
 from adapters.matrix import PLATFORM
 from adapters.matrix.config import MatrixConfig
@@ -30,7 +32,7 @@ from gateway.contracts.errors import (
     RateLimited,
 )
 from gateway.contracts.ids import AccountId, ChatId, ExternalUserId, PlatformMessageId, ThreadId
-from gateway.contracts.messages import InboundMessage, Sender
+from gateway.contracts.messages import Button, InboundMessage, Sender
 
 NOT_ADDRESSED = "group message that does not address the bot"
 FILE_TYPES = frozenset({"m.image", "m.file", "m.audio", "m.video"})
@@ -204,6 +206,97 @@ def to_inbound(  # noqa: C901, PLR0912 - one event, every kind of it
         raw={"event_id": event_id, "room_id": room.room_id, "sender": sender},
     )
     return Incoming(message, files)
+
+
+BUTTONS_KEY = "org.herald.buttons"
+"""Where a message with buttons keeps which reaction presses which (reaction key → command)."""
+NUMBERED = ("1️⃣", "2️⃣", "3️⃣", "4️⃣", "5️⃣", "6️⃣", "7️⃣", "8️⃣", "9️⃣")
+
+
+def button_reactions(buttons: Sequence[Button]) -> dict[str, str]:
+    """The reaction that presses each of Herald's buttons (the emoji its label starts with,
+    else its number) → the command it sends; buttons of other commands are left out."""
+    out: dict[str, str] = {}
+    for n, button in enumerate(buttons[: len(NUMBERED)]):
+        command = button_command(button.command)
+        if command is None:
+            continue
+        first = button.label.split(maxsplit=1)[0] if button.label.strip() else ""
+        out[first if first and not first[0].isalnum() else NUMBERED[n]] = command
+    return out
+
+
+def with_buttons(content: dict[str, Any], buttons: Sequence[Button]) -> dict[str, Any]:
+    """`content` offering `buttons` as reactions: the choices written under the text and the
+    reaction → command table kept in the event (read back when someone reacts)."""
+    reactions = button_reactions(buttons)
+    if not reactions:
+        return content
+    labels = {button_command(b.command): b.label for b in buttons}
+    choices = ", ".join(
+        f"{key} {labels[command].removeprefix(key).strip() or command}"
+        for key, command in reactions.items()
+    )
+    note = f"React {choices} (or send the command)."
+    out = {**content, BUTTONS_KEY: reactions, "body": f"{content.get('body', '')}\n\n{note}"}
+    if "formatted_body" in content:
+        out["formatted_body"] = f"{content['formatted_body']}<p>{html.escape(note)}</p>"
+    return out
+
+
+def reaction_of(event: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(reacted-to event id, key) of an `m.reaction` event, or None."""
+    if event.get("type") != "m.reaction":
+        return None
+    content = event.get("content")
+    relation = _relation(content) if isinstance(content, Mapping) else {}
+    target, key = relation.get("event_id"), relation.get("key")
+    if relation.get("rel_type") != "m.annotation" or not isinstance(target, str):
+        return None
+    return (target, key) if isinstance(key, str) else None
+
+
+def pressed(
+    event: Mapping[str, Any],
+    target: Mapping[str, Any],
+    *,
+    room: RoomView,
+    me: Me,
+    account: AccountId,
+    now: datetime,
+    display_name: str = "",
+) -> Incoming[MediaRef] | Skipped:
+    """A reaction to one of Herald's messages with buttons, as the reactor's own command
+    message (the command of the button the reaction presses); Skipped for any other."""
+    found = reaction_of(event)
+    sender, event_id = event.get("sender"), event.get("event_id")
+    if found is None or not isinstance(sender, str) or not isinstance(event_id, str):
+        return Skipped("not a reaction")
+    if sender == me.user_id:
+        return Skipped("our own event")
+    content = target.get("content")
+    table = content.get(BUTTONS_KEY) if isinstance(content, Mapping) else None
+    if target.get("sender") != me.user_id or not isinstance(table, Mapping):
+        return Skipped("a reaction to a message without buttons")
+    command = button_command(table.get(found[1]))
+    if command is None:
+        return Skipped("a reaction that presses no button")
+    relation = _relation(content) if isinstance(content, Mapping) else {}
+    thread = relation.get("event_id") if relation.get("rel_type") == "m.thread" else None
+    message = InboundMessage(
+        platform=PLATFORM,
+        account=account,
+        chat_id=ChatId(room.room_id),
+        sender=Sender(ExternalUserId(sender), display_name or sender),
+        text=command,
+        platform_message_id=message_key(room.room_id, event_id),
+        is_direct=room.members <= 2,
+        mentions_bot=True,
+        thread_id=ThreadId(thread) if isinstance(thread, str) else None,
+        received_at=now,
+        raw={"event_id": event_id, "room_id": room.room_id, "sender": sender},
+    )
+    return Incoming(message, ())
 
 
 _MARKDOWN = (

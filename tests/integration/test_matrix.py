@@ -3,11 +3,12 @@
 bot is mentioned, with typing and read receipts; a thread answered in the thread; a reply
 quoted to the agent; a stranger's invite declined; an encrypted room refused with a notice; a
 picture both ways; Synapse's own rate limiter; the homeserver restarted under a running
-daemon."""
+daemon; a reaction pressing an approval's button."""
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -19,7 +20,7 @@ from adapters.matrix.convert import E2E_REFUSAL
 from gateway.contracts.adapter import Adapter
 from gateway.contracts.errors import RateLimited
 from gateway.contracts.ids import AccountId, ChatId
-from gateway.contracts.messages import Attachment, OutboundMessage
+from gateway.contracts.messages import Attachment, Button, OutboundMessage
 from tests.contract.harness import MatrixHarness, started
 from tests.contract.test_adapters import daemon
 from tests.fakes.llm import FakeLLM
@@ -32,6 +33,7 @@ from tests.fakes.matrix_people import (
     say_file,
 )
 from tests.fakes.matrix_proxy import MatrixProxy
+from tests.fakes.sink import ListSink, receiving
 from tests.fakes.synapse import private_synapse
 from tests.integration.inproc import running_daemon
 
@@ -258,3 +260,33 @@ async def test_the_homeserver_restarted_mid_conversation(tmp_path: Path) -> None
         assert texts == ["You said: before", "You said: after"]
         assert [r["outcome"] for r in rows] == ["answered", "answered"]
         assert len(llm.requests) == 2
+
+
+async def test_a_reaction_presses_a_button(tmp_path: Path) -> None:
+    """Buttons (an approval's) are offered as reactions: reacting with a button's emoji sends
+    its command as the reactor's own message; other reactions reach nobody."""
+    async with started("matrix") as harness:
+        assert isinstance(harness, MatrixHarness)
+        ann = harness.people[0]
+        room = harness.rooms[ann]
+        client = harness.clients[ann]
+        sink = ListSink()
+        async with harness.adapter(tmp_path / "files") as adapter:
+            question = replace(
+                harness.outbound(adapter, ann, "Run `rm -rf build`?"),
+                buttons=(Button("✅ Approve", "/approve 7"), Button("❌ Deny", "/deny 7")),
+            )
+            asked = await adapter.send(question)
+            assert asked.platform_message_id is not None
+            [_, event] = asked.platform_message_id.rsplit(":", 1)
+            [sent] = [s for s in harness.proxy.sent if s.event_id == event]
+            assert "React ✅ Approve, ❌ Deny" in sent.content["body"]
+            plain = await say(client, room, "an ordinary message")
+            async with receiving(adapter, sink):
+                for target, key in ((plain, "✅"), (event, "👍"), (event, "✅")):
+                    annotation = {"rel_type": "m.annotation", "event_id": target, "key": key}
+                    await client.room_send(room, "m.reaction", {"m.relates_to": annotation})
+                await sink.until(lambda: "/approve 7" in sink.texts)
+        assert sink.texts == ["an ordinary message", "/approve 7"]
+        [press] = [m for m in sink.messages if m.text == "/approve 7"]
+        assert press.sender.id == ann

@@ -18,16 +18,20 @@ from adapters.matrix.convert import (
     Me,
     MediaRef,
     RoomView,
+    button_reactions,
     edit_content,
     error_from,
+    pressed,
     split_event_key,
     text_content,
     to_html,
     to_inbound,
+    with_buttons,
     within_event_limit,
 )
 from gateway.contracts.errors import AuthError, NotReady, PermanentSendError, RateLimited
 from gateway.contracts.ids import AccountId
+from gateway.contracts.messages import Button
 from gateway.contracts.platform import ChatAddress
 
 DATA = Path(__file__).parents[1] / "data" / "matrix"
@@ -209,3 +213,43 @@ def test_targets_name_a_room_and_maybe_a_thread() -> None:
     )
     with pytest.raises(ValueError, match="matrix:!room:server"):
         SPEC.parse_target("matrix", "abc")
+
+
+def test_buttons_are_offered_as_reactions() -> None:
+    buttons = (
+        Button("✅ Approve", "/approve 3"),
+        Button("❌ Deny", "/deny 3"),
+        Button("Other", "/stop"),
+    )
+    assert button_reactions(buttons) == {"✅": "/approve 3", "❌": "/deny 3"}
+    assert button_reactions((Button("Approve", "/approve 3"),)) == {"1️⃣": "/approve 3"}
+    content = with_buttons(text_content("**Run it?**", markdown=True), buttons)
+    assert content["org.herald.buttons"] == {"✅": "/approve 3", "❌": "/deny 3"}
+    assert content["body"].endswith("React ✅ Approve, ❌ Deny (or send the command).")
+    assert content["formatted_body"].endswith("</p>")
+
+
+def test_a_reaction_to_a_button_is_its_command() -> None:
+    target = {
+        "sender": ME.user_id,
+        "event_id": "$q",
+        "content": {"body": "Run it?", "org.herald.buttons": {"✅": "/approve 3"}},
+    }
+
+    def react(key: str, on: dict[str, Any] = target) -> Incoming[MediaRef] | Skipped:
+        event = {
+            "type": "m.reaction",
+            "sender": "@ann:herald.test",
+            "event_id": "$r",
+            "content": {"m.relates_to": {"rel_type": "m.annotation", "event_id": "$q", "key": key}},
+        }
+        return pressed(event, on, room=DM, me=ME, account=AccountId("a"), now=NOW)
+
+    press = react("✅")
+    assert isinstance(press, Incoming)
+    assert press.message.text == "/approve 3"
+    assert press.message.sender.id == "@ann:herald.test"
+    assert isinstance(react("👍"), Skipped)
+    assert isinstance(react("✅", {**target, "sender": "@mallory:herald.test"}), Skipped)
+    forged = {**target, "content": {"org.herald.buttons": {"✅": "/model gpt"}}}
+    assert isinstance(react("✅", forged), Skipped)
