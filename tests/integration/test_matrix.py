@@ -16,14 +16,16 @@ import pytest
 from nio import RoomCreateResponse, RoomSendResponse
 
 from adapters.matrix import PLATFORM
+from adapters.matrix.adapter import MAX_CHUNK, MatrixAdapter
+from adapters.matrix.config import MatrixConfig
 from adapters.matrix.convert import E2E_REFUSAL
 from gateway.contracts.adapter import Adapter
 from gateway.contracts.errors import RateLimited
 from gateway.contracts.ids import AccountId, ChatId
-from gateway.contracts.messages import Attachment, Button, OutboundMessage
+from gateway.contracts.messages import Attachment, Button, InboundMessage, OutboundMessage
 from tests.contract.harness import MatrixHarness, started
 from tests.contract.test_adapters import daemon
-from tests.fakes.llm import FakeLLM
+from tests.fakes.llm import FakeLLM, Reply
 from tests.fakes.matrix_people import (
     open_direct_chat,
     open_room,
@@ -290,3 +292,59 @@ async def test_a_reaction_presses_a_button(tmp_path: Path) -> None:
         assert sink.texts == ["an ordinary message", "/approve 7"]
         [press] = [m for m in sink.messages if m.text == "/approve 7"]
         assert press.sender.id == ann
+
+
+class ScreeningListSink(ListSink):
+    """A sink that allows only `allowed` (as the inbox's access decision would)."""
+
+    def __init__(self, allowed: set[str]) -> None:
+        super().__init__()
+        self.allowed = allowed
+
+    async def may_fetch(self, message: InboundMessage) -> bool:
+        return str(message.sender.id) in self.allowed
+
+
+async def test_a_strangers_invite_is_left_pending_when_configured(tmp_path: Path) -> None:
+    """`invites: pending`: a stranger's invite is neither joined nor declined; an allowed
+    person's is joined."""
+    async with started("matrix") as harness:
+        assert isinstance(harness, MatrixHarness)
+        proxy = harness.proxy
+        ann = harness.people[0]
+        section = {**harness.section(0), "invites": "pending"}
+        adapter = MatrixAdapter(
+            MatrixConfig.model_validate(section), tmp_path / "files", harness.checkpoints
+        )
+        sink = ScreeningListSink({ann})
+        async with adapter, receiving(adapter, sink):
+            strangers = await open_room(
+                harness.clients[harness.stranger], [harness.bot.user_id], direct=True
+            )
+            anns = await open_room(harness.clients[ann], [harness.bot.user_id], direct=False)
+            await proxy.wait_for(lambda: ("POST", "join", anns) in proxy.calls, WAIT)
+            await say(harness.clients[ann], anns, "after the invites")
+            await sink.until(lambda: "after the invites" in sink.texts)
+        assert not [c for c in proxy.calls if c[2] == strangers and c[1] in ("join", "leave")]
+
+
+async def test_a_long_answer_streams_then_goes_in_chunks(tmp_path: Path) -> None:
+    """A long answer with `stream_edits`: a preview edited in place as the model writes, and
+    in the end the whole answer, each message within the limit, nothing dropped."""
+    words = [f"word{i}" for i in range(1500)]  # about 12,000 characters: three messages
+    async with started("matrix") as harness, FakeLLM() as llm:
+        assert isinstance(harness, MatrixHarness)
+        llm.responder = lambda body: Reply(text=" ".join(words), chunk_delay=0.001)
+        ann = harness.people[0]
+        room = harness.rooms[ann]
+        async with daemon(tmp_path, harness, llm, stream_edits=True, min_edit_interval=0.2) as h:
+            await say(harness.clients[ann], room, "tell me everything")
+            await harness.proxy.wait_for(
+                lambda: [w for t in harness.shown_to(ann) for w in t.split()] == words, WAIT
+            )
+            [row] = await h.answered(1)
+        assert row["outcome"] == "answered"
+        shown = harness.shown_to(ann)
+        assert harness.edits() > 0
+        assert len(shown) >= 3
+        assert max(len(t) for t in shown) <= MAX_CHUNK
