@@ -709,7 +709,7 @@ class MatrixCrash(CrashScenario):
     resent after a crash carries the same transaction id, which Synapse makes one event."""
 
     section_name = "matrix"
-    messages = 30
+    messages = 24
     kills = 2
     seed = 20261129
     delays_seed = 13
