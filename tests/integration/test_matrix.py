@@ -19,6 +19,7 @@ from adapters.matrix import PLATFORM
 from adapters.matrix.adapter import MAX_CHUNK, MatrixAdapter
 from adapters.matrix.config import MatrixConfig
 from adapters.matrix.convert import E2E_REFUSAL
+from gateway.access import Pairings
 from gateway.contracts.adapter import Adapter
 from gateway.contracts.errors import RateLimited
 from gateway.contracts.ids import AccountId, ChatId
@@ -38,6 +39,7 @@ from tests.fakes.matrix_proxy import MatrixProxy
 from tests.fakes.sink import ListSink, receiving
 from tests.fakes.synapse import private_synapse
 from tests.integration.inproc import running_daemon
+from tests.integration.test_access import code_in
 
 pytestmark = pytest.mark.timeout(90)
 WAIT = 30.0
@@ -348,3 +350,24 @@ async def test_a_long_answer_streams_then_goes_in_chunks(tmp_path: Path) -> None
         assert harness.edits() > 0
         assert len(shown) >= 2
         assert max(len(t) for t in shown) <= MAX_CHUNK
+
+
+async def test_pairing_a_stranger_and_an_operator_by_matrix_id(tmp_path: Path) -> None:
+    """A stranger's direct message gets a pairing code; once approved, their next message is
+    answered. An operator is named by Matrix id (`matrix:@ann:server`)."""
+    async with started("matrix") as harness, FakeLLM() as llm:
+        assert isinstance(harness, MatrixHarness)
+        eve = harness.stranger
+        room = harness.rooms[eve]
+        extra = {"access": {"operators": [f"matrix:{harness.people[0]}"]}}
+        async with daemon(tmp_path, harness, llm, extra=extra) as h:
+            assert h.config.access.operators == (f"matrix:{harness.people[0]}",)
+            await say(harness.clients[eve], room, "let me in")
+            [reply] = await _texts(harness.proxy, room, 1)
+            code = code_in(reply)
+            await Pairings(h.store).approve_and_tell(code)
+            await _texts(harness.proxy, room, 2)
+            await say(harness.clients[eve], room, "thanks")
+            texts = await _texts(harness.proxy, room, 3)
+        assert texts[-1] == "You said: thanks"
+        assert len(llm.requests) == 1
