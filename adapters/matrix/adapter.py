@@ -94,16 +94,22 @@ MAX_CHUNK = 4000
 homeserver's 64 KiB event."""
 SEND_FILE_MAX_BYTES = 50 * 1024 * 1024
 """The largest file sent (Synapse's default `max_upload_size`)."""
-SYNC_FILTER: dict[str, Any] = {
-    "presence": {"types": []},
-    "account_data": {"types": []},
-    "room": {
-        "timeline": {"limit": 100},
-        "ephemeral": {"types": []},
+TIMELINE_LIMIT = 100
+"""Events per room in one `/sync` batch; more are read through `/messages` (the gap)."""
+
+
+def sync_filter(timeline_limit: int) -> dict[str, Any]:
+    """What Herald asks `/sync` for: rooms' timelines and state, nothing else."""
+    return {
+        "presence": {"types": []},
         "account_data": {"types": []},
-        "state": {"lazy_load_members": True},
-    },
-}
+        "room": {
+            "timeline": {"limit": timeline_limit},
+            "ephemeral": {"types": []},
+            "account_data": {"types": []},
+            "state": {"lazy_load_members": True},
+        },
+    }
 
 
 class MatrixAdapter(TrackedSends):
@@ -115,8 +121,16 @@ class MatrixAdapter(TrackedSends):
 
     platform: Platform = PLATFORM
 
-    def __init__(self, config: MatrixConfig, files_dir: Path, checkpoints: Checkpoints) -> None:
+    def __init__(
+        self,
+        config: MatrixConfig,
+        files_dir: Path,
+        checkpoints: Checkpoints,
+        *,
+        timeline_limit: int = TIMELINE_LIMIT,
+    ) -> None:
         self.config = config
+        self._filter = sync_filter(timeline_limit)
         self.files_dir = files_dir
         self.checkpoints = checkpoints
         self.account = AccountId(config.account)
@@ -245,7 +259,7 @@ class MatrixAdapter(TrackedSends):
             async with asyncio.timeout(self.config.sync_timeout + SYNC_GRACE):
                 answer = await client.sync(
                     timeout=max(1, round(self.config.sync_timeout * 1000)) if since else 1,
-                    sync_filter=SYNC_FILTER,
+                    sync_filter=self._filter,
                     since=since,
                 )
         except TimeoutError as err:

@@ -371,3 +371,31 @@ async def test_pairing_a_stranger_and_an_operator_by_matrix_id(tmp_path: Path) -
             texts = await _texts(harness.proxy, room, 3)
         assert texts[-1] == "You said: thanks"
         assert len(llm.requests) == 1
+
+
+async def test_the_gap_after_a_restart_is_read_nothing_skipped_nothing_twice(
+    tmp_path: Path,
+) -> None:
+    """More messages arrive while the adapter is away than one `/sync` batch holds (the
+    homeserver cuts the timeline short): the gap is read through `/messages` from the stored
+    token, so every message arrives once, in order."""
+    async with started("matrix") as harness:
+        assert isinstance(harness, MatrixHarness)
+        ann = harness.people[0]
+        room, client = harness.rooms[ann], harness.clients[ann]
+        config = MatrixConfig.model_validate(harness.section(0))
+        sink = ListSink()
+        first = MatrixAdapter(config, tmp_path / "files", harness.checkpoints, timeline_limit=3)
+        async with first, receiving(first, sink):
+            before = await say(client, room, "before")
+            await harness.wait_acknowledged(before)  # its batch's token is stored
+        away = [f"while away {n}" for n in range(10)]
+        for text in away:
+            await say(client, room, text)
+        again = MatrixAdapter(config, tmp_path / "files", harness.checkpoints, timeline_limit=3)
+        async with again, receiving(again, sink):
+            await sink.until(lambda: len(sink.texts) >= 1 + len(away))
+            await say(client, room, "after")
+            await sink.until(lambda: "after" in sink.texts)
+        assert sink.texts == ["before", *away, "after"]
+        assert ("GET", "messages", room) in harness.proxy.calls  # the gap was read
