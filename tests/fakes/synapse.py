@@ -24,6 +24,7 @@ import importlib.util
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -284,13 +285,19 @@ def keep(root: Path) -> None:
         tmp.replace(root / "state.json")
         while process.poll() is None:
             time.sleep(0.5)
-            pids = [int(p) for p in (root / "users").read_text().split() if p.isdigit()]
-            if not any(_alive(p) for p in pids):
-                break
+            with (root / "lock").open("w") as lock:
+                # Under the lock: a worker arriving now either sees the server or starts anew.
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                pids = [int(p) for p in (root / "users").read_text().split() if p.isdigit()]
+                if not any(_alive(p) for p in pids):
+                    (root / "state.json").unlink()
+                    (root / "users").unlink()
+                    break
     finally:
         stop(process)
         with contextlib.suppress(FileNotFoundError):
             (root / "state.json").unlink()
+        shutil.rmtree(root / "server", ignore_errors=True)
 
 
 # -- a server of one test's own ------------------------------------------------------------
