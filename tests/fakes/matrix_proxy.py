@@ -114,7 +114,7 @@ class MatrixProxy(Waitable):
     def rewind(self, event_id: str) -> None:
         """The next `/sync` starts from before the batch that delivered `event_id`."""
         batch = next(b for b in self.batches if event_id in b.events)
-        self._rewind = batch.since
+        self._rewind = batch.since or ""  # "": from the start (an initial sync)
 
     # -- what the account did ---------------------------------------------------------------
 
@@ -171,7 +171,10 @@ class MatrixProxy(Waitable):
         query = dict(request.query)
         syncing = parts[-1] == "sync"
         if syncing and self._rewind is not None:
-            query["since"] = self._rewind
+            if self._rewind:
+                query["since"] = self._rewind
+            else:
+                query.pop("since", None)
             self._rewind = None
         data = await request.read()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
