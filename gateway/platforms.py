@@ -5,7 +5,7 @@ the order their sections are checked and started. A platform shipped as a separa
 registers its spec under the `herald.platforms` entry-point group:
 
     [project.entry-points."herald.platforms"]
-    matrix = "herald_matrix:SPEC"
+    myplatform = "herald_myplatform:SPEC"
 
 Config sections, the supervisor's adapters, target addresses and `herald doctor` all read
 the specs from here.
@@ -20,6 +20,7 @@ from importlib.metadata import EntryPoint, entry_points
 import adapters.discord
 import adapters.email
 import adapters.loopback
+import adapters.matrix
 import adapters.slack
 import adapters.telegram
 import adapters.twilio
@@ -36,6 +37,7 @@ BUILT_IN: tuple[AnySpec, ...] = (
     adapters.twilio.SPEC,
     adapters.discord.SPEC,
     adapters.email.SPEC,
+    adapters.matrix.SPEC,
 )
 """The platforms that ship with Herald."""
 

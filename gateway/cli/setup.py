@@ -12,8 +12,9 @@ Ctrl-C (or a refusal) leaves every file as it was.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Protocol
@@ -391,6 +392,47 @@ class Setup:
         return f"llm: {detail}"
 
 
+def question_keys() -> dict[str, str]:
+    """Every platform's setup questions by config key (each key a flag of `herald setup`),
+    with the help its flag shows: the prompt, and which platforms ask it."""
+    asked: dict[str, list[tuple[str, str]]] = {}
+    for spec in platforms.SPECS:
+        if spec.internal:
+            continue
+        for question in questions(spec):
+            asked.setdefault(question.key, []).append((spec.name, question.prompt))
+    return {
+        key: "; ".join(f"{name}: {prompt}" for name, prompt in entries) + "."
+        for key, entries in asked.items()
+    }
+
+
+def _with_question_flags(command: Callable[..., None]) -> Callable[..., None]:
+    """`command` whose signature has one `--<key>` option per setup question of any platform,
+    in place of its `**answered` (typer reads the signature), so a platform's questions reach
+    the command line from its spec and `herald setup` names no platform."""
+    signature = inspect.signature(command, eval_str=True)
+    fixed = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    taken = {p.name for p in fixed}
+    extra = [
+        inspect.Parameter(
+            key,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=None,
+            annotation=Annotated[
+                str | None, typer.Option(f"--{key.replace('_', '-')}", help=help_text)
+            ],
+        )
+        for key, help_text in question_keys().items()
+        if key not in taken
+    ]
+    at = next(i for i, p in enumerate(fixed) if p.name == "base_url")
+    params = [*fixed[:at], *extra, *fixed[at:]]
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
+    command.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    return command
+
+
 def _typed(value: str, question: SetupQuestion) -> Any:
     """A number where the question's default is one (ports), else the text."""
     if question.default is not None and question.default.isdigit() and value.isdigit():
@@ -408,6 +450,7 @@ def _pairs(items: Sequence[str]) -> dict[str, str]:
     return out
 
 
+@_with_question_flags
 def setup(  # noqa: PLR0917 - one parameter per answer
     config: Annotated[
         Path | None,
@@ -424,20 +467,6 @@ def setup(  # noqa: PLR0917 - one parameter per answer
         str | None,
         typer.Option(help=f"The platform to set up ({', '.join(choosable())}, or {SKIP})."),
     ] = None,
-    token: Annotated[str | None, typer.Option(help="Telegram or Discord bot token.")] = None,
-    bot_token: Annotated[str | None, typer.Option(help="Slack bot token (xoxb-…).")] = None,
-    app_token: Annotated[str | None, typer.Option(help="Slack app token (xapp-…).")] = None,
-    account_sid: Annotated[str | None, typer.Option(help="Twilio Account SID.")] = None,
-    auth_token: Annotated[str | None, typer.Option(help="Twilio Auth Token.")] = None,
-    from_number: Annotated[str | None, typer.Option(help="Twilio sending number.")] = None,
-    public_url: Annotated[str | None, typer.Option(help="Twilio: Herald's public URL.")] = None,
-    address: Annotated[str | None, typer.Option(help="Email: Herald's address.")] = None,
-    username: Annotated[str | None, typer.Option(help="Email: the login.")] = None,
-    password: Annotated[str | None, typer.Option(help="Email: the password.")] = None,
-    imap_host: Annotated[str | None, typer.Option(help="Email: the IMAP server.")] = None,
-    imap_port: Annotated[int | None, typer.Option(help="Email: the IMAP port.")] = None,
-    smtp_host: Annotated[str | None, typer.Option(help="Email: the SMTP server.")] = None,
-    smtp_port: Annotated[int | None, typer.Option(help="Email: the SMTP port.")] = None,
     base_url: Annotated[
         str | None, typer.Option(help="The platform's API base URL (a proxy, a local server).")
     ] = None,
@@ -465,6 +494,7 @@ def setup(  # noqa: PLR0917 - one parameter per answer
     check: Annotated[
         bool, typer.Option("--check/--no-check", help="Check credentials live before saving.")
     ] = True,
+    **answered: str | None,
 ) -> None:
     """Set Herald up: a platform (credentials checked live), access, home, model.
 
@@ -472,22 +502,7 @@ def setup(  # noqa: PLR0917 - one parameter per answer
     answer from the flags."""
     console = Console(highlight=False, soft_wrap=True)
     path = config_path_from_env(config) or DEFAULT_FILE
-    named = {
-        "token": token,
-        "bot_token": bot_token,
-        "app_token": app_token,
-        "account_sid": account_sid,
-        "auth_token": auth_token,
-        "from_number": from_number,
-        "public_url": public_url,
-        "address": address,
-        "username": username,
-        "password": password,
-        "imap_host": imap_host,
-        "imap_port": None if imap_port is None else str(imap_port),
-        "smtp_host": smtp_host,
-        "smtp_port": None if smtp_port is None else str(smtp_port),
-    }
+    named = {key: answered.get(key) for key in question_keys()}
     answers = Answers(
         platform=None if platform is None else platform.strip().lower(),
         values={**{k: v for k, v in named.items() if v is not None}, **_pairs(set_ or [])},

@@ -27,12 +27,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, Self
 
+from nio import AsyncClient
+
 from adapters.discord.adapter import DiscordAdapter
 from adapters.discord.config import DiscordConfig
 from adapters.email.adapter import EmailAdapter
 from adapters.email.config import EmailConfig
 from adapters.loopback.adapter import LoopbackAdapter
 from adapters.loopback.config import LoopbackConfig
+from adapters.matrix.adapter import MatrixAdapter
+from adapters.matrix.config import MatrixConfig
 from adapters.slack.adapter import SlackAdapter
 from adapters.slack.config import SlackConfig
 from adapters.telegram.adapter import TelegramAdapter
@@ -48,9 +52,12 @@ from tests.fakes.discord_server import DEFAULT_TOKEN as DISCORD_TOKEN
 from tests.fakes.discord_server import QUIET_HEARTBEAT, FakeDiscordServer
 from tests.fakes.dovecot import USER as MAILBOX
 from tests.fakes.dovecot import Dovecot
+from tests.fakes.matrix_people import open_direct_chat, person_client, say, say_file
+from tests.fakes.matrix_proxy import MatrixProxy
 from tests.fakes.slack import DEFAULT_APP_TOKEN, DEFAULT_BOT_TOKEN, FakeSlackServer
 from tests.fakes.slack import Injected as SlackInjected
 from tests.fakes.smtp_server import SmtpServer
+from tests.fakes.synapse import shared_synapse
 from tests.fakes.telegram import FakeTelegramServer, Injected
 from tests.fakes.twilio_server import (
     DEFAULT_ACCOUNT_SID,
@@ -743,6 +750,114 @@ class LoopbackHarness(PlatformHarness):
         self.chat.block_chat(person)
 
 
+class MatrixHarness(PlatformHarness):
+    """Matrix on a real Synapse (the run's shared one, `tests/fakes/synapse.py`): each harness
+    registers its own bot and people, and each person opens a direct chat with the bot. The
+    bot's traffic passes `MatrixProxy`, which records what it sent and injects the faults
+    Synapse cannot be asked for (a 429 with a chosen `retry_after_ms`, a 503); a block is
+    real (the person kicks the bot out of the chat)."""
+
+    platform = "matrix"
+    people: ClassVar[tuple[str, str]] = ("@ann:herald.test", "@bob:herald.test")
+    streaming: ClassVar[dict[str, Any]] = {"stream_edits": True, "min_edit_interval": 0.2}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rooms: dict[str, str] = {}
+        self.clients: dict[str, AsyncClient] = {}
+        self.checkpoints = MemoryCheckpoints()
+        self._last: dict[str, str] = {}
+
+    async def _start(self, stack: contextlib.AsyncExitStack) -> None:
+        self.synapse = await shared_synapse()
+        self.bot = await self.synapse.register("herald")
+        names = ("ann", "bob", "eve")
+        accounts = await asyncio.gather(*(self.synapse.register(n) for n in names))
+        self.people = (accounts[0].user_id, accounts[1].user_id)  # type: ignore[misc]
+        self.stranger = accounts[2].user_id  # type: ignore[misc]
+        self.proxy = await stack.enter_async_context(MatrixProxy(self.synapse.url))
+        bot = await stack.enter_async_context(person_client(self.synapse.url, self.bot))
+        for account in accounts:
+            client = await stack.enter_async_context(person_client(self.synapse.url, account))
+            self.clients[account.user_id] = client
+            self.rooms[account.user_id] = await open_direct_chat(client, bot, self.bot.user_id)
+
+    @property
+    def fake(self) -> Waitable:
+        return self.proxy
+
+    def section(self, api_port: int) -> dict[str, Any]:
+        return {
+            "homeserver": self.proxy.url,
+            "user_id": self.bot.user_id,
+            "access_token": self.bot.access_token,
+            "allowed_users": list(self.people),
+            "stream_edits": False,
+            "min_send_interval": 0,
+            "sync_timeout": 5,
+        }
+
+    async def send(self, herald: Herald, person: str, text: str) -> None:
+        self._last[person] = await say(self.clients[person], self.rooms[person], text)
+
+    def texts_to(self, person: str) -> list[str]:
+        return self.proxy.texts_in(self.rooms[person])
+
+    def shown_to(self, person: str) -> list[str]:
+        return self.proxy.shown_in(self.rooms[person])
+
+    def adapter(self, files: Path, *, bad_token: bool = False) -> Adapter:
+        section = self.section(ADAPTER_PORT)
+        if bad_token:
+            section["access_token"] = "syt_refused_token_0000000000"
+        return MatrixAdapter(MatrixConfig.model_validate(section), files, self.checkpoints)
+
+    def chat_of(self, person: str) -> str:
+        return self.rooms[person]
+
+    async def inject(self, adapter: Adapter, sink: InboundSink, person: str, text: str) -> Ref:
+        return await say(self.clients[person], self.rooms[person], text)
+
+    async def acknowledged(self, ref: Ref) -> bool:
+        """Matrix has no acknowledgement: what stands for one is the stored `since` token
+        reaching past the `/sync` batch that carried the event."""
+        since = await self.checkpoints.get("since")
+        tokens = [b.next_batch for b in self.proxy.batches]
+        carried = [i for i, b in enumerate(self.proxy.batches) if ref in b.events]
+        return bool(carried) and since in tokens[carried[0] :]
+
+    async def duplicate(self, herald: Herald, person: str) -> None:
+        """The homeserver delivers the event again: the next `/sync` starts before it."""
+        event = self._last[person]
+        await self.proxy.wait_for(lambda: any(event in b.events for b in self.proxy.batches))
+        self.proxy.rewind(event)
+
+    def rate_limit(self, person: str, retry_after: int) -> None:
+        self.proxy.rate_limit(self.rooms[person], float(retry_after))
+
+    def server_error(self, count: int) -> None:
+        self.proxy.fail_sends(count)
+
+    def block(self, person: str) -> None:
+        """The person removes the bot from the chat; the bot's requests about that room wait
+        for the kick (then Synapse refuses them: the bot is not in the room)."""
+        kick = self.clients[person].room_kick(self.rooms[person], self.bot.user_id)
+        self.proxy.hold(self.rooms[person], asyncio.ensure_future(kick))
+
+    stranger: ClassVar[str] = ""
+
+    async def send_file(self, herald: Herald, person: str, content: bytes) -> None:
+        await say_file(
+            self.clients[person], self.rooms[person], content, "d.pdf", "application/pdf"
+        )
+
+    def downloads(self) -> int:
+        return len(self.proxy.downloads)
+
+    def edits(self) -> int:
+        return self.proxy.edits()
+
+
 HARNESSES: dict[str, type[PlatformHarness]] = {
     "telegram": TelegramHarness,
     "slack": SlackHarness,
@@ -751,6 +866,7 @@ HARNESSES: dict[str, type[PlatformHarness]] = {
     "sms": TwilioHarness,
     "whatsapp": WhatsAppHarness,
     "loopback": LoopbackHarness,
+    "matrix": MatrixHarness,
 }
 """Every platform's harness by test id."""
 

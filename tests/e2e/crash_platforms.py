@@ -26,6 +26,9 @@ acknowledged, what it stored once, what it answered once.
   200 (as Twilio does with a retrying connection override), and Herald answers only after the
   inbox commit; a process killed between storing a message and answering gets the same
   MessageSid again after the restart.
+- matrix: a real Synapse; Herald stores its `/sync` token only after the batch's events are
+  in the inbox, so a killed process is given them again; a reply resent after a crash keeps
+  its transaction id, and Synapse makes it the same event.
 """
 
 from __future__ import annotations
@@ -61,6 +64,9 @@ from tests.fakes.discord_server import DEFAULT_TOKEN as DISCORD_TOKEN
 from tests.fakes.discord_server import FakeDiscordServer
 from tests.fakes.discord_server import Posted as DiscordPosted
 from tests.fakes.dovecot import USER, Dovecot
+from tests.fakes.matrix_people import open_direct_chat, person_client, say
+from tests.fakes.matrix_proxy import MatrixProxy
+from tests.fakes.matrix_proxy import Sent as MatrixSent
 from tests.fakes.slack import (
     DEFAULT_APP_TOKEN,
     DEFAULT_BOT_TOKEN,
@@ -68,6 +74,7 @@ from tests.fakes.slack import (
     Posted,
 )
 from tests.fakes.smtp_server import Received, SmtpServer
+from tests.fakes.synapse import shared_synapse
 from tests.fakes.telegram import FakeTelegramServer, Sent
 from tests.fakes.twilio_server import (
     DEFAULT_ACCOUNT_SID,
@@ -695,6 +702,86 @@ def _from_herald(sends: Sequence[TwilioSent]) -> None:
     assert all(s.from_ == HERALD_NUMBER for s in sends)
 
 
+class MatrixCrash(CrashScenario):
+    """Matrix on a real Synapse (the run's shared one), Herald's traffic through the recording
+    proxy. No acknowledgement but the stored `since`: Herald stores it only after every event
+    of its batch is in the inbox, so a killed process syncs the same events again; a reply
+    resent after a crash carries the same transaction id, which Synapse makes one event."""
+
+    section_name = "matrix"
+    messages = 24
+    kills = 2
+    seed = 20261129
+    delays_seed = 13
+    settle_timeout = 90.0
+    USERS = 4
+
+    async def start(self, stack: contextlib.AsyncExitStack) -> None:
+        synapse = await shared_synapse()
+        bot = await synapse.register("herald")
+        people = await asyncio.gather(*(synapse.register(f"p{n}") for n in range(self.USERS)))
+        self.proxy = await stack.enter_async_context(MatrixProxy(synapse.url))
+        bot_client = await stack.enter_async_context(person_client(synapse.url, bot))
+        self.clients = [
+            await stack.enter_async_context(person_client(synapse.url, p)) for p in people
+        ]
+        self.rooms = [await open_direct_chat(c, bot_client, bot.user_id) for c in self.clients]
+        self.injected: dict[str, tuple[str, str]] = {}
+        """platform_message_id -> (room id, text)."""
+        self._section = {
+            "homeserver": self.proxy.url,
+            "user_id": bot.user_id,
+            "access_token": bot.access_token,
+            "allowed_users": ["*"],
+            "stream_edits": False,
+            "min_send_interval": 0,
+            "sync_timeout": 2,
+        }
+
+    def section(self) -> dict[str, Any]:
+        return self._section
+
+    async def burst(self, round_: int) -> None:
+        for i in range(self.per_round):
+            n = round_ * self.per_round + i
+            person = n % self.USERS
+            text = f"message {n}"
+            event = await say(self.clients[person], self.rooms[person], text)
+            self.injected[f"{self.rooms[person]}:{event}"] = (self.rooms[person], text)
+            await asyncio.sleep(self.rng.uniform(0.0, 0.05))
+
+    async def _stored(self, store: Store) -> int:
+        async with store.read() as conn:
+            count = await conn.scalar(
+                select(func.count()).select_from(inbox).where(inbox.c.platform == "matrix")
+            )
+        return int(count or 0)
+
+    async def settle(self, store: Store, daemon: Daemon) -> None:
+        try:
+            async with asyncio.timeout(self.settle_timeout):
+                while await self._stored(store) < len(self.injected):
+                    await asyncio.sleep(0.2)
+            await settle(store, lambda: True, self.settle_timeout)
+        except TimeoutError:
+            pytest.fail(
+                f"not settled in {self.settle_timeout}s ({await self._stored(store)} of "
+                f"{len(self.injected)} stored):\n{daemon.output()[-5000:]}"
+            )
+
+    async def check(self, store: Store) -> None:
+        rows, turn_status, chunks = await read_results(store, "matrix")
+        assert len(self.injected) == self.messages
+        check_accepted_once(rows, self.injected, kills=self.kills)
+        answered, _ = check_turns_once(rows, turn_status)
+        received: defaultdict[tuple[str, str], list[MatrixSent]] = defaultdict(list)
+        for room in self.rooms:
+            for sent in self.proxy.sent:
+                if sent.room == room:
+                    received[room, str(sent.content.get("body", ""))].append(sent)
+        check_deliveries(chunks, answered, received, chat="room")
+
+
 CRASHES: dict[str, type[CrashScenario]] = {
     "loopback": LoopbackCrash,
     "telegram": TelegramCrash,
@@ -702,5 +789,6 @@ CRASHES: dict[str, type[CrashScenario]] = {
     "discord": DiscordCrash,
     "email": EmailCrash,
     "twilio": TwilioCrash,
+    "matrix": MatrixCrash,
 }
 """Every platform's crash scenario by test id."""

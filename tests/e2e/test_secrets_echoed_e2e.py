@@ -27,6 +27,7 @@ from tests.fakes.echoing import EchoingHTTP, EchoingIMAP
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 SID = "AC" + "2e" * 16
+MATRIX_TOKEN = "syt_aGVyYWxk_e2eSecretMatrixToken_0a1b2c"
 
 
 def section(platform: str, port: int) -> tuple[dict[str, Any], str, str]:
@@ -57,6 +58,12 @@ def section(platform: str, port: int) -> tuple[dict[str, Any], str, str]:
             TWILIO_AUTH_TOKEN,
             "Authenticate",
         )
+    if platform == "matrix":
+        return (
+            {"homeserver": url, "user_id": "@herald:example.org", "access_token": MATRIX_TOKEN},
+            MATRIX_TOKEN,
+            "upstream refused",
+        )
     assert platform == "email"
     return (
         {
@@ -75,7 +82,7 @@ def section(platform: str, port: int) -> tuple[dict[str, Any], str, str]:
     )
 
 
-@pytest.mark.parametrize("platform", ["slack", "discord", "twilio", "email"])
+@pytest.mark.parametrize("platform", ["slack", "discord", "twilio", "email", "matrix"])
 async def test_a_secret_echoed_by_the_platform_stays_out_of_the_log(
     tmp_path: Path, platform: str
 ) -> None:

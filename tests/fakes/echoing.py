@@ -33,6 +33,8 @@ SHAPES: dict[str, Shape] = {
         401,
         {"code": 20003, "message": f"Authenticate: {echo}", "status": 401, "more_info": ""},
     ),
+    # matrix-nio keeps the body's `error` in its ErrorResponse (a 502: the adapter retries).
+    "matrix": lambda echo: (502, {"errcode": "M_UNKNOWN", "error": f"upstream refused {echo}"}),
     # openai's APIStatusError carries the error's message.
     "llm": lambda echo: (401, {"error": {"message": f"Incorrect API key: {echo}"}}),
 }

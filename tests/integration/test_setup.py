@@ -25,6 +25,7 @@ from tests.fakes.dovecot import Dovecot
 from tests.fakes.llm import FakeLLM
 from tests.fakes.slack import DEFAULT_APP_TOKEN, DEFAULT_BOT_TOKEN, FakeSlackServer
 from tests.fakes.smtp_server import SmtpServer
+from tests.fakes.synapse import shared_synapse
 from tests.fakes.telegram import FakeTelegramServer
 from tests.fakes.twilio_server import FakeTwilioServer
 
@@ -391,3 +392,30 @@ async def test_email_is_checked_by_logging_in_to_imap_and_smtp(tmp_path: Path) -
     loaded = load_config(tmp_path / "herald.yaml")
     section = loaded.platforms.sections()["email"]
     assert section.allowed_users == ("ann@example.org",)
+
+
+async def test_matrix_is_checked_through_whoami(tmp_path: Path) -> None:
+    """A real Synapse: the access token is checked with `whoami` (the flags come from the
+    Matrix spec's questions)."""
+    synapse = await shared_synapse()
+    bot = await synapse.register("setup")
+    args = (
+        "--platform",
+        "matrix",
+        "--homeserver",
+        synapse.url,
+        "--user-id",
+        bot.user_id,
+        "--allowed-users",
+        "@ann:herald.test",
+    )
+    bad = await script(tmp_path, *args, "--access-token", "syt_refused_0000000000")
+    assert bad.exit_code == 1
+    assert "credentials refused: matrix" in bad.stderr
+    assert listing(tmp_path) == []
+    good = await script(tmp_path, *args, "--access-token", bot.access_token)
+    assert good.exit_code == 0, good.output
+    assert f"matrix: {bot.user_id}" in good.stdout
+    data = yaml.safe_load(read(tmp_path / "herald.yaml"))
+    assert read(data["platforms"]["matrix"]["access_token_file"]) == f"{bot.access_token}\n"
+    assert data["platforms"]["matrix"]["allowed_users"] == ["@ann:herald.test"]

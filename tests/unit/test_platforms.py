@@ -50,7 +50,15 @@ def point(name: str, target: str) -> EntryPoint:
 
 
 def test_each_adapter_package_registers_one_spec() -> None:
-    assert platforms.names() == ("test", "telegram", "slack", "twilio", "discord", "email")
+    assert platforms.names() == (
+        "test",
+        "telegram",
+        "slack",
+        "twilio",
+        "discord",
+        "email",
+        "matrix",
+    )
     prefixes = platforms.target_prefixes()
     assert len(prefixes) == len(set(prefixes))
     for spec in platforms.SPECS:

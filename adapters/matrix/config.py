@@ -1,0 +1,54 @@
+"""The `platforms.matrix` config section."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field, SecretStr, field_validator
+
+from gateway.contracts.config import IdList, PlatformSection, http_url
+
+
+class Invites(StrEnum):
+    """What an invitation to a room does."""
+
+    ALLOWED = "allowed"
+    """Join when the inviter may talk to the agent; decline everyone else's."""
+    PENDING = "pending"
+    """Join allowed inviters; leave the others pending (approve by pairing, then invite again)."""
+
+
+class MatrixConfig(PlatformSection):
+    """A Matrix account: its homeserver, user id and access token, and where it answers."""
+
+    homeserver: str
+    """The client-server API base (`https://matrix.example.org`)."""
+    user_id: str = Field(pattern=r"^@[^:\s]+:\S+$")
+    """The account's Matrix id (`@herald:example.org`)."""
+    access_token: SecretStr
+    """The account's access token (Element: Settings → Help & About → Access token);
+    `HERALD_PLATFORMS__MATRIX__ACCESS_TOKEN` or `access_token_file`."""
+    rooms: IdList = ()
+    """Room ids where every message is answered without a mention (and their threads)."""
+    invites: Invites = Invites.ALLOWED
+    stream_edits: bool = True
+    """Show the answer growing in place by editing the message (`m.replace`)."""
+    min_edit_interval: float = Field(default=1.0, ge=0.1, le=60)
+    """Seconds between two edits of a streamed answer."""
+    min_send_interval: float = Field(default=0.2, ge=0, le=60)
+    """Seconds between two messages to one room."""
+    sync_timeout: float = Field(default=30.0, ge=0, le=120)
+    """Seconds one `/sync` long poll waits on the homeserver's side."""
+    backlog_max_age: float = Field(default=3600.0, gt=0)
+    """Messages older than this many seconds when they reach Herald are skipped, not answered."""
+    attachment_max_bytes: int = Field(default=20 * 1024 * 1024, ge=0)
+    """Larger files are not downloaded (the agent is told about them)."""
+    attachment_types: tuple[str, ...] = ("*",)
+    """MIME type patterns (`image/*`, `application/pdf`) of files that are downloaded."""
+
+    _homeserver = field_validator("homeserver")(http_url)
+
+    @property
+    def singleton(self) -> bool:
+        """One `/sync` loop per account across instances (its `since` token is one value)."""
+        return True

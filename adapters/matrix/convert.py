@@ -1,0 +1,407 @@
+"""Matrix events → normalized messages, Markdown → Matrix HTML, Matrix errors → Herald errors.
+
+Pure functions over the events' JSON (as the client-server API sends them), no SDK types.
+
+A Matrix event id is unique on its own, but Herald keys a platform message by its container
+too: `<room id>:<event id>` (room ids hold a colon, event ids do not: `split_event_key` splits
+at the last one). A thread (`m.thread`) is a session of its own, its id the thread root's event
+id; a reply (`m.in_reply_to`) carries the quoted text to the agent when the sender's client
+wrote the fallback quote.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from markdown_it import MarkdownIt
+
+from adapters.buttons import button_command
+from adapters.inbound import Incoming, Skipped, file_refusal, message_key
+from adapters.matrix import PLATFORM
+from adapters.matrix.config import MatrixConfig
+from gateway.contracts.errors import (
+    AuthError,
+    HeraldError,
+    NotReady,
+    PermanentSendError,
+    RateLimited,
+)
+from gateway.contracts.ids import AccountId, ChatId, ExternalUserId, PlatformMessageId, ThreadId
+from gateway.contracts.messages import Button, InboundMessage, Sender
+
+NOT_ADDRESSED = "group message that does not address the bot"
+FILE_TYPES = frozenset({"m.image", "m.file", "m.audio", "m.video"})
+TEXT_TYPES = frozenset({"m.text", "m.notice", "m.emote"})
+HTML_FORMAT = "org.matrix.custom.html"
+MAX_QUOTE = 500
+"""Characters of a replied-to message's text shown to the agent."""
+MAX_EVENT_BYTES = 65_536
+"""The largest event a homeserver accepts (the spec's limit, JSON included)."""
+E2E_REFUSAL = (
+    "This room is end-to-end encrypted, and Herald does not read encrypted rooms. "
+    "Talk to me in a room without encryption (a new direct chat with encryption turned off)."
+)
+"""What Herald says, once, in an encrypted room it was brought into."""
+
+
+@dataclass(frozen=True, slots=True)
+class MediaRef:
+    """A file of an inbound event to download from the media repository."""
+
+    mxc: str
+    mime_type: str
+    size: int | None
+    filename: str
+
+
+@dataclass(frozen=True, slots=True)
+class RoomView:
+    """What converting an event needs to know about its room."""
+
+    room_id: str
+    members: int
+    """Joined plus invited members (2: a direct chat)."""
+    encrypted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Me:
+    """Who the account is: its id and display name, to tell mentions."""
+
+    user_id: str
+    display_name: str = ""
+
+
+def split_event_key(key: str) -> tuple[str, str] | None:
+    """(room id, event id) of a key made by `message_key`, or None for anything else."""
+    room, sep, event = key.rpartition(":")
+    if not sep or not room.startswith("!") or not event.startswith("$"):
+        return None
+    return room, event
+
+
+def mentions(content: Mapping[str, Any], body: str, me: Me) -> bool:
+    """Whether `content` addresses `me`: `m.mentions`, else its id, localpart or display name
+    in the text (as clients without intentional mentions write a mention)."""
+    intentional = content.get("m.mentions")
+    if isinstance(intentional, Mapping):
+        users = intentional.get("user_ids")
+        if isinstance(users, list) and me.user_id in users:
+            return True
+    lowered = body.casefold()
+    localpart = me.user_id[1:].split(":", 1)[0]
+    names = [me.user_id, localpart, me.display_name]
+    return any(
+        re.search(rf"(?<!\w){re.escape(n.casefold())}(?!\w)", lowered) for n in names if n.strip()
+    )
+
+
+def strip_reply_fallback(body: str) -> tuple[str, str]:
+    """(text, quoted): a reply's body without the `> ` fallback lines its client put first,
+    and those lines' text (the replied-to message, as the sender's client quoted it)."""
+    lines = body.split("\n")
+    quoted: list[str] = []
+    index = 0
+    while index < len(lines) and lines[index].startswith(">"):
+        quoted.append(lines[index].removeprefix(">").removeprefix(" "))
+        index += 1
+    if not quoted:
+        return body, ""
+    if index < len(lines) and not lines[index].strip():
+        index += 1
+    if quoted and quoted[0].startswith("<@"):
+        quoted[0] = quoted[0].split("> ", 1)[-1]
+    return "\n".join(lines[index:]), "\n".join(quoted).strip()
+
+
+def _relation(content: Mapping[str, Any]) -> Mapping[str, Any]:
+    relates = content.get("m.relates_to")
+    return relates if isinstance(relates, Mapping) else {}
+
+
+def to_inbound(  # noqa: C901, PLR0912 - one event, every kind of it
+    event: Mapping[str, Any],
+    *,
+    room: RoomView,
+    me: Me,
+    account: AccountId,
+    config: MatrixConfig,
+    now: datetime,
+    display_name: str = "",
+) -> Incoming[MediaRef] | Skipped:
+    """The message of one timeline event, or why it does not reach the agent."""
+    sender = event.get("sender")
+    event_id = event.get("event_id")
+    if not isinstance(sender, str) or not isinstance(event_id, str):
+        return Skipped("event without sender or id")
+    if sender == me.user_id:
+        return Skipped("our own event")
+    if event.get("type") != "m.room.message":
+        return Skipped(f"event of type {event.get('type')}")
+    content = event.get("content")
+    if not isinstance(content, Mapping) or not content:
+        return Skipped("redacted or empty message")
+    relation = _relation(content)
+    if relation.get("rel_type") == "m.replace":
+        return Skipped("an edit of an earlier message")
+    ts = event.get("origin_server_ts")
+    sent = datetime.fromtimestamp(ts / 1000, UTC) if isinstance(ts, int) else now
+    if now - sent > timedelta(seconds=config.backlog_max_age):
+        return Skipped("older than backlog_max_age")
+    msgtype = content.get("msgtype")
+    body = content.get("body")
+    body = body if isinstance(body, str) else ""
+    thread: ThreadId | None = None
+    reply_to: PlatformMessageId | None = None
+    if relation.get("rel_type") == "m.thread" and isinstance(relation.get("event_id"), str):
+        thread = ThreadId(str(relation["event_id"]))
+    in_reply = relation.get("m.in_reply_to")
+    quoted = ""
+    if isinstance(in_reply, Mapping) and isinstance(in_reply.get("event_id"), str):
+        if not relation.get("is_falling_back"):
+            reply_to = message_key(room.room_id, str(in_reply["event_id"]))
+        body, quoted = strip_reply_fallback(body)
+    files: tuple[MediaRef, ...] = ()
+    text = body
+    if msgtype in FILE_TYPES:
+        info = content.get("info")
+        info = info if isinstance(info, Mapping) else {}
+        mime = str(info.get("mimetype") or "application/octet-stream")
+        size = info.get("size") if isinstance(info.get("size"), int) else None
+        name = str(content.get("filename") or body or "file")
+        url = content.get("url")
+        caption = body if content.get("filename") and body != content.get("filename") else ""
+        text = caption
+        if not isinstance(url, str) or not url.startswith("mxc://"):
+            text = "\n".join(filter(None, [caption, f"[file {name} unavailable: encrypted]"]))
+        elif (refusal := file_refusal(name, mime, size, config)) is not None:
+            text = "\n".join(filter(None, [caption, refusal]))
+        else:
+            files = (MediaRef(url, mime, size, name),)
+    elif msgtype not in TEXT_TYPES:
+        return Skipped(f"message of type {msgtype}")
+    direct = room.members <= 2
+    addressed = mentions(content, body, me)
+    if not direct and not addressed and room.room_id not in config.rooms:
+        return Skipped(NOT_ADDRESSED)
+    if quoted:
+        text = f"[replying to: {quoted[:MAX_QUOTE]}]\n{text}"
+    message = InboundMessage(
+        platform=PLATFORM,
+        account=account,
+        chat_id=ChatId(room.room_id),
+        sender=Sender(ExternalUserId(sender), display_name or sender),
+        text=text,
+        platform_message_id=message_key(room.room_id, event_id),
+        is_direct=direct,
+        mentions_bot=addressed,
+        thread_id=thread,
+        reply_to=reply_to,
+        received_at=now,
+        raw={"event_id": event_id, "room_id": room.room_id, "sender": sender},
+    )
+    return Incoming(message, files)
+
+
+BUTTONS_KEY = "org.herald.buttons"
+"""Where a message with buttons keeps which reaction presses which (reaction key → command)."""
+NUMBERED = ("1️⃣", "2️⃣", "3️⃣", "4️⃣", "5️⃣", "6️⃣", "7️⃣", "8️⃣", "9️⃣")
+
+
+def button_reactions(buttons: Sequence[Button]) -> dict[str, str]:
+    """The reaction that presses each of Herald's buttons (the emoji its label starts with,
+    else its number) → the command it sends; buttons of other commands are left out."""
+    out: dict[str, str] = {}
+    for n, button in enumerate(buttons[: len(NUMBERED)]):
+        command = button_command(button.command)
+        if command is None:
+            continue
+        first = button.label.split(maxsplit=1)[0] if button.label.strip() else ""
+        out[first if first and not first[0].isalnum() else NUMBERED[n]] = command
+    return out
+
+
+def with_buttons(content: dict[str, Any], buttons: Sequence[Button]) -> dict[str, Any]:
+    """`content` offering `buttons` as reactions: the choices written under the text and the
+    reaction → command table kept in the event (read back when someone reacts)."""
+    reactions = button_reactions(buttons)
+    if not reactions:
+        return content
+    labels = {button_command(b.command): b.label for b in buttons}
+    choices = ", ".join(
+        f"{key} {labels[command].removeprefix(key).strip() or command}"
+        for key, command in reactions.items()
+    )
+    note = f"React {choices} (or send the command)."
+    out = {**content, BUTTONS_KEY: reactions, "body": f"{content.get('body', '')}\n\n{note}"}
+    if "formatted_body" in content:
+        out["formatted_body"] = f"{content['formatted_body']}<p>{html.escape(note)}</p>"
+    return out
+
+
+def reaction_of(event: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(reacted-to event id, key) of an `m.reaction` event, or None."""
+    if event.get("type") != "m.reaction":
+        return None
+    content = event.get("content")
+    relation = _relation(content) if isinstance(content, Mapping) else {}
+    target, key = relation.get("event_id"), relation.get("key")
+    if relation.get("rel_type") != "m.annotation" or not isinstance(target, str):
+        return None
+    return (target, key) if isinstance(key, str) else None
+
+
+def pressed(
+    event: Mapping[str, Any],
+    target: Mapping[str, Any],
+    *,
+    room: RoomView,
+    me: Me,
+    account: AccountId,
+    now: datetime,
+    display_name: str = "",
+) -> Incoming[MediaRef] | Skipped:
+    """A reaction to one of Herald's messages with buttons, as the reactor's own command
+    message (the command of the button the reaction presses); Skipped for any other."""
+    found = reaction_of(event)
+    sender, event_id = event.get("sender"), event.get("event_id")
+    if found is None or not isinstance(sender, str) or not isinstance(event_id, str):
+        return Skipped("not a reaction")
+    if sender == me.user_id:
+        return Skipped("our own event")
+    content = target.get("content")
+    table = content.get(BUTTONS_KEY) if isinstance(content, Mapping) else None
+    if target.get("sender") != me.user_id or not isinstance(table, Mapping):
+        return Skipped("a reaction to a message without buttons")
+    command = button_command(table.get(found[1]))
+    if command is None:
+        return Skipped("a reaction that presses no button")
+    relation = _relation(content) if isinstance(content, Mapping) else {}
+    thread = relation.get("event_id") if relation.get("rel_type") == "m.thread" else None
+    message = InboundMessage(
+        platform=PLATFORM,
+        account=account,
+        chat_id=ChatId(room.room_id),
+        sender=Sender(ExternalUserId(sender), display_name or sender),
+        text=command,
+        platform_message_id=message_key(room.room_id, event_id),
+        is_direct=room.members <= 2,
+        mentions_bot=True,
+        thread_id=ThreadId(thread) if isinstance(thread, str) else None,
+        received_at=now,
+        raw={"event_id": event_id, "room_id": room.room_id, "sender": sender},
+    )
+    return Incoming(message, ())
+
+
+_MARKDOWN = (
+    MarkdownIt("commonmark", {"html": False, "linkify": False, "breaks": True})
+    .enable("strikethrough")
+    .enable("table")
+)
+
+
+def to_html(markdown: str) -> str:
+    """Matrix HTML (`org.matrix.custom.html`) for `markdown`: only the tags Markdown makes
+    (raw HTML in the text is escaped, unsafe link schemes are left as text)."""
+    return str(_MARKDOWN.render(markdown)).strip()
+
+
+def text_content(
+    text: str,
+    *,
+    markdown: bool,
+    thread: str | None = None,
+    reply_to: str | None = None,
+) -> dict[str, Any]:
+    """The content of an `m.text` event saying `text` (in a thread, replying to an event)."""
+    content: dict[str, Any] = {"msgtype": "m.text", "body": text}
+    if markdown:
+        formatted = to_html(text)
+        if formatted != f"<p>{_escaped(text)}</p>":
+            content["format"] = HTML_FORMAT
+            content["formatted_body"] = formatted
+    relate(content, thread=thread, reply_to=reply_to)
+    return content
+
+
+def _escaped(text: str) -> str:
+    return (
+        text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    )
+
+
+def relate(content: dict[str, Any], *, thread: str | None, reply_to: str | None) -> None:
+    """Put `content` in `thread` (with `reply_to` as its in-thread reply) or make it a reply."""
+    if thread:
+        target = reply_to or thread
+        content["m.relates_to"] = {
+            "rel_type": "m.thread",
+            "event_id": thread,
+            "is_falling_back": reply_to is None,
+            "m.in_reply_to": {"event_id": target},
+        }
+    elif reply_to:
+        content["m.relates_to"] = {"m.in_reply_to": {"event_id": reply_to}}
+
+
+def edit_content(target: str, new: Mapping[str, Any]) -> dict[str, Any]:
+    """An `m.replace` event's content that makes event `target` read `new`."""
+    replacement = {k: v for k, v in new.items() if k != "m.relates_to"}
+    content: dict[str, Any] = {
+        **replacement,
+        "body": f"* {new.get('body', '')}",
+        "m.new_content": replacement,
+        "m.relates_to": {"rel_type": "m.replace", "event_id": target},
+    }
+    if "formatted_body" in replacement:
+        content["formatted_body"] = f"* {replacement['formatted_body']}"
+    return content
+
+
+def within_event_limit(content: dict[str, Any], encoded_size: int) -> dict[str, Any]:
+    """`content` small enough for one event: without its HTML when only that is too much.
+    Raises PermanentSendError when the plain text alone is too large."""
+    if encoded_size <= MAX_EVENT_BYTES - 2048:
+        return content
+    plain = {k: v for k, v in content.items() if k not in ("format", "formatted_body")}
+    new = plain.get("m.new_content")
+    if isinstance(new, Mapping):
+        plain["m.new_content"] = {
+            k: v for k, v in new.items() if k not in ("format", "formatted_body")
+        }
+    return plain
+
+
+def error_from(
+    errcode: str | None,
+    message: str,
+    *,
+    status: int | None,
+    retry_after_ms: int | None,
+    doing: str,
+) -> HeraldError:
+    """The Herald error for a homeserver's refusal met while `doing` something.
+
+    M_LIMIT_EXCEEDED / 429 → RateLimited (its `retry_after_ms`); M_UNKNOWN_TOKEN, M_MISSING_TOKEN
+    and 401 → AuthError; other 4xx (M_FORBIDDEN: not in the room, M_NOT_FOUND, M_TOO_LARGE) →
+    PermanentSendError; 5xx and no answer → NotReady.
+    """
+    detail = f"{PLATFORM}: {doing}: {errcode or status or 'error'} {message}".strip()
+    if errcode == "M_LIMIT_EXCEEDED" or status == 429:
+        return RateLimited((retry_after_ms or 1000) / 1000, detail)
+    if errcode in ("M_UNKNOWN_TOKEN", "M_MISSING_TOKEN") or status == 401:
+        return AuthError(f"{detail} (check access_token and user_id)")
+    if status is not None and 400 <= status < 500:
+        return PermanentSendError(detail)
+    return NotReady(detail)
+
+
+def known(value: object, names: Collection[str]) -> bool:
+    """Whether `value` is one of `names` (for event types read from JSON)."""
+    return isinstance(value, str) and value in names

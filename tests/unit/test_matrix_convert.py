@@ -1,0 +1,255 @@
+"""Matrix events → InboundMessage, Markdown → Matrix HTML, errors → Herald errors, against
+recorded client-server API events (tests/data/matrix)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapters.inbound import Incoming, Skipped
+from adapters.matrix import SPEC
+from adapters.matrix.config import MatrixConfig
+from adapters.matrix.convert import (
+    NOT_ADDRESSED,
+    Me,
+    MediaRef,
+    RoomView,
+    button_reactions,
+    edit_content,
+    error_from,
+    pressed,
+    split_event_key,
+    text_content,
+    to_html,
+    to_inbound,
+    with_buttons,
+    within_event_limit,
+)
+from gateway.contracts.errors import AuthError, NotReady, PermanentSendError, RateLimited
+from gateway.contracts.ids import AccountId
+from gateway.contracts.messages import Button
+from gateway.contracts.platform import ChatAddress
+
+DATA = Path(__file__).parents[1] / "data" / "matrix"
+NOW = datetime(2025, 11, 29, 5, 0, 1, tzinfo=UTC)
+ME = Me("@herald:herald.test", "Herald")
+DM = RoomView("!dm:herald.test", members=2)
+GROUP = RoomView("!group:herald.test", members=3)
+
+
+def event(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((DATA / f"{name}.json").read_text())
+    return loaded
+
+
+def config(**changes: Any) -> MatrixConfig:
+    return MatrixConfig.model_validate(
+        {
+            "homeserver": "https://matrix.example.org",
+            "user_id": ME.user_id,
+            "access_token": "syt_secret",
+            **changes,
+        }
+    )
+
+
+def convert(name: str, room: RoomView = DM, **changes: Any) -> Incoming[MediaRef] | Skipped:
+    return to_inbound(
+        event(name),
+        room=room,
+        me=ME,
+        account=AccountId("default"),
+        config=config(**changes),
+        now=NOW,
+    )
+
+
+def test_a_direct_message() -> None:
+    incoming = convert("dm_text")
+    assert isinstance(incoming, Incoming)
+    message = incoming.message
+    assert message.text == "hello **there**"
+    assert message.is_direct
+    assert message.chat_id == DM.room_id
+    assert message.sender.id == "@ann:herald.test"
+    assert split_event_key(message.platform_message_id) == (
+        DM.room_id,
+        event("dm_text")["event_id"],
+    )
+
+
+def test_in_a_group_only_a_mention_reaches_the_agent() -> None:
+    mentioned = convert("group_mention", GROUP)
+    assert isinstance(mentioned, Incoming)
+    assert mentioned.message.mentions_bot
+    assert not mentioned.message.is_direct
+    assert convert("group_chatter", GROUP) == Skipped(NOT_ADDRESSED)
+    # A room listed in `rooms` is answered without a mention.
+    assert isinstance(convert("group_chatter", GROUP, rooms=[GROUP.room_id]), Incoming)
+
+
+def test_the_display_name_in_the_text_is_a_mention() -> None:
+    chatter = event("group_chatter")
+    chatter["content"] = {"msgtype": "m.text", "body": "herald can you help"}
+    incoming = to_inbound(
+        chatter, room=GROUP, me=ME, account=AccountId("a"), config=config(), now=NOW
+    )
+    assert isinstance(incoming, Incoming)
+    assert incoming.message.mentions_bot
+
+
+def test_a_thread_is_its_own_session() -> None:
+    incoming = convert("thread")
+    assert isinstance(incoming, Incoming)
+    assert incoming.message.thread_id == "$root1"
+    assert incoming.message.reply_to is None  # the fallback reply is not a reply
+    assert incoming.message.session_key.endswith(":$root1")
+
+
+def test_a_reply_quotes_the_replied_text() -> None:
+    incoming = convert("reply")
+    assert isinstance(incoming, Incoming)
+    assert incoming.message.text == (
+        "[replying to: the earlier words\nover two lines]\nand my answer"
+    )
+    assert incoming.message.reply_to == f"{DM.room_id}:$earlier"
+
+
+def test_a_picture_is_a_file_to_download_unless_too_large() -> None:
+    incoming = convert("image")
+    assert isinstance(incoming, Incoming)
+    assert incoming.files == (MediaRef("mxc://herald.test/AbCdEf", "image/png", 2048, "cat.png"),)
+    refused = convert("image", attachment_max_bytes=1000)
+    assert isinstance(refused, Incoming)
+    assert refused.files == ()
+    assert "not downloaded: larger than 1000 bytes" in refused.message.text
+
+
+def test_edits_old_messages_and_our_own_are_skipped() -> None:
+    assert isinstance(convert("edit"), Skipped)
+    old = event("dm_text")
+    stamp = NOW - timedelta(hours=2)
+    old["origin_server_ts"] = int(stamp.timestamp() * 1000)
+    assert isinstance(
+        to_inbound(old, room=DM, me=ME, account=AccountId("a"), config=config(), now=NOW),
+        Skipped,
+    )
+    own = {**event("dm_text"), "sender": ME.user_id}
+    assert to_inbound(
+        own, room=DM, me=ME, account=AccountId("a"), config=config(), now=NOW
+    ) == Skipped("our own event")
+
+
+def test_markdown_becomes_sanitised_html_with_a_plain_body() -> None:
+    content = text_content(
+        "**bold** <script>alert(1)</script> [x](javascript:alert(1))", markdown=True
+    )
+    assert content["body"].startswith("**bold**")
+    assert content["format"] == "org.matrix.custom.html"
+    html = content["formatted_body"]
+    assert "<strong>bold</strong>" in html
+    assert "<script>" not in html
+    assert "&lt;script&gt;" in html
+    assert 'href="javascript' not in html
+    assert "format" not in text_content("just words", markdown=True)
+    assert to_html("a\nb") == "<p>a<br />\nb</p>"
+
+
+def test_an_edit_replaces_the_target_and_keeps_a_fallback() -> None:
+    new = text_content("**done**", markdown=True)
+    edit = edit_content("$target", new)
+    assert edit["m.relates_to"] == {"rel_type": "m.replace", "event_id": "$target"}
+    assert edit["m.new_content"]["body"] == "**done**"
+    assert edit["body"] == "* **done**"
+
+
+def test_a_reply_and_a_thread_relation() -> None:
+    threaded = text_content("x", markdown=False, thread="$root", reply_to="$msg")
+    assert threaded["m.relates_to"] == {
+        "rel_type": "m.thread",
+        "event_id": "$root",
+        "is_falling_back": False,
+        "m.in_reply_to": {"event_id": "$msg"},
+    }
+    reply = text_content("x", markdown=False, reply_to="$msg")
+    assert reply["m.relates_to"] == {"m.in_reply_to": {"event_id": "$msg"}}
+
+
+def test_an_event_too_large_for_html_goes_plain() -> None:
+    content = text_content("**x** " * 10, markdown=True)
+    plain = within_event_limit(content, 70_000)  # as if it measured that much
+    assert "formatted_body" not in plain
+    assert plain["body"] == content["body"]
+    assert within_event_limit(content, 1_000) is content
+
+
+@pytest.mark.parametrize(
+    ("errcode", "status", "kind"),
+    [
+        ("M_LIMIT_EXCEEDED", 429, RateLimited),
+        ("M_UNKNOWN_TOKEN", 401, AuthError),
+        ("M_FORBIDDEN", 403, PermanentSendError),
+        ("M_NOT_FOUND", 404, PermanentSendError),
+        ("M_UNKNOWN", 502, NotReady),
+        (None, None, NotReady),
+    ],
+)
+def test_errors(errcode: str | None, status: int | None, kind: type[Exception]) -> None:
+    error = error_from(errcode, "why", status=status, retry_after_ms=2500, doing="send")
+    assert type(error) is kind
+    if isinstance(error, RateLimited):
+        assert error.retry_after == 2.5
+
+
+def test_targets_name_a_room_and_maybe_a_thread() -> None:
+    assert SPEC.parse_target is not None
+    assert SPEC.parse_target("matrix", "!abc:example.org") == ChatAddress("!abc:example.org")
+    assert SPEC.parse_target("matrix", "!abc:example.org:$root") == ChatAddress(
+        "!abc:example.org", "$root"
+    )
+    with pytest.raises(ValueError, match="matrix:!room:server"):
+        SPEC.parse_target("matrix", "abc")
+
+
+def test_buttons_are_offered_as_reactions() -> None:
+    buttons = (
+        Button("✅ Approve", "/approve 3"),
+        Button("❌ Deny", "/deny 3"),
+        Button("Other", "/stop"),
+    )
+    assert button_reactions(buttons) == {"✅": "/approve 3", "❌": "/deny 3"}
+    assert button_reactions((Button("Approve", "/approve 3"),)) == {"1️⃣": "/approve 3"}
+    content = with_buttons(text_content("**Run it?**", markdown=True), buttons)
+    assert content["org.herald.buttons"] == {"✅": "/approve 3", "❌": "/deny 3"}
+    assert content["body"].endswith("React ✅ Approve, ❌ Deny (or send the command).")
+    assert content["formatted_body"].endswith("</p>")
+
+
+def test_a_reaction_to_a_button_is_its_command() -> None:
+    target = {
+        "sender": ME.user_id,
+        "event_id": "$q",
+        "content": {"body": "Run it?", "org.herald.buttons": {"✅": "/approve 3"}},
+    }
+
+    def react(key: str, on: dict[str, Any] = target) -> Incoming[MediaRef] | Skipped:
+        event = {
+            "type": "m.reaction",
+            "sender": "@ann:herald.test",
+            "event_id": "$r",
+            "content": {"m.relates_to": {"rel_type": "m.annotation", "event_id": "$q", "key": key}},
+        }
+        return pressed(event, on, room=DM, me=ME, account=AccountId("a"), now=NOW)
+
+    press = react("✅")
+    assert isinstance(press, Incoming)
+    assert press.message.text == "/approve 3"
+    assert press.message.sender.id == "@ann:herald.test"
+    assert isinstance(react("👍"), Skipped)
+    assert isinstance(react("✅", {**target, "sender": "@mallory:herald.test"}), Skipped)
+    forged = {**target, "content": {"org.herald.buttons": {"✅": "/model gpt"}}}
+    assert isinstance(react("✅", forged), Skipped)
