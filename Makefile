@@ -27,12 +27,15 @@ test-fast: $(STAMP)
 	$(BIN)/pytest -n auto -m "not e2e" tests/unit tests/contract $(PYTEST_ARGS)
 
 # The container image (Containerfile), with podman when installed, else docker:
-# `make image IMAGE=herald:0.1.0`; BASE=<image> builds on another Python base.
+# `make image IMAGE=herald:0.1.0`; BASE=<image> builds on another Python base; the
+# certificate bundle in PIP_CERT, when set, is what pip trusts in the build too (a proxy).
 ENGINE ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || echo docker)
 IMAGE  ?= herald:latest
+comma  := ,
 image:
 	$(ENGINE) build $(if $(filter podman,$(ENGINE)),--format docker) \
-		$(if $(BASE),--build-arg BASE=$(BASE)) -t $(IMAGE) -f Containerfile .
+		$(if $(BASE),--build-arg BASE=$(BASE)) $(if $(PIP_CERT),--secret id=pip_cert$(comma)src=$(PIP_CERT)) \
+		-t $(IMAGE) -f Containerfile .
 
 # Builds the image on a Debian base made locally (mmdebstrap) and runs it with podman
 # (tests/image): health, an answer, SIGTERM, restarts on SQLite and PostgreSQL, non-root.

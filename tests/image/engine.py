@@ -176,6 +176,8 @@ class Container:
     """Podman secret name -> file name under /run/secrets."""
     volume: str | None = None
     name: str = field(default_factory=lambda: new_name("run"))
+    ready_after: float | None = None
+    """Seconds from `start` until `/ready` answered 200."""
 
     @property
     def url(self) -> str:
@@ -215,11 +217,13 @@ class Container:
 
     async def wait_ready(self, timeout: float = 60) -> None:
         """Poll `/ready` until 200; fails at once (with the log) if the container exits."""
-        deadline = time.monotonic() + timeout
+        began = time.monotonic()
+        deadline = began + timeout
         async with httpx.AsyncClient(timeout=2) as client:
             while time.monotonic() < deadline:
                 with contextlib.suppress(httpx.HTTPError):
                     if (await client.get(f"{self.url}/ready")).status_code == 200:
+                        self.ready_after = time.monotonic() - began
                         return
                 if (await self.state()).get("Status") == "exited":
                     raise AssertionError(f"the container exited:\n{await self.logs()}")
@@ -263,8 +267,10 @@ class Container:
 async def running(container: Container) -> AsyncIterator[Container]:
     """Start `container`, wait until ready, and remove it afterwards whatever happens."""
     try:
+        began = time.monotonic()
         await container.start()
         await container.wait_ready()
+        container.ready_after = time.monotonic() - began
         yield container
     finally:
         await container.remove()

@@ -92,6 +92,7 @@ async def test_serves_drains_and_keeps_the_conversation_on_its_volume(image: str
             with secrets_for(llm) as (names, env):
                 first = Container(free_port(), env=env, secrets=names, volume=volume)
                 async with running(first):
+                    FIGURES["run → /ready (new volume, SQLite)"] = f"{first.ready_after:.1f} s"
                     async with httpx.AsyncClient(base_url=first.url, timeout=5) as http:
                         health = (await http.get("/health")).json()
                         assert health["status"] == "ok", health
