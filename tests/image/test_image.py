@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -165,6 +167,29 @@ async def test_refuses_to_listen_on_every_address_without_a_key(image: str) -> N
         assert "api.key is required" in await container.logs()
     finally:
         await container.remove()
+
+
+DIGEST = """
+import hashlib, json, pathlib, sysconfig
+root = pathlib.Path(sysconfig.get_paths()["purelib"])
+print(json.dumps({
+    str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+    for package in ("gateway", "agent_core", "adapters")
+    for p in sorted((root / package).rglob("*.py"))
+}))
+"""
+
+
+async def test_the_image_holds_this_checkout(image: str) -> None:
+    """A layer cache that missed a change would test yesterday's code."""
+    out = await engine.aengine("run", "--rm", "--entrypoint", "python3", image, "-I", "-c", DIGEST)
+    inside: dict[str, str] = json.loads(out)
+    here = {
+        str(p.relative_to(engine.ROOT)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for package in ("gateway", "agent_core", "adapters")
+        for p in sorted((engine.ROOT / package).rglob("*.py"))
+    }
+    assert inside == here
 
 
 def test_image_size_is_reported(image: str) -> None:
