@@ -175,6 +175,8 @@ class Container:
     secrets: dict[str, str] = field(default_factory=dict)
     """Podman secret name -> file name under /run/secrets."""
     volume: str | None = None
+    config: Path | None = None
+    """A config file mounted over the image's /etc/herald/herald.yaml."""
     name: str = field(default_factory=lambda: new_name("run"))
     ready_after: float | None = None
     """Seconds from `start` until `/ready` answered 200."""
@@ -194,6 +196,8 @@ class Container:
             args += ["--secret", f"{source},target={target}"]
         if self.volume is not None:
             args += ["--volume", f"{self.volume}:/var/lib/herald"]
+        if self.config is not None:
+            args += ["--volume", f"{self.config}:/etc/herald/herald.yaml:ro"]
         await aengine(*args, IMAGE)
 
     async def state(self) -> dict[str, object]:

@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -85,14 +86,19 @@ def secrets_for(llm: FakeLLM, **more: str) -> Iterator[tuple[dict[str, str], dic
         yield names, env
 
 
-async def test_serves_drains_and_keeps_the_conversation_on_its_volume(image: str) -> None:
+async def test_serves_drains_and_keeps_the_conversation_on_its_volume(
+    image: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "herald.yaml"
+    config.write_text(yaml.safe_dump({"api": {"model_name": "herald-in-a-box"}}))
+    config.chmod(0o644)
     volume = engine.new_name("state")
     await engine.aengine("volume", "create", volume)
     try:
         async with FakeLLM() as llm:
             llm.responder = responder
             with secrets_for(llm) as (names, env):
-                first = Container(free_port(), env=env, secrets=names, volume=volume)
+                first = Container(free_port(), env=env, secrets=names, volume=volume, config=config)
                 async with running(first):
                     FIGURES["run → /ready (new volume, SQLite)"] = f"{first.ready_after:.1f} s"
                     async with httpx.AsyncClient(base_url=first.url, timeout=5) as http:
@@ -100,8 +106,12 @@ async def test_serves_drains_and_keeps_the_conversation_on_its_volume(image: str
                         assert health["status"] == "ok", health
                         assert (await http.get("/ready")).status_code == 200
                         # The API listens on 0.0.0.0 and wants the key.
-                        models = await http.get("/v1/models")
-                        assert models.status_code == 401
+                        assert (await http.get("/v1/models")).status_code == 401
+                        # The mounted config file is read.
+                        models = await http.get(
+                            "/v1/models", headers={"Authorization": f"Bearer {KEY}"}
+                        )
+                        assert [m["id"] for m in models.json()["data"]] == ["herald-in-a-box"]
                     await engine.aengine("healthcheck", "run", first.name)
 
                     processes = await first.processes()
