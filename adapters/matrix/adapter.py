@@ -17,6 +17,7 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Self
 from urllib.parse import quote, urlsplit
@@ -47,17 +48,20 @@ from adapters.matrix.convert import (
     MediaRef,
     RoomView,
     edit_content,
+    edited_event,
     error_from,
-    pressed,
+    ogg_duration_ms,
+    reaction_from,
     reaction_of,
     relate,
     split_event_key,
     text_content,
     to_inbound,
+    voice_content,
     with_buttons,
     within_event_limit,
 )
-from gateway.contracts.adapter import AdapterState, Checkpoints, InboundSink
+from gateway.contracts.adapter import AdapterState, Checkpoints, InboundSink, ReactionSink
 from gateway.contracts.errors import AuthError, HeraldError, NotReady, PermanentSendError
 from gateway.contracts.ids import (
     AccountId,
@@ -139,7 +143,11 @@ class MatrixAdapter(TrackedSends):
             min_edit_interval=config.min_edit_interval,
             min_send_interval=config.min_send_interval,
             max_file_bytes=SEND_FILE_MAX_BYTES,
+            voice=True,  # an `m.audio` voice message, then its text as a message
+            voice_caption=MAX_CHUNK,
         )
+        self._working: dict[tuple[str, str], str] = {}
+        """(room, event) → the id of the working reaction Herald put on that event."""
         self._inflight = InFlight()
         self._client: AsyncClient | None = None
         self._http: aiohttp.ClientSession | None = None
@@ -313,6 +321,9 @@ class MatrixAdapter(TrackedSends):
             if event.get("type") == "m.room.encrypted" and event.get("sender") != self._me.user_id:
                 await self._refuse_encrypted(room_id)
                 continue
+            if reaction_of(event) is not None:
+                await self._reacted(event, view, sink)
+                continue
             incoming = await self._convert(event, view)
             if isinstance(incoming, Skipped):
                 what = f"{PLATFORM}: event {event.get('event_id')}"
@@ -331,38 +342,49 @@ class MatrixAdapter(TrackedSends):
     async def _convert(
         self, event: Mapping[str, Any], view: RoomView
     ) -> Incoming[MediaRef] | Skipped:
-        """The message of one timeline event (a reaction: the button it presses)."""
-        name = self._name(view.room_id, str(event.get("sender", "")))
-        reaction = reaction_of(event)
-        if reaction is None:
-            return to_inbound(
-                event,
-                room=view,
-                me=self._me,
-                account=self.account,
-                config=self.config,
-                now=utcnow(),
-                display_name=name,
-            )
-        if event.get("sender") == self._me.user_id:
-            return Skipped("our own event")
+        """The message of one timeline event (an edit: read with the event it replaces)."""
+        original: Mapping[str, Any] | None = None
+        target = edited_event(event)
+        if target is not None and event.get("sender") != self._me.user_id:
+            original = await self._event(view.room_id, target)
+        return to_inbound(
+            event,
+            room=view,
+            me=self._me,
+            account=self.account,
+            config=self.config,
+            now=utcnow(),
+            display_name=self._name(view.room_id, str(event.get("sender", ""))),
+            original=original,
+        )
+
+    async def _event(self, room_id: str, event_id: str) -> Mapping[str, Any] | None:
+        """One event of the room as the homeserver has it, None when it does not give it
+        (unknown, not visible to the bot). Raises NotReady when it cannot be asked."""
         try:
             async with asyncio.timeout(REQUEST_TIMEOUT):
-                found = await self._connected().room_get_event(view.room_id, reaction[0])
+                found = await self._connected().room_get_event(room_id, event_id)
         except (aiohttp.ClientError, TimeoutError) as err:
-            raise NotReady(f"matrix: reading a reacted-to event: {type(err).__name__}") from err
+            raise NotReady(f"matrix: reading an edited event: {type(err).__name__}") from err
         source = getattr(getattr(found, "event", None), "source", None)
-        if not isinstance(source, Mapping):
-            return Skipped("a reaction to an event Herald cannot read")
-        return pressed(
+        return source if isinstance(source, Mapping) else None
+
+    async def _reacted(self, event: Mapping[str, Any], view: RoomView, sink: InboundSink) -> None:
+        """A reaction, to the sink that takes them (it decides whether it means anything:
+        an approval, a note, nothing)."""
+        reaction = reaction_from(
             event,
-            source,
             room=view,
             me=self._me,
             account=self.account,
             now=utcnow(),
-            display_name=name,
+            display_name=self._name(view.room_id, str(event.get("sender", ""))),
         )
+        if isinstance(reaction, Skipped):
+            what = f"{PLATFORM}: event {event.get('event_id')}"
+            log_skipped(logger, what, reaction, quiet=("our own event",))
+        elif isinstance(sink, ReactionSink):
+            await sink.react(reaction)
 
     def _name(self, room_id: str, user_id: str) -> str:
         client = self._client
@@ -475,6 +497,12 @@ class MatrixAdapter(TrackedSends):
         reply = parsed[1] if parsed else None
         txn = hashlib.sha256(message.idempotency_key.encode()).hexdigest()[:32]
         first: str | None = None
+        if len(message.attachments) == 1 and message.attachments[0].voice:
+            # A spoken reply: the voice message first, its text after it (Element shows no
+            # caption on a voice message). Each event has its own transaction id, so a retry
+            # after either failed repeats neither.
+            first = await self._send_file(room, message.attachments[0], thread, f"{txn}-0")
+            message = replace(message, attachments=())
         if message.text.strip():
             content = text_content(
                 message.text,
@@ -509,7 +537,18 @@ class MatrixAdapter(TrackedSends):
         if not isinstance(uploaded, UploadResponse):
             raise _error(uploaded, "upload")
         image = attachment.mime_type.startswith("image/")
-        content: dict[str, Any] = {
+        content: dict[str, Any]
+        if attachment.voice:
+            content = voice_content(
+                uploaded.content_uri,
+                size=len(data),
+                mime_type=attachment.mime_type,
+                filename=name,
+                duration_ms=ogg_duration_ms(data),
+            )
+            relate(content, thread=thread, reply_to=None)
+            return await self._put(room, "m.room.message", content, txn)
+        content = {
             "msgtype": "m.image" if image else "m.file",
             "body": name,
             "filename": name,
@@ -556,6 +595,36 @@ class MatrixAdapter(TrackedSends):
             raise NotReady(f"matrix: typing: {type(err).__name__}") from err
         if isinstance(answer, ErrorResponse):
             raise _error(answer, "typing")
+
+    async def working(self, chat_id: ChatId, message: PlatformMessageId) -> None:
+        """Put the working reaction on the message being answered. Raises like `send`."""
+        parsed = split_event_key(message)
+        if not self.config.working_reaction or parsed is None or parsed in self._working:
+            return
+        room, event = parsed
+        key = self.config.working_reaction
+        annotation = {"rel_type": "m.annotation", "event_id": event, "key": key}
+        txn = hashlib.sha256(f"working:{room}:{event}".encode()).hexdigest()[:32]
+        self._working[parsed] = await self._put(
+            room, "m.reaction", {"m.relates_to": annotation}, txn
+        )
+
+    async def done(self, chat_id: ChatId, message: PlatformMessageId) -> None:
+        """Take the working reaction off again (a redaction of it). Raises like `send`."""
+        parsed = split_event_key(message)
+        reaction = self._working.get(parsed) if parsed is not None else None
+        if parsed is None or reaction is None:
+            return
+        try:
+            async with asyncio.timeout(REQUEST_TIMEOUT):
+                answer = await self._connected().room_redact(
+                    parsed[0], reaction, tx_id=f"done-{reaction}"
+                )
+        except (aiohttp.ClientError, TimeoutError) as err:
+            raise NotReady(f"matrix: redact: {type(err).__name__}") from err
+        if isinstance(answer, ErrorResponse):
+            raise _error(answer, "redact")
+        self._working.pop(parsed, None)
 
 
 def _provider(data: bytes) -> Any:

@@ -6,7 +6,14 @@ from enum import StrEnum
 
 from pydantic import Field, SecretStr, field_validator
 
-from gateway.contracts.config import IdList, PlatformSection, http_url
+from gateway.contracts.config import (
+    EditedMessages,
+    EditRule,
+    IdList,
+    PlatformSection,
+    ReactionRule,
+    http_url,
+)
 
 
 class Invites(StrEnum):
@@ -37,6 +44,16 @@ class MatrixConfig(PlatformSection):
     """Seconds between two edits of a streamed answer."""
     min_send_interval: float = Field(default=0.2, ge=0, le=60)
     """Seconds between two messages to one room."""
+    edited_messages: EditedMessages = EditRule.ANSWER
+    """An edit (`m.replace`) of a message already answered: `answer` (as a new message marked
+    as an edit) or `ignore`. Edits of waiting messages and of the one being answered always
+    count."""
+    reactions: ReactionRule = ReactionRule.NOTE
+    """A reaction to one of the bot's messages: `note` in the session, `turn`, or `ignore`
+    (on an approval question 👍/✅ approve and 👎/❌ deny unless `ignore`)."""
+    working_reaction: str = Field(default="👀", max_length=32)
+    """Put on the message being answered while the agent works (an `m.reaction`, redacted
+    when the answer is done); empty: none."""
     sync_timeout: float = Field(default=30.0, ge=0, le=120)
     """Seconds one `/sync` long poll waits on the homeserver's side."""
     backlog_max_age: float = Field(default=3600.0, gt=0)

@@ -3,10 +3,12 @@
 Pure functions over the events' JSON (as the client-server API sends them), no SDK types.
 
 A Matrix event id is unique on its own, but Herald keys a platform message by its container
-too: `<room id>:<event id>` (room ids hold a colon, event ids do not: `split_event_key` splits
-at the last one). A thread (`m.thread`) is a session of its own, its id the thread root's event
-id; a reply (`m.in_reply_to`) carries the quoted text to the agent when the sender's client
-wrote the fallback quote.
+too: `<room id>:<event id>` (room ids hold a colon, event ids do not and start with `$`:
+`split_event_key` splits before the `$`). An edit (`m.replace`) is `<room id>:<event id of the
+original>:e<the edit's origin_server_ts>`, naming the original in `edit_of`. A thread
+(`m.thread`) is a session of its own, its id the thread root's event id; a reply
+(`m.in_reply_to`) carries the quoted text to the agent when the sender's client wrote the
+fallback quote. A reaction (`m.annotation`) is a `Reaction` for the gateway to judge.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from gateway.contracts.errors import (
     RateLimited,
 )
 from gateway.contracts.ids import AccountId, ChatId, ExternalUserId, PlatformMessageId, ThreadId
-from gateway.contracts.messages import Button, InboundMessage, Sender
+from gateway.contracts.messages import Button, InboundMessage, Reaction, Sender
 
 NOT_ADDRESSED = "group message that does not address the bot"
 FILE_TYPES = frozenset({"m.image", "m.file", "m.audio", "m.video"})
@@ -78,9 +80,11 @@ class Me:
 
 
 def split_event_key(key: str) -> tuple[str, str] | None:
-    """(room id, event id) of a key made by `message_key`, or None for anything else."""
-    room, sep, event = key.rpartition(":")
-    if not sep or not room.startswith("!") or not event.startswith("$"):
+    """(room id, event id) of a key made by `message_key` (an edit's `:e<stamp>` suffix, or
+    a reaction's `:r<id>`, names the event it is about), or None for anything else."""
+    room, sep, rest = key.partition(":$")
+    event = "$" + rest.split(":", 1)[0]
+    if not sep or not room.startswith("!") or ":" not in room or event == "$":
         return None
     return room, event
 
@@ -133,8 +137,14 @@ def to_inbound(  # noqa: C901, PLR0912 - one event, every kind of it
     config: MatrixConfig,
     now: datetime,
     display_name: str = "",
+    original: Mapping[str, Any] | None = None,
 ) -> Incoming[MediaRef] | Skipped:
-    """The message of one timeline event, or why it does not reach the agent."""
+    """The message of one timeline event, or why it does not reach the agent.
+
+    An edit (`m.replace`) needs `original`, the event it replaces (read by the adapter): the
+    message is then its `m.new_content`, in the original's thread, with `edit_of` naming the
+    original. An edit by anyone but the original's sender, or of an event that is not a
+    message, is skipped (clients show no such edit either)."""
     sender = event.get("sender")
     event_id = event.get("event_id")
     if not isinstance(sender, str) or not isinstance(event_id, str):
@@ -147,9 +157,16 @@ def to_inbound(  # noqa: C901, PLR0912 - one event, every kind of it
     if not isinstance(content, Mapping) or not content:
         return Skipped("redacted or empty message")
     relation = _relation(content)
-    if relation.get("rel_type") == "m.replace":
-        return Skipped("an edit of an earlier message")
     ts = event.get("origin_server_ts")
+    edit_of: PlatformMessageId | None = None
+    key = message_key(room.room_id, event_id)
+    if relation.get("rel_type") == "m.replace":
+        edited = _edited(event, original)
+        if isinstance(edited, Skipped):
+            return edited
+        content, relation, original_id = edited
+        edit_of = message_key(room.room_id, original_id)
+        key = PlatformMessageId(f"{edit_of}:e{ts if isinstance(ts, int) else event_id[1:]}")
     sent = datetime.fromtimestamp(ts / 1000, UTC) if isinstance(ts, int) else now
     if now - sent > timedelta(seconds=config.backlog_max_age):
         return Skipped("older than backlog_max_age")
@@ -197,38 +214,75 @@ def to_inbound(  # noqa: C901, PLR0912 - one event, every kind of it
         chat_id=ChatId(room.room_id),
         sender=Sender(ExternalUserId(sender), display_name or sender),
         text=text,
-        platform_message_id=message_key(room.room_id, event_id),
+        platform_message_id=key,
         is_direct=direct,
         mentions_bot=addressed,
         thread_id=thread,
         reply_to=reply_to,
         received_at=now,
         raw={"event_id": event_id, "room_id": room.room_id, "sender": sender},
+        edit_of=edit_of,
     )
     return Incoming(message, files)
 
 
-BUTTONS_KEY = "org.herald.buttons"
-"""Where a message with buttons keeps which reaction presses which (reaction key → command)."""
-NUMBERED = ("1️⃣", "2️⃣", "3️⃣", "4️⃣", "5️⃣", "6️⃣", "7️⃣", "8️⃣", "9️⃣")
+def edited_event(event: Mapping[str, Any]) -> str | None:
+    """The id of the event an `m.replace` edit replaces, or None for any other event."""
+    content = event.get("content")
+    relation = _relation(content) if isinstance(content, Mapping) else {}
+    target = relation.get("event_id")
+    if relation.get("rel_type") != "m.replace" or not isinstance(target, str):
+        return None
+    return target
+
+
+def _edited(
+    event: Mapping[str, Any], original: Mapping[str, Any] | None
+) -> tuple[Mapping[str, Any], Mapping[str, Any], str] | Skipped:
+    """(the new content, the original's relation, the original's id) of an edit, or why it
+    is not one Herald takes."""
+    target = edited_event(event)
+    if target is None or original is None or original.get("event_id") != target:
+        return Skipped("an edit of an event Herald cannot read")
+    if original.get("sender") != event.get("sender"):
+        return Skipped("an edit by someone other than the message's sender")
+    before = original.get("content")
+    if original.get("type") != "m.room.message" or not isinstance(before, Mapping):
+        return Skipped("an edit of something other than a message")
+    if _relation(before).get("rel_type") == "m.replace":
+        return Skipped("an edit of an edit")
+    content = event.get("content")
+    new = content.get("m.new_content") if isinstance(content, Mapping) else None
+    if not isinstance(new, Mapping) or not new:
+        return Skipped("an edit without its new content")
+    thread = _relation(before)
+    # The original's thread, not its reply: the new content has no reply fallback to strip.
+    kept = {k: v for k, v in thread.items() if k in ("rel_type", "event_id")}
+    relation = kept if kept.get("rel_type") == "m.thread" else {}
+    return {k: v for k, v in new.items() if k != "m.relates_to"}, relation, target
+
+
+REACT_TO_APPROVE = "✅"
+REACT_TO_DENY = "❌"
+"""The reactions an approval question offers for its buttons (the gateway reads these, and
+👍 / 👎, as the reactor's `/approve N` and `/deny N`)."""
 
 
 def button_reactions(buttons: Sequence[Button]) -> dict[str, str]:
-    """The reaction that presses each of Herald's buttons (the emoji its label starts with,
-    else its number) → the command it sends; buttons of other commands are left out."""
+    """The reaction that stands for each of Herald's buttons → the command it sends (buttons
+    of other commands are left out: a reaction could not send them)."""
     out: dict[str, str] = {}
-    for n, button in enumerate(buttons[: len(NUMBERED)]):
+    for button in buttons:
         command = button_command(button.command)
-        if command is None:
-            continue
-        first = button.label.split(maxsplit=1)[0] if button.label.strip() else ""
-        out[first if first and not first[0].isalnum() else NUMBERED[n]] = command
+        if command is not None:
+            key = REACT_TO_APPROVE if command.startswith("/approve") else REACT_TO_DENY
+            out.setdefault(key, command)
     return out
 
 
 def with_buttons(content: dict[str, Any], buttons: Sequence[Button]) -> dict[str, Any]:
-    """`content` offering `buttons` as reactions: the choices written under the text and the
-    reaction → command table kept in the event (read back when someone reacts)."""
+    """`content` offering `buttons` as reactions: the choices written under the text (a
+    reaction comes back to the gateway as a `Reaction`, and means the button's command)."""
     reactions = button_reactions(buttons)
     if not reactions:
         return content
@@ -238,7 +292,7 @@ def with_buttons(content: dict[str, Any], buttons: Sequence[Button]) -> dict[str
         for key, command in reactions.items()
     )
     note = f"React {choices} (or send the command)."
-    out = {**content, BUTTONS_KEY: reactions, "body": f"{content.get('body', '')}\n\n{note}"}
+    out = {**content, "body": f"{content.get('body', '')}\n\n{note}"}
     if "formatted_body" in content:
         out["formatted_body"] = f"{content['formatted_body']}<p>{html.escape(note)}</p>"
     return out
@@ -253,50 +307,40 @@ def reaction_of(event: Mapping[str, Any]) -> tuple[str, str] | None:
     target, key = relation.get("event_id"), relation.get("key")
     if relation.get("rel_type") != "m.annotation" or not isinstance(target, str):
         return None
-    return (target, key) if isinstance(key, str) else None
+    return (target, key) if isinstance(key, str) and key else None
 
 
-def pressed(
+def reaction_from(
     event: Mapping[str, Any],
-    target: Mapping[str, Any],
     *,
     room: RoomView,
     me: Me,
     account: AccountId,
     now: datetime,
     display_name: str = "",
-) -> Incoming[MediaRef] | Skipped:
-    """A reaction to one of Herald's messages with buttons, as the reactor's own command
-    message (the command of the button the reaction presses); Skipped for any other."""
+) -> Reaction | Skipped:
+    """The reaction an `m.reaction` (`m.annotation`) event adds, or `Skipped` and why (the
+    bot's own, not an annotation). Whether it is on one of the bot's messages, and who may
+    react, the gateway decides (`ReactionSink.react`)."""
     found = reaction_of(event)
     sender, event_id = event.get("sender"), event.get("event_id")
     if found is None or not isinstance(sender, str) or not isinstance(event_id, str):
         return Skipped("not a reaction")
     if sender == me.user_id:
         return Skipped("our own event")
-    content = target.get("content")
-    table = content.get(BUTTONS_KEY) if isinstance(content, Mapping) else None
-    if target.get("sender") != me.user_id or not isinstance(table, Mapping):
-        return Skipped("a reaction to a message without buttons")
-    command = button_command(table.get(found[1]))
-    if command is None:
-        return Skipped("a reaction that presses no button")
-    relation = _relation(content) if isinstance(content, Mapping) else {}
-    thread = relation.get("event_id") if relation.get("rel_type") == "m.thread" else None
-    message = InboundMessage(
+    ts = event.get("origin_server_ts")
+    return Reaction(
         platform=PLATFORM,
         account=account,
         chat_id=ChatId(room.room_id),
         sender=Sender(ExternalUserId(sender), display_name or sender),
-        text=command,
-        platform_message_id=message_key(room.room_id, event_id),
+        message=message_key(room.room_id, found[0]),
+        emoji=found[1],
+        event_id=event_id,
         is_direct=room.members <= 2,
-        mentions_bot=True,
-        thread_id=ThreadId(thread) if isinstance(thread, str) else None,
-        received_at=now,
+        received_at=datetime.fromtimestamp(ts / 1000, UTC) if isinstance(ts, int) else now,
         raw={"event_id": event_id, "room_id": room.room_id, "sender": sender},
     )
-    return Incoming(message, ())
 
 
 _MARKDOWN = (
@@ -362,6 +406,50 @@ def edit_content(target: str, new: Mapping[str, Any]) -> dict[str, Any]:
     if "formatted_body" in replacement:
         content["formatted_body"] = f"* {replacement['formatted_body']}"
     return content
+
+
+VOICE_BODY = "Voice message"
+"""The body of a voice reply (what clients that do not play it show)."""
+
+
+def ogg_duration_ms(data: bytes) -> int | None:
+    """The length of an Ogg/Opus stream in milliseconds: the last page's granule position
+    (48 kHz samples) less the `OpusHead` pre-skip; None when the stream does not say."""
+    head = data.find(b"OpusHead")
+    last = data.rfind(b"OggS")
+    if head < 0 or last < 0 or len(data) < last + 14 or len(data) < head + 12:
+        return None
+    granule = int.from_bytes(data[last + 6 : last + 14], "little", signed=True)
+    pre_skip = int.from_bytes(data[head + 10 : head + 12], "little")
+    samples = granule - pre_skip
+    return samples * 1000 // 48_000 if samples > 0 else None
+
+
+def voice_content(
+    url: str, *, size: int, mime_type: str, filename: str, duration_ms: int | None
+) -> dict[str, Any]:
+    """The content of an `m.audio` event that clients play as a voice message (MSC3245: the
+    `org.matrix.msc3245.voice` marker, with MSC1767's audio block), as Element sends one."""
+    info: dict[str, Any] = {"mimetype": mime_type, "size": size}
+    audio: dict[str, Any] = {}
+    if duration_ms is not None:
+        info["duration"] = audio["duration"] = duration_ms
+    return {
+        "msgtype": "m.audio",
+        "body": VOICE_BODY,
+        "filename": filename,
+        "url": url,
+        "info": info,
+        "org.matrix.msc1767.text": VOICE_BODY,
+        "org.matrix.msc1767.file": {
+            "url": url,
+            "name": filename,
+            "mimetype": mime_type,
+            "size": size,
+        },
+        "org.matrix.msc1767.audio": audio,
+        "org.matrix.msc3245.voice": {},
+    }
 
 
 def within_event_limit(content: dict[str, Any], encoded_size: int) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 bot is mentioned, with typing and read receipts; a thread answered in the thread; a reply
 quoted to the agent; a stranger's invite declined; an encrypted room refused with a notice; a
 picture both ways; Synapse's own rate limiter; the homeserver restarted under a running
-daemon; a reaction pressing an approval's button."""
+daemon; reactions passed on as reactions."""
 
 from __future__ import annotations
 
@@ -266,9 +266,10 @@ async def test_the_homeserver_restarted_mid_conversation(tmp_path: Path) -> None
         assert len(llm.requests) == 2
 
 
-async def test_a_reaction_presses_a_button(tmp_path: Path) -> None:
-    """Buttons (an approval's) are offered as reactions: reacting with a button's emoji sends
-    its command as the reactor's own message; other reactions reach nobody."""
+async def test_a_reaction_reaches_the_gateway_as_a_reaction(tmp_path: Path) -> None:
+    """Buttons (an approval's) are offered as reactions; every reaction by someone else comes
+    to the sink as a `Reaction` naming the event it is on (the gateway judges what it means:
+    `tests/integration/test_matrix_edits.py` approves through it); the bot's own do not."""
     async with started("matrix") as harness:
         assert isinstance(harness, MatrixHarness)
         ann = harness.people[0]
@@ -287,13 +288,18 @@ async def test_a_reaction_presses_a_button(tmp_path: Path) -> None:
             assert "React ✅ Approve, ❌ Deny" in sent.content["body"]
             plain = await say(client, room, "an ordinary message")
             async with receiving(adapter, sink):
-                for target, key in ((plain, "✅"), (event, "👍"), (event, "✅")):
+                assert isinstance(adapter, MatrixAdapter)
+                await adapter.working(ChatId(room), asked.platform_message_id)  # the bot's own
+                for target, key in ((plain, "👀"), (event, "✅")):
                     annotation = {"rel_type": "m.annotation", "event_id": target, "key": key}
                     await client.room_send(room, "m.reaction", {"m.relates_to": annotation})
-                await sink.until(lambda: "/approve 7" in sink.texts)
-        assert sink.texts == ["an ordinary message", "/approve 7"]
-        [press] = [m for m in sink.messages if m.text == "/approve 7"]
-        assert press.sender.id == ann
+                await sink.until(lambda: len(sink.reactions) == 2)
+        assert sink.texts == ["an ordinary message"]
+        assert [(r.message, r.emoji) for r in sink.reactions] == [
+            (f"{room}:{plain}", "👀"),
+            (asked.platform_message_id, "✅"),
+        ]
+        assert {r.sender.id for r in sink.reactions} == {ann}
 
 
 class ScreeningListSink(ListSink):

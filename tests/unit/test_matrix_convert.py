@@ -15,24 +15,28 @@ from adapters.matrix import SPEC
 from adapters.matrix.config import MatrixConfig
 from adapters.matrix.convert import (
     NOT_ADDRESSED,
+    VOICE_BODY,
     Me,
     MediaRef,
     RoomView,
     button_reactions,
     edit_content,
     error_from,
-    pressed,
+    ogg_duration_ms,
+    reaction_from,
     split_event_key,
     text_content,
     to_html,
     to_inbound,
+    voice_content,
     with_buttons,
     within_event_limit,
 )
 from gateway.contracts.errors import AuthError, NotReady, PermanentSendError, RateLimited
 from gateway.contracts.ids import AccountId
-from gateway.contracts.messages import Button
+from gateway.contracts.messages import Button, Reaction
 from gateway.contracts.platform import ChatAddress
+from tests.fakes.speech import ogg_opus
 
 DATA = Path(__file__).parents[1] / "data" / "matrix"
 NOW = datetime(2025, 11, 29, 5, 0, 1, tzinfo=UTC)
@@ -130,7 +134,7 @@ def test_a_picture_is_a_file_to_download_unless_too_large() -> None:
 
 
 def test_edits_old_messages_and_our_own_are_skipped() -> None:
-    assert isinstance(convert("edit"), Skipped)
+    assert isinstance(convert("edit"), Skipped)  # an edit without the event it replaces
     old = event("dm_text")
     stamp = NOW - timedelta(hours=2)
     old["origin_server_ts"] = int(stamp.timestamp() * 1000)
@@ -222,34 +226,154 @@ def test_buttons_are_offered_as_reactions() -> None:
         Button("Other", "/stop"),
     )
     assert button_reactions(buttons) == {"✅": "/approve 3", "❌": "/deny 3"}
-    assert button_reactions((Button("Approve", "/approve 3"),)) == {"1️⃣": "/approve 3"}
+    # Whatever the label, the reactions are those the gateway reads as approve and deny.
+    assert button_reactions((Button("Approve", "/approve 3"),)) == {"✅": "/approve 3"}
     content = with_buttons(text_content("**Run it?**", markdown=True), buttons)
-    assert content["org.herald.buttons"] == {"✅": "/approve 3", "❌": "/deny 3"}
     assert content["body"].endswith("React ✅ Approve, ❌ Deny (or send the command).")
     assert content["formatted_body"].endswith("</p>")
+    assert with_buttons({"body": "x"}, (Button("Other", "/stop"),)) == {"body": "x"}
 
 
-def test_a_reaction_to_a_button_is_its_command() -> None:
-    target = {
-        "sender": ME.user_id,
-        "event_id": "$q",
-        "content": {"body": "Run it?", "org.herald.buttons": {"✅": "/approve 3"}},
+def reaction_event(key: str, sender: str = "@ann:herald.test", rel: str = "m.annotation") -> Any:
+    relation = {"rel_type": rel, "event_id": "$q", "key": key}
+    return {
+        "type": "m.reaction",
+        "sender": sender,
+        "event_id": "$r",
+        "origin_server_ts": 1764392400000,
+        "content": {"m.relates_to": relation},
     }
 
-    def react(key: str, on: dict[str, Any] = target) -> Incoming[MediaRef] | Skipped:
-        event = {
-            "type": "m.reaction",
-            "sender": "@ann:herald.test",
-            "event_id": "$r",
-            "content": {"m.relates_to": {"rel_type": "m.annotation", "event_id": "$q", "key": key}},
-        }
-        return pressed(event, on, room=DM, me=ME, account=AccountId("a"), now=NOW)
 
-    press = react("✅")
-    assert isinstance(press, Incoming)
-    assert press.message.text == "/approve 3"
-    assert press.message.sender.id == "@ann:herald.test"
-    assert isinstance(react("👍"), Skipped)
-    assert isinstance(react("✅", {**target, "sender": "@mallory:herald.test"}), Skipped)
-    forged = {**target, "content": {"org.herald.buttons": {"✅": "/model gpt"}}}
-    assert isinstance(react("✅", forged), Skipped)
+def test_a_reaction_is_a_reaction_to_the_event_it_annotates() -> None:
+    def react(event: Any, room: RoomView = DM) -> Reaction | Skipped:
+        return reaction_from(event, room=room, me=ME, account=AccountId("a"), now=NOW)
+
+    reaction = react(reaction_event("👍"))
+    assert isinstance(reaction, Reaction)
+    assert (reaction.message, reaction.emoji, reaction.event_id) == (f"{DM.room_id}:$q", "👍", "$r")
+    assert (reaction.chat_id, reaction.sender.id, reaction.is_direct) == (
+        DM.room_id,
+        "@ann:herald.test",
+        True,
+    )
+    assert reaction.received_at == datetime(2025, 11, 29, 5, 0, tzinfo=UTC)
+    grouped = react(reaction_event("👍"), GROUP)
+    assert isinstance(grouped, Reaction)
+    assert not grouped.is_direct
+    assert react(reaction_event("👀", ME.user_id)) == Skipped("our own event")
+    assert isinstance(react(reaction_event("👍", rel="m.reference")), Skipped)
+    assert isinstance(react(reaction_event("")), Skipped)
+
+
+def edit_of(original: dict[str, Any], body: str, **changes: Any) -> dict[str, Any]:
+    new = {"msgtype": "m.text", "body": body}
+    return {
+        "type": "m.room.message",
+        "sender": original["sender"],
+        "event_id": "$edit1",
+        "origin_server_ts": 1764392401000,
+        "content": {
+            "msgtype": "m.text",
+            "body": f"* {body}",
+            "m.new_content": new,
+            "m.relates_to": {"rel_type": "m.replace", "event_id": original["event_id"]},
+        },
+        **changes,
+    }
+
+
+def convert_edit(
+    edit: dict[str, Any], original: dict[str, Any] | None, room: RoomView = DM
+) -> Incoming[MediaRef] | Skipped:
+    return to_inbound(
+        edit, room=room, me=ME, account=AccountId("a"), config=config(), now=NOW, original=original
+    )
+
+
+def test_an_edit_is_its_new_content_naming_the_original() -> None:
+    original = event("dm_text")
+    incoming = convert_edit(edit_of(original, "hello again"), original)
+    assert isinstance(incoming, Incoming)
+    message = incoming.message
+    key = f"{DM.room_id}:{original['event_id']}"
+    assert message.text == "hello again"
+    assert message.edit_of == key
+    assert message.platform_message_id == f"{key}:e1764392401000"
+    # The edit's key names the original event (the working reaction goes on it).
+    assert split_event_key(message.platform_message_id) == (DM.room_id, original["event_id"])
+    # The recorded edit, read with the event it replaces.
+    recorded = convert_edit(event("edit"), original)
+    assert isinstance(recorded, Incoming)
+    assert recorded.message.text == "fixed"
+    assert recorded.message.edit_of == key
+
+
+def test_an_edit_in_a_thread_stays_in_the_thread() -> None:
+    original = event("thread")
+    incoming = convert_edit(edit_of(original, "in the thread, fixed"), original)
+    assert isinstance(incoming, Incoming)
+    assert incoming.message.thread_id == "$root1"
+    assert incoming.message.edit_of == f"{DM.room_id}:$thread1"
+
+
+def test_edits_that_are_not_the_writers_own_are_skipped() -> None:
+    original = event("dm_text")
+    forged = edit_of(original, "bob's words", sender="@bob:herald.test")
+    assert convert_edit(forged, original) == Skipped(
+        "an edit by someone other than the message's sender"
+    )
+    # Herald's own edits (its streamed previews) never come back as messages.
+    own = {**original, "sender": ME.user_id}
+    assert convert_edit(edit_of(own, "streamed"), own) == Skipped("our own event")
+    # Not a message, an edit of an edit, another event than the one named, none at all.
+    state = {**original, "type": "m.room.topic"}
+    assert isinstance(convert_edit(edit_of(original, "x"), state), Skipped)
+    twice = edit_of(original, "x")
+    assert isinstance(convert_edit(edit_of({**twice, "event_id": "$e2"}, "y"), twice), Skipped)
+    other = {**original, "event_id": "$other"}
+    assert isinstance(convert_edit(edit_of(original, "x"), other), Skipped)
+    no_new = edit_of(original, "x")
+    del no_new["content"]["m.new_content"]
+    assert isinstance(convert_edit(no_new, original), Skipped)
+
+
+def test_keys_with_suffixes_split_to_the_event_they_name() -> None:
+    room = "!abc:example.org:8448"
+    assert split_event_key(f"{room}:$ev") == (room, "$ev")
+    assert split_event_key(f"{room}:$ev:e17") == (room, "$ev")
+    assert split_event_key(f"{room}:$ev:r$reaction") == (room, "$ev")
+    assert split_event_key("!abc:example.org") is None
+    assert split_event_key("abc:$ev") is None
+
+
+def test_a_voice_reply_is_an_audio_event_clients_play_as_a_voice_message() -> None:
+    audio = ogg_opus("spoken")
+    content = voice_content(
+        "mxc://hs/abc",
+        size=len(audio),
+        mime_type="audio/ogg",
+        filename="voice.ogg",
+        duration_ms=1500,
+    )
+    assert content["msgtype"] == "m.audio"
+    assert content["org.matrix.msc3245.voice"] == {}
+    assert content["org.matrix.msc1767.audio"] == {"duration": 1500}
+    assert content["info"] == {"mimetype": "audio/ogg", "size": len(audio), "duration": 1500}
+    assert (content["body"], content["url"]) == (VOICE_BODY, "mxc://hs/abc")
+    unknown = voice_content(
+        "mxc://hs/abc", size=1, mime_type="audio/ogg", filename="v", duration_ms=None
+    )
+    assert unknown["org.matrix.msc1767.audio"] == {}
+    assert "duration" not in unknown["info"]
+
+
+def test_the_length_of_an_ogg_opus_stream() -> None:
+    audio = bytearray(ogg_opus("spoken"))
+    assert ogg_duration_ms(bytes(audio)) is None  # the fake's pages say no position
+    last = audio.rfind(b"OggS")
+    head = audio.find(b"OpusHead")
+    pre_skip = int.from_bytes(audio[head + 10 : head + 12], "little")
+    audio[last + 6 : last + 14] = (pre_skip + 96_000).to_bytes(8, "little")
+    assert ogg_duration_ms(bytes(audio)) == 2000
+    assert ogg_duration_ms(b"not audio") is None
