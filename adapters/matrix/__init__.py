@@ -20,12 +20,16 @@ def _factory(section: MatrixConfig, context: AdapterContext) -> Callable[[], Ada
 
 
 def _parse_target(prefix: str, rest: str) -> ChatAddress:
-    """`!room:server` or `!room:server:$thread-root` (room ids hold a colon themselves)."""
+    """`!room:server` or `!room:server:$thread-root` (room ids hold a colon themselves, except
+    those of room version 12, `!<hash>`, which hold none)."""
     room, sep, last = rest.rpartition(":")
     thread = last if sep and last.startswith("$") else None
     room = room if thread else rest
-    if not room.startswith("!") or ":" not in room:
-        raise ValueError(f"a Matrix target is matrix:!room:server[:$thread], not {rest!r}")
+    if not room.startswith("!") or len(room) < 2 or "$" in room:
+        raise ValueError(
+            f"a Matrix target is matrix:!room:server[:$thread] (matrix:!room in room "
+            f"version 12), not {rest!r}"
+        )
     return ChatAddress(room, thread)
 
 

@@ -3,7 +3,7 @@
 Pure functions over the events' JSON (as the client-server API sends them), no SDK types.
 
 A Matrix event id is unique on its own, but Herald keys a platform message by its container
-too: `<room id>:<event id>` (room ids hold a colon, event ids do not and start with `$`:
+too: `<room id>:<event id>` (room ids may hold a colon, event ids do not and start with `$`:
 `split_event_key` splits before the `$`). An edit (`m.replace`) is `<room id>:<event id of the
 original>:e<the edit's origin_server_ts>`, naming the original in `edit_of`. A thread
 (`m.thread`) is a session of its own, its id the thread root's event id; a reply
@@ -84,7 +84,7 @@ def split_event_key(key: str) -> tuple[str, str] | None:
     a reaction's `:r<id>`, names the event it is about), or None for anything else."""
     room, sep, rest = key.partition(":$")
     event = "$" + rest.split(":", 1)[0]
-    if not sep or not room.startswith("!") or ":" not in room or event == "$":
+    if not sep or len(room) < 2 or not room.startswith("!") or event == "$":
         return None
     return room, event
 

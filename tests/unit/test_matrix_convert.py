@@ -215,8 +215,13 @@ def test_targets_name_a_room_and_maybe_a_thread() -> None:
     assert SPEC.parse_target("matrix", "!abc:example.org:$root") == ChatAddress(
         "!abc:example.org", "$root"
     )
-    with pytest.raises(ValueError, match="matrix:!room:server"):
-        SPEC.parse_target("matrix", "abc")
+    # Room version 12 ids (Synapse's default now) name no server.
+    hydra = "!S5MF42fUEqcVJhmL8UCPFC6o5vbll4dxz8xbDVv4BnA"
+    assert SPEC.parse_target("matrix", hydra) == ChatAddress(hydra)
+    assert SPEC.parse_target("matrix", f"{hydra}:$root") == ChatAddress(hydra, "$root")
+    for bad in ("abc", "!", "!a$b"):
+        with pytest.raises(ValueError, match="matrix:!room:server"):
+            SPEC.parse_target("matrix", bad)
 
 
 def test_buttons_are_offered_as_reactions() -> None:
@@ -343,6 +348,7 @@ def test_keys_with_suffixes_split_to_the_event_they_name() -> None:
     assert split_event_key(f"{room}:$ev") == (room, "$ev")
     assert split_event_key(f"{room}:$ev:e17") == (room, "$ev")
     assert split_event_key(f"{room}:$ev:r$reaction") == (room, "$ev")
+    assert split_event_key("!hydra:$ev:e17") == ("!hydra", "$ev")  # room version 12: no server
     assert split_event_key("!abc:example.org") is None
     assert split_event_key("abc:$ev") is None
 
