@@ -360,12 +360,18 @@ class MatrixAdapter(TrackedSends):
 
     async def _event(self, room_id: str, event_id: str) -> Mapping[str, Any] | None:
         """One event of the room as the homeserver has it, None when it does not give it
-        (unknown, not visible to the bot). Raises NotReady when it cannot be asked."""
+        (unknown, not visible to the bot: a 4xx). Raises NotReady, RateLimited or AuthError
+        when it cannot be asked now (the batch is then read again)."""
         try:
             async with asyncio.timeout(REQUEST_TIMEOUT):
                 found = await self._connected().room_get_event(room_id, event_id)
         except (aiohttp.ClientError, TimeoutError) as err:
             raise NotReady(f"matrix: reading an edited event: {type(err).__name__}") from err
+        if isinstance(found, ErrorResponse):
+            error = _error(found, "reading an edited event")
+            if isinstance(error, PermanentSendError):
+                return None
+            raise error
         source = getattr(getattr(found, "event", None), "source", None)
         return source if isinstance(source, Mapping) else None
 

@@ -3,7 +3,8 @@
 The adapter under test talks to `MatrixProxy.url`; every request goes on to the real Synapse
 unchanged, and the proxy records what the account sent (events by room, edits, media
 downloads, the `/sync` batches and which events each carried). Faults are switched on per
-test: a 429 with a `retry_after_ms` for one room's requests, a 503 for the next sends, and a
+test: a 429 with a `retry_after_ms` for one room's requests, a 503 for the next sends or
+event reads, and a
 rewind of the next `/sync` to an earlier `since` (the homeserver then delivers those events
 again, as after a restart that lost the stored token).
 """
@@ -61,6 +62,7 @@ class MatrixProxy(Waitable):
         """(method, last path segment, room) of every request Synapse answered 200."""
         self._limited: dict[str, tuple[int, float]] = {}
         self._errors = 0
+        self._read_errors = 0
         self._rewind: str | None = None
         self._holds: dict[str, asyncio.Future[Any]] = {}
         self._runner: web.AppRunner | None = None
@@ -110,6 +112,10 @@ class MatrixProxy(Waitable):
     def fail_sends(self, count: int) -> None:
         """The next `count` event sends answer 503."""
         self._errors = count
+
+    def fail_reads(self, count: int) -> None:
+        """The next `count` reads of one event (`GET /rooms/…/event/…`) answer 503."""
+        self._read_errors = count
 
     def rewind(self, event_id: str) -> None:
         """The next `/sync` starts from before the batch that delivered `event_id`."""
@@ -167,6 +173,9 @@ class MatrixProxy(Waitable):
             return web.json_response(refusal, status=429)
         if sending and self._errors > 0:
             self._errors -= 1
+            return web.json_response({"errcode": "M_UNKNOWN", "error": "unavailable"}, status=503)
+        if request.method == "GET" and "event" in parts[:-1] and self._read_errors > 0:
+            self._read_errors -= 1
             return web.json_response({"errcode": "M_UNKNOWN", "error": "unavailable"}, status=503)
         query = dict(request.query)
         syncing = parts[-1] == "sync"

@@ -3,7 +3,8 @@ Synapse (see tests/contract/harness.py's `MatrixHarness`): an `m.replace` of a w
 changes what is answered, one of an answered message is answered again, and Herald's own
 streamed edits never come back; 👀 marks the message being answered and is redacted after; a
 ✅ on an approval question approves it (the asker's; another person's is refused like their
-/approve, a stranger's does nothing); a voice note is answered by a voice message."""
+/approve, a stranger's does nothing); a voice note is answered by a voice message; an edit
+whose replaced event cannot be read for now is read again."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import httpx
 import pytest
 from nio import AsyncClient, UploadResponse
 
+from gateway.contracts.errors import NotReady
 from gateway.sessions.admission import EDIT_OF_ANSWERED
 from gateway.store.inbox import Outcome
 from gateway.store.outbox import Outbox
@@ -23,6 +25,7 @@ from tests.contract.test_adapters import daemon
 from tests.fakes.llm import FakeLLM, Reply, last_user_text, you_said
 from tests.fakes.matrix_people import join, open_room, say, say_content
 from tests.fakes.matrix_proxy import Sent
+from tests.fakes.sink import ListSink, receiving, run_until_error
 from tests.fakes.speech import FakeSpeech
 from tests.integration.button_rig import MCP, mcp_ready, responder, tool_runs
 from tests.integration.inproc import Herald
@@ -110,6 +113,29 @@ async def test_edits_of_a_waiting_and_an_answered_message(tmp_path: Path) -> Non
         assert {r["sender_id"] for r in rows} == {ann}
         # The working reaction was taken off again (a redaction of it).
         assert any(c[1] == f"done-{mark.event_id}" for c in harness.proxy.calls)
+
+
+async def test_an_edit_whose_message_cannot_be_read_now_is_read_again(tmp_path: Path) -> None:
+    """The homeserver fails to give the replaced event (503): the receive loop stops with
+    NotReady before the batch's token is stored, and the next run reads the edit again."""
+    async with started("matrix") as harness:
+        assert isinstance(harness, MatrixHarness)
+        ann = harness.people[0]
+        room, client = harness.rooms[ann], harness.clients[ann]
+        sink = ListSink()
+        async with harness.adapter(tmp_path / "files") as adapter:
+            async with receiving(adapter, sink):
+                first = await say(client, room, "helo")
+                await sink.until(lambda: "helo" in sink.texts)
+            harness.proxy.fail_reads(1)
+            await edit(client, room, first, "hello")
+            with pytest.raises(NotReady, match="reading an edited event"):
+                await run_until_error(adapter, sink)
+            async with receiving(adapter, sink):
+                await sink.until(lambda: "hello" in sink.texts)
+        [edited] = [m for m in sink.messages if m.edit_of is not None]
+        assert edited.edit_of == f"{room}:{first}"
+        assert edited.platform_message_id.startswith(f"{room}:{first}:e")
 
 
 async def test_a_reaction_approves_a_tool_call_a_strangers_does_nothing(tmp_path: Path) -> None:
