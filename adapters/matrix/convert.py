@@ -14,6 +14,7 @@ fallback quote. A reaction (`m.annotation`) is a `Reaction` for the gateway to j
 from __future__ import annotations
 
 import html
+import mimetypes
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -190,7 +191,7 @@ def to_inbound(  # noqa: C901, PLR0912 - one event, every kind of it
         info = info if isinstance(info, Mapping) else {}
         mime = str(info.get("mimetype") or "application/octet-stream")
         size = info.get("size") if isinstance(info.get("size"), int) else None
-        name = str(content.get("filename") or body or "file")
+        name = _with_extension(str(content.get("filename") or body or "file"), mime)
         url = content.get("url")
         caption = body if content.get("filename") and body != content.get("filename") else ""
         text = caption
@@ -224,6 +225,29 @@ def to_inbound(  # noqa: C901, PLR0912 - one event, every kind of it
         edit_of=edit_of,
     )
     return Incoming(message, files)
+
+
+AUDIO_EXTENSIONS = {
+    "audio/ogg": ".ogg",
+    "audio/opus": ".ogg",
+    "audio/mpeg": ".mp3",
+    "audio/mp4": ".m4a",
+    "audio/webm": ".webm",
+    "audio/wav": ".wav",
+    "audio/x-wav": ".wav",
+}
+"""Extensions of the audio types clients send (a transcription endpoint reads the format from
+the file's name)."""
+
+
+def _with_extension(name: str, mime_type: str) -> str:
+    """`name`, with an extension for its type when it has none (Element names a voice
+    message "Voice message")."""
+    if "." in name.rsplit("/", 1)[-1]:
+        return name
+    base = mime_type.split(";", 1)[0].strip().lower()
+    extension = AUDIO_EXTENSIONS.get(base) or mimetypes.guess_extension(base) or ""
+    return name + extension
 
 
 def edited_event(event: Mapping[str, Any]) -> str | None:

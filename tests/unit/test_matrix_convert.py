@@ -383,3 +383,25 @@ def test_the_length_of_an_ogg_opus_stream() -> None:
     audio[last + 6 : last + 14] = (pre_skip + 96_000).to_bytes(8, "little")
     assert ogg_duration_ms(bytes(audio)) == 2000
     assert ogg_duration_ms(b"not audio") is None
+
+
+def test_a_voice_message_gets_a_name_with_its_extension() -> None:
+    voice = {
+        "type": "m.room.message",
+        "sender": "@ann:herald.test",
+        "event_id": "$v",
+        "origin_server_ts": 1764392400000,
+        "content": {
+            "msgtype": "m.audio",
+            "body": "Voice message",
+            "url": "mxc://herald.test/v",
+            "info": {"mimetype": "audio/ogg", "size": 2000},
+            "org.matrix.msc3245.voice": {},
+        },
+    }
+    incoming = to_inbound(voice, room=DM, me=ME, account=AccountId("a"), config=config(), now=NOW)
+    assert isinstance(incoming, Incoming)
+    assert incoming.files == (
+        MediaRef("mxc://herald.test/v", "audio/ogg", 2000, "Voice message.ogg"),
+    )
+    assert incoming.message.text == ""
