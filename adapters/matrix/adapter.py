@@ -117,7 +117,9 @@ def sync_filter(timeline_limit: int) -> dict[str, Any]:
 
 
 class MatrixAdapter(TrackedSends):
-    """One Matrix account: syncs, joins invited rooms, sends, edits, shows typing, moves files.
+    """One Matrix account: syncs, joins invited rooms, sends, edits, shows typing, moves files;
+    passes edits (read with the event they replace) and reactions on, marks the message being
+    answered (`working_reaction`), and sends voice replies as voice messages.
 
     Entering checks the access token with `whoami` (AuthError when refused, NotReady when the
     homeserver is unreachable).
