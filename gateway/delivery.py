@@ -311,6 +311,12 @@ class DeliveryWorker:
                 # The preview to replace is gone; send the text as a new message instead.
                 reason = self.redactor(str(err))
                 await self._record(lambda: self.outbox.without_edit(row.id, reason))
+            elif row.attachment is not None and row.attachment.voice and row.text.strip():
+                # A voice reply refused (voice notes turned off, the audio gone): its caption
+                # is the answer, or the start of it; it goes as text.
+                reason = self.redactor(str(err))
+                logger.info("voice reply %d refused (%s); sending its text alone", row.id, reason)
+                await self._record(lambda: self.outbox.without_voice(row.id, reason))
             else:
                 await self._dead(row, str(err))
         except Exception as err:  # transient by default: NotReady, timeouts, surprises

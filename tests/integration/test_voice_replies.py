@@ -318,3 +318,23 @@ async def test_a_strangers_voice_note_is_neither_heard_nor_answered_by_voice(
         assert speech.said == ["for you"]
         assert voices_to(telegram, stranger) == []
         assert not any(SECRET in t or "for you" in t for t in telegram.texts_to(stranger))
+
+
+async def test_a_voice_note_the_platform_refuses_leaves_its_caption_as_text(
+    tmp_path: Path, telegram: PlatformHarness
+) -> None:
+    """Telegram refuses voice notes to people who turned them off (400
+    VOICE_MESSAGES_FORBIDDEN): the answer, carried as the caption, must not die with it."""
+    assert isinstance(telegram, TelegramHarness)
+    person = telegram.people[0]
+    async with (
+        FakeLLM() as llm,
+        FakeSpeech() as speech,
+        herald(tmp_path, telegram, llm, speech) as h,
+    ):
+        telegram.tg.fail("sendVoice", status=400)
+        llm.script(Reply(text="The **whole** answer, as a caption."))
+        await voice_note(telegram, h, person)
+        assert await telegram.wait_texts(person, 1) == ["The whole answer, as a caption."]
+        assert speech.said == ["The whole answer, as a caption."]
+        assert [s.method for s in telegram.tg.sent] == ["sendMessage"]
