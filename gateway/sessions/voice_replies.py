@@ -74,11 +74,12 @@ def voice_chunk(
     chunk_index: int = 0,
 ) -> Chunk:
     """The outbox row of a voice reply, keyed by (session, turn): the audio, with the spoken
-    text as its caption where the platform shows one."""
+    text as its caption where the platform shows one. The row keeps that text where none is
+    shown too (the adapter leaves it out): it goes alone if the platform refuses the audio."""
     return Chunk(
         key=f"s{session_id}:t{turn_id}:voice",
         target=target,
-        text=spoken.text if limits.voice_caption else "",
+        text=spoken.text,
         kind=OutboxKind.REPLY,
         format=TextFormat.MARKDOWN,
         chunk_index=chunk_index,

@@ -338,3 +338,24 @@ async def test_a_voice_note_the_platform_refuses_leaves_its_caption_as_text(
         assert await telegram.wait_texts(person, 1) == ["The whole answer, as a caption."]
         assert speech.said == ["The whole answer, as a caption."]
         assert [s.method for s in telegram.tg.sent] == ["sendMessage"]
+
+
+async def test_twilio_voice_refused_sends_the_spoken_part_as_text(tmp_path: Path) -> None:
+    """No caption on Twilio: the spoken part is only heard. A number that takes no media
+    (an SMS number without MMS) must still get those words, as text."""
+    async with started("whatsapp") as twilio:
+        assert isinstance(twilio, TwilioHarness)
+        person = twilio.people[0]
+        async with (
+            FakeLLM() as llm,
+            FakeSpeech() as speech,
+            herald(tmp_path, twilio, llm, speech, max_chars=50) as h,
+        ):
+            twilio.twilio.refuse_media(21612)
+            rest = ("Then more words, read but not spoken. " * 3).strip()
+            llm.script(Reply(text=f"Spoken back to you.\n\n{rest}"))
+            await voice_note(twilio, h, person)
+            await twilio.fake.wait_for(lambda: len(twilio.twilio.bodies(person)) >= 2, 30)
+            assert speech.said == ["Spoken back to you."]
+            assert twilio.twilio.bodies(person) == ["Spoken back to you.", rest]  # in order
+            assert all(s.media == () for s in twilio.twilio.sent)
