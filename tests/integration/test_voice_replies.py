@@ -7,6 +7,7 @@ endpoint that fails leaves the answer in text, logged once for the run of failur
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -17,7 +18,7 @@ import pytest
 from sqlalchemy import select
 
 from agent_core.media.speech import is_ogg_opus
-from gateway.store.tables import outbox
+from gateway.store.tables import inbox, outbox
 from tests.contract.harness import (
     DiscordHarness,
     EmailHarness,
@@ -359,3 +360,33 @@ async def test_twilio_voice_refused_sends_the_spoken_part_as_text(tmp_path: Path
             assert speech.said == ["Spoken back to you."]
             assert twilio.twilio.bodies(person) == ["Spoken back to you.", rest]  # in order
             assert all(s.media == () for s in twilio.twilio.sent)
+
+
+async def test_a_voice_note_steered_into_a_typed_turn_makes_its_answer_spoken(
+    tmp_path: Path, telegram: PlatformHarness
+) -> None:
+    assert isinstance(telegram, TelegramHarness)
+    person = telegram.people[0]
+    async with (
+        FakeLLM() as llm,
+        FakeSpeech() as speech,
+        herald(tmp_path, telegram, llm, speech, section_extra={"busy_mode": "steer"}) as h,
+    ):
+        gate = asyncio.Event()
+        llm.script(
+            Reply(tool_calls=[("view_attachment", {"file": "nothing.txt"})], gate=gate),
+            Reply(text="heard you"),
+        )
+        await telegram.send(h, person, "look into it")  # typed: not spoken, so far
+        await llm.wait_for_requests(1, timeout=20)
+        await voice_note(telegram, h, person)
+
+        async def steered() -> bool:
+            async with h.store.read() as conn:
+                return bool(await conn.scalar(select(inbox.c.id).where(inbox.c.steer.is_(True))))
+
+        await h.until(steered)
+        gate.set()
+        [sent] = await telegram.tg.wait_for_sent(lambda s: s.method == "sendVoice", 20)
+        assert sent.plain_text == "heard you"
+        assert speech.said == ["heard you"]
