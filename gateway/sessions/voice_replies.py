@@ -142,9 +142,9 @@ class VoiceReplies:
         assert self.synthesizer is not None
         assert self.ctx.files is not None
         limits = self._limits(job.target)
-        size = self.synthesizer.max_chars
-        if limits.voice_caption:
-            size = min(size, limits.voice_caption)
+        # No longer than the caption, or than one text message where none is shown: the row
+        # carries these words, and sends them alone if the audio is refused.
+        size = min(self.synthesizer.max_chars, limits.voice_caption or limits.max_chunk)
         text, rest = split_spoken(answer, size, utf16=limits.count_utf16)
         # The words leave Herald for the endpoint, and as audio for the chat: redacted here
         # (the caption is redacted on its way out like every chunk).
