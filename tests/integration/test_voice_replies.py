@@ -51,6 +51,7 @@ async def herald(
     *,
     voice: str | None = None,
     section_extra: dict[str, Any] | None = None,
+    sections: dict[str, Any] | None = None,
     **speech_extra: Any,
 ) -> AsyncIterator[Herald]:
     port = free_port()
@@ -76,6 +77,7 @@ async def herald(
                 "voice": "nova",
                 **speech_extra,
             },
+            **(sections or {}),
         },
     ) as h:
         yield h
@@ -331,7 +333,13 @@ async def test_a_voice_note_the_platform_refuses_leaves_its_caption_as_text(
     async with (
         FakeLLM() as llm,
         FakeSpeech() as speech,
-        herald(tmp_path, telegram, llm, speech) as h,
+        herald(
+            tmp_path,
+            telegram,
+            llm,
+            speech,
+            sections={"delivery": {"max_attempts": 2, "backoff_initial": 0.05}},
+        ) as h,
     ):
         telegram.tg.fail("sendVoice", status=400)
         llm.script(Reply(text="The **whole** answer, as a caption."))
@@ -339,6 +347,13 @@ async def test_a_voice_note_the_platform_refuses_leaves_its_caption_as_text(
         assert await telegram.wait_texts(person, 1) == ["The whole answer, as a caption."]
         assert speech.said == ["The whole answer, as a caption."]
         assert [s.method for s in telegram.tg.sent] == ["sendMessage"]
+
+        # An upload that fails every time (a 5xx for each try) costs the voice, not the text.
+        telegram.tg.fail("sendVoice", count=1000, status=500)
+        llm.script(Reply(text="Second answer."))
+        await voice_note(telegram, h, person)
+        assert (await telegram.wait_texts(person, 2))[1] == "Second answer."
+        assert [s.method for s in telegram.tg.sent] == ["sendMessage", "sendMessage"]
 
 
 async def test_twilio_voice_refused_sends_the_spoken_part_as_text(tmp_path: Path) -> None:
