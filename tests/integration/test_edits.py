@@ -224,3 +224,34 @@ async def test_an_edit_is_words_never_a_command(store: Store, tmp_path: Path) ->
         await wait_replies(rig, 1)
         await rig.manager.accept(edit(first, "/new"))
         assert (await wait_replies(rig, 2))[1] == f"answer to {EDIT_OF_ANSWERED} /new"
+
+
+@pytest.mark.parametrize("mode", [BusyMode.QUEUE, BusyMode.STEER])
+async def test_edits_of_the_message_being_answered_replace_each_other_while_they_wait(
+    store: Store, tmp_path: Path, mode: BusyMode
+) -> None:
+    """A flood of edits of the message being answered is one edit, the newest: an edit of a
+    message whose earlier edit still waits replaces that edit's text (no turn per version)."""
+    async with running_rig(store, tmp_path, sessions=busy_config(mode)) as rig:
+        first = inbound("tool:what is 2+3")
+        versions = [f"{EDIT_OF_CURRENT} what is 2+{n}" for n in (1, 2, 4)]
+        rig.llm.release(first.text, *versions)
+        await rig.manager.accept(first)
+        await entered_tool(rig)
+        for n, version in enumerate(("what is 2+1", "what is 2+2", "what is 2+4"), start=1):
+            await rig.manager.accept(edit(first, version, n))
+        rig.tool.gate.set()
+
+        await wait_replies(rig, 1)
+        await quiet(rig)
+        answers = [d.text for d in rig.adapter.delivered if d.text.startswith("answer")]
+        if mode is BusyMode.QUEUE:
+            assert answers == [f"answer to {first.text}", f"answer to {versions[-1]}"]
+        else:  # steered into the running turn: its answer is the last version's
+            assert answers == [f"answer to {versions[-1]}"]
+        rows = await rig.settled(KEY, 4)
+        history = await transcript(store)
+        assert [m.content for m in history if m.role is Role.USER] == [first.text, versions[-1]]
+        merged = [r for r in rows if r.outcome is Outcome.MERGED]
+        assert len(merged) == 2
+        assert_one_outcome_each(rows, rig)
