@@ -259,8 +259,8 @@ def reaction_from(
     data: Any, *, bot_id: str, account: AccountId, channel: Channel | None
 ) -> Reaction | Skipped:
     """The reaction a MESSAGE_REACTION_ADD payload adds, or `Skipped` and why (the bot's own,
-    a custom emoji shown by name). Never raises. `channel`: as for `to_inbound` (a reaction in
-    a thread belongs to the thread's session)."""
+    another bot's, a custom emoji shown by name). Never raises. `channel`: as for
+    `to_inbound` (a reaction in a thread belongs to the thread's session)."""
     if not isinstance(data, Mapping):
         return Skipped("not a reaction")
     user = _str(data.get("user_id"))
@@ -277,6 +277,8 @@ def reaction_from(
         chat, thread = channel.parent_id or channel_id, channel_id
     member = data.get("member")
     person = member.get("user") if isinstance(member, Mapping) else None
+    if isinstance(person, Mapping) and person.get("bot") is True:
+        return Skipped("a bot's reaction")
     shown = _display_name(person) if isinstance(person, Mapping) else user
     return Reaction(
         platform=PLATFORM,

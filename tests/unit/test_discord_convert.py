@@ -277,3 +277,9 @@ def test_a_reaction_in_a_thread_belongs_to_the_thread() -> None:
     assert reaction_from(own, bot_id=BOT, account=AccountId("srv"), channel=None) == Skipped(
         "the bot's own reaction"
     )
+    # Another bot's reaction is skipped like its messages are (two bots must not loop).
+    member = {**data["member"], "user": {**data["member"]["user"], "bot": True}}
+    other = reaction_from(
+        {**data, "member": member}, bot_id=BOT, account=AccountId("srv"), channel=None
+    )
+    assert other == Skipped("a bot's reaction")
