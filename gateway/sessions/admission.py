@@ -123,6 +123,8 @@ class Admission:
         section = ctx.platforms.get(platform)
         groups = section.group_sessions if section else GroupSessions.CHAT
         key = derive_session_key(message, groups)
+        if message.edit_of is not None:
+            message, key = await self._edit_session(message, key)
         if message.attachments and ctx.files is not None:  # bytes into the blob store
             message = await ctx.files.keep_received(message)
         target = Target(platform, message.account, message.chat_id, message.thread_id)
@@ -169,6 +171,24 @@ class Admission:
             if admitted.interrupt:
                 running.cancel(INTERRUPTED_BY_NEWER)
         ctx.wake(key)
+
+    async def _edit_session(
+        self, message: InboundMessage, key: SessionKey
+    ) -> tuple[InboundMessage, SessionKey]:
+        """An edit belongs to the session (and thread) of the message it changes, whatever
+        thread its event names (a Slack DM message gets a `thread_ts` once replied under)."""
+        assert message.edit_of is not None
+        async with self.ctx.store.read() as conn:
+            original = await inbox_sql.by_platform_id(
+                conn, str(message.platform), message.account, message.edit_of
+            )
+        if (
+            original is None
+            or original.outcome is Outcome.REJECTED
+            or original.sender_id != message.sender.id
+        ):
+            return message, key
+        return replace(message, thread_id=original.thread_id), original.session_key
 
     async def _admit(
         self,

@@ -15,7 +15,7 @@ import pytest
 
 from gateway.contracts.config import BusyMode, EditedMessages, EditRule, PlatformSection
 from gateway.contracts.history import Role
-from gateway.contracts.ids import ExternalUserId, PlatformMessageId
+from gateway.contracts.ids import ExternalUserId, PlatformMessageId, ThreadId
 from gateway.contracts.messages import InboundMessage
 from gateway.sessions.admission import EDIT_OF_ANSWERED, EDIT_OF_CURRENT
 from gateway.store import Store
@@ -255,3 +255,26 @@ async def test_edits_of_the_message_being_answered_replace_each_other_while_they
         merged = [r for r in rows if r.outcome is Outcome.MERGED]
         assert len(merged) == 2
         assert_one_outcome_each(rows, rig)
+
+
+async def test_an_edit_belongs_to_the_session_of_the_message_it_changes(
+    store: Store, tmp_path: Path
+) -> None:
+    """An edit whose event names another thread (Slack gives a DM message a `thread_ts` once
+    someone replied under it) is still about the message in its own session: answered there,
+    with that session's history, not in a new session of the other thread."""
+    async with running_rig(store, tmp_path, gated=False) as rig:
+        first = inbound("capital of Austrlia?")
+        await rig.manager.accept(first)
+        await wait_replies(rig, 1)
+        await rig.manager.accept(edit(first, "capital of Australia?", thread_id=ThreadId("t9")))
+        edited = f"{EDIT_OF_ANSWERED} capital of Australia?"
+        assert (await wait_replies(rig, 2))[1] == f"answer to {edited}"
+        assert [d.thread_id for d in rig.adapter.delivered if d.text.startswith("answer")] == [
+            None,
+            None,
+        ]
+        history = await transcript(store)
+        assert [m.content for m in history if m.role is Role.USER] == [first.text, edited]
+        rows = await rig.inbox.recent(limit=10)
+        assert {r.session_key for r in rows} == {KEY}
