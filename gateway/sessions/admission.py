@@ -417,7 +417,8 @@ class Admission:
         👍/✅ approve and 👎/❌ deny as the reactor's own `/approve N` or `/deny N` (the same
         checks as typing it); on another of the bot's messages, a note in its session, or a
         turn (`reactions: turn`). A stranger's reaction, a reaction to someone else's message,
-        or one on a platform with `reactions: ignore`, changes nothing. Raises ShuttingDown."""
+        a note for a session that is not the reactor's, or one on a platform with
+        `reactions: ignore`, changes nothing. Raises ShuttingDown."""
         ctx = self.ctx
         if not ctx.accepting:
             raise ShuttingDown("Herald is shutting down; the platform will redeliver")
@@ -466,6 +467,11 @@ class Admission:
         session_id = chunk.session_id
         groups = section.group_sessions
         key = derive_session_key(as_message, groups)
+        session = await ctx.store.get_session_by_id(session_id)
+        if session is None or session.key != key:
+            # Someone else's session (one per person in a group): no note there.
+            logger.debug("%s: a reaction to a message of another session ignored", platform)
+            return
         who = reaction.sender.display_name or str(reaction.sender.id)
         note = ChatMessage(Role.USER, text if reaction.is_direct else f"[{who}] {text}")
 
