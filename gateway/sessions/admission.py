@@ -255,6 +255,9 @@ class Admission:
             and original.id not in taken
             and original.kind == "message"
         ):
+            # In memory at once, before any await: a turn at its boundary now reads the new
+            # text (checked not taken just above); the row follows when this commits.
+            self._replace_steer(key, original.id, message.text)
             replaced = await self._replace(conn, message, key, original, message.text)
             if replaced is not None:
                 return replaced
@@ -271,6 +274,7 @@ class Admission:
                 None,
             )
             text = message.text if prefix is None else f"{prefix} {message.text}"
+            self._replace_steer(key, earlier.id, text)  # as above
             replaced = await self._replace(conn, message, key, earlier, text)
             if replaced is not None:
                 return replaced

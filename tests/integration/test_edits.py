@@ -8,10 +8,12 @@ Each platform's conversion of its edit event is tested on recorded payloads
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select, text
 
 from gateway.contracts.config import BusyMode, EditedMessages, EditRule, PlatformSection
 from gateway.contracts.history import Role
@@ -20,6 +22,7 @@ from gateway.contracts.messages import InboundMessage
 from gateway.sessions.admission import EDIT_OF_ANSWERED, EDIT_OF_CURRENT
 from gateway.store import Store
 from gateway.store.inbox import Outcome
+from gateway.store.tables import inbox
 from tests.fakes.platform import inbound
 from tests.integration.rig import running_rig
 from tests.integration.test_busy_modes import (
@@ -278,3 +281,54 @@ async def test_an_edit_belongs_to_the_session_of_the_message_it_changes(
         assert [m.content for m in history if m.role is Role.USER] == [first.text, edited]
         rows = await rig.inbox.recent(limit=10)
         assert {r.session_key for r in rows} == {KEY}
+
+
+async def test_an_edit_racing_the_steer_boundary_is_never_lost(
+    store: Store, tmp_path: Path
+) -> None:
+    """An edit of a waiting steer message whose commit waits (here: on a row lock) while the
+    turn reaches its boundary: the turn reads the new text, not the old one with the edit
+    stored as merged into text nobody reads. PostgreSQL only (SQLite runs one writer)."""
+    if store.engine.dialect.name != "postgresql":
+        pytest.skip("needs concurrent writers")
+    async with running_rig(store, tmp_path, sessions=busy_config(BusyMode.STEER)) as rig:
+        rig.llm.release("tool:look", "and the waether", "and the weather")
+        await rig.manager.accept(inbound("tool:look"))
+        await entered_tool(rig)
+        steer = inbound("and the waether")
+        await rig.manager.accept(steer)
+        row = by_text(await rig.rows(KEY))[steer.text]
+
+        locked, unlock = asyncio.Event(), asyncio.Event()
+
+        async def hold_row() -> None:
+            async with store.write() as conn:
+                await conn.execute(select(inbox.c.id).where(inbox.c.id == row.id).with_for_update())
+                locked.set()
+                await unlock.wait()
+
+        async def lock_waiters() -> int:
+            async with store.read() as conn:
+                found = await conn.scalar(
+                    text(
+                        "select count(*) from pg_stat_activity where wait_event_type = 'Lock'"
+                        " and datname = current_database()"
+                    )
+                )
+            return int(found or 0)
+
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(hold_row())
+            await locked.wait()
+            edited = tg.create_task(rig.manager.accept(edit(steer, "and the weather")))
+            async with asyncio.timeout(10):  # the edit's UPDATE waits on the lock
+                while not await lock_waiters():
+                    await asyncio.sleep(0.01)
+            rig.tool.gate.set()  # the turn reaches its boundary and takes the steer text
+            async with asyncio.timeout(10):
+                while len(rig.llm.calls) < 2:
+                    await asyncio.sleep(0.01)
+            unlock.set()
+            await edited
+
+        assert await wait_replies(rig, 1) == ["answer to and the weather"]
