@@ -256,7 +256,7 @@ def _iso_time(value: Any) -> datetime | None:
 
 
 def reaction_from(
-    data: Any, *, bot_id: str, account: AccountId, channel: Channel | None
+    data: Any, *, bot_id: str, account: AccountId, channel: Channel | None, now: datetime
 ) -> Reaction | Skipped:
     """The reaction a MESSAGE_REACTION_ADD payload adds, or `Skipped` and why (the bot's own,
     another bot's, a custom emoji shown by name). Never raises. `channel`: as for
@@ -287,9 +287,12 @@ def reaction_from(
         sender=Sender(ExternalUserId(user), shown, False),
         message=message_key(channel_id, message_id),
         emoji=name,
-        event_id=f"{user}:{name}",
+        # Discord gives a reaction event no id and never sends one twice: one added again
+        # after it was taken back is a new reaction (its time tells them apart).
+        event_id=f"{user}:{name}:{int(now.timestamp() * 1_000_000)}",
         is_direct=is_direct,
         thread_id=ThreadId(thread) if thread is not None else None,
+        received_at=now,
         raw=dict(data),
     )
 
