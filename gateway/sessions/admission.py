@@ -31,6 +31,7 @@ from gateway.sessions.keys import derive_session_key
 from gateway.sessions.policies import policy
 from gateway.sessions.state import INTERRUPTED_BY_NEWER
 from gateway.storable import storable
+from gateway.store import approvals as approvals_sql
 from gateway.store import inbox as inbox_sql
 from gateway.store.inbox import InboxRow, Outcome, Status
 from gateway.store.outbox import Chunk, Target, enqueue
@@ -457,7 +458,7 @@ class Admission:
         question = APPROVAL_CHUNK.fullmatch(chunk.idempotency_key)
         verb = reaction_verb(reaction.emoji)
         if question is not None:
-            if verb is not None:
+            if verb is not None and await self._may_decide(as_message, int(question[1])):
                 await self.accept(replace(as_message, text=f"/{verb} {question[1]}"))
             return
         snippet = " ".join(chunk.text.split())
@@ -484,6 +485,35 @@ class Admission:
 
         if await ctx.store.unit(noted) is not None:
             ctx.metrics.inbound.labels(platform=platform).inc()
+
+    async def _may_decide(self, message: InboundMessage, approval_id: int) -> bool:
+        """Whether the reactor could decide approval `approval_id` in its session now. A
+        reaction that could not (a group member's 👍 on someone else's question, one on a
+        question already decided) is ignored quietly: a reaction is not a command the bot
+        answers with a refusal in the chat. `/approve` itself makes the decision."""
+        ctx = self.ctx
+        section = ctx.platforms.get(str(message.platform))
+        if section is None:
+            return False
+        key = derive_session_key(message, section.group_sessions)
+        async with ctx.store.read() as conn:
+            pending = await approvals_sql.pending_approvals(conn, key)
+        row = next((r for r in pending if r.id == approval_id), None)
+        if row is None:
+            logger.debug(
+                "%s: a reaction to approval #%d, not pending", message.platform, approval_id
+            )
+            return False
+        sender = str(message.sender.id)
+        operator = ctx.access is not None and ctx.access.is_operator(str(message.platform), sender)
+        if row.requester and row.requester != f"{message.platform}:{sender}" and not operator:
+            logger.info(
+                "%s: a reaction to approval #%d by someone who may not decide it ignored",
+                message.platform,
+                approval_id,
+            )
+            return False
+        return True
 
     @staticmethod
     async def _note(
