@@ -227,3 +227,19 @@ def test_compose_file_describes_two_instances_on_postgresql_behind_one_port() ->
     assert set(proxy["depends_on"]) == set(heralds)
     for name in compose.get("secrets", {}):
         assert "file" in compose["secrets"][name]
+
+
+def test_compose_proxy_resolves_under_docker_and_podman_and_keeps_the_host() -> None:
+    """nginx asks the container's own DNS server (docker's 127.0.0.11 is not podman's) and
+    passes the Host with its port, which Herald's console checks."""
+    compose = yaml.safe_load((engine.ROOT / "deploy" / "compose.yaml").read_text())
+    proxy = compose["services"]["proxy"]
+    assert proxy["environment"]["NGINX_ENTRYPOINT_LOCAL_RESOLVERS"]
+    source, target, *_ = next(v for v in proxy["volumes"] if "nginx.conf" in v).split(":")
+    assert target.startswith("/etc/nginx/templates/") and target.endswith(".conf.template")
+    text = (engine.ROOT / "deploy" / source.removeprefix("./")).read_text()
+    # The image's entrypoint substitutes only variables that are set: nginx's own stay.
+    rendered = text.replace("${NGINX_LOCAL_RESOLVERS}", "10.89.0.1 ")
+    assert "${" not in rendered
+    assert "resolver 10.89.0.1  valid=" in rendered
+    assert "proxy_set_header Host $http_host;" in rendered
