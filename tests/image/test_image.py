@@ -236,7 +236,8 @@ def test_compose_proxy_resolves_under_docker_and_podman_and_keeps_the_host() -> 
     proxy = compose["services"]["proxy"]
     assert proxy["environment"]["NGINX_ENTRYPOINT_LOCAL_RESOLVERS"]
     source, target, *_ = next(v for v in proxy["volumes"] if "nginx.conf" in v).split(":")
-    assert target.startswith("/etc/nginx/templates/") and target.endswith(".conf.template")
+    assert target.startswith("/etc/nginx/templates/")
+    assert target.endswith(".conf.template")
     text = (engine.ROOT / "deploy" / source.removeprefix("./")).read_text()
     # The image's entrypoint substitutes only variables that are set: nginx's own stay.
     rendered = text.replace("${NGINX_LOCAL_RESOLVERS}", "10.89.0.1 ")
