@@ -187,6 +187,8 @@ class Container:
     volume: str | None = None
     config: Path | None = None
     """A config file mounted over the image's /etc/herald/herald.yaml."""
+    init: bool = True
+    """Start with `--init` (as README says); False: the image's entrypoint is PID 1."""
     name: str = field(default_factory=lambda: new_name("run"))
     ready_after: float | None = None
     """Seconds from `start` until `/ready` answered 200."""
@@ -198,7 +200,9 @@ class Container:
 
     async def start(self) -> None:
         """Create and start the container (detached)."""
-        args = ["run", "--detach", "--init", "--name", self.name, "--network", "host"]
+        args = ["run", "--detach", "--name", self.name, "--network", "host"]
+        if self.init:
+            args.append("--init")
         args += ["--health-interval", "disable"]  # no systemd timers here; run by hand
         for key, value in {"HERALD_API__PORT": str(self.port), **self.env}.items():
             args += ["--env", f"{key}={value}"]
@@ -265,6 +269,13 @@ class Container:
         code = state.get("ExitCode")
         assert isinstance(code, int)
         return code, elapsed
+
+    async def zombies(self) -> list[str]:
+        """The pids of the container's processes that have ended and nobody reaped."""
+        out = await aengine(
+            "exec", self.name, "sh", "-c", "grep -l '^State:.*zombie' /proc/[0-9]*/status || true"
+        )
+        return [line.split("/")[2] for line in out.split()]
 
     async def remove(self) -> None:
         """Remove the container and its anonymous volumes."""

@@ -179,6 +179,31 @@ async def test_refuses_to_listen_on_every_address_without_a_key(image: str) -> N
         await container.remove()
 
 
+async def test_without_init_the_entrypoint_reaps_orphans_and_passes_sigterm_on(
+    image: str,
+) -> None:
+    """Started without `--init` (Kubernetes has none), nothing but the entrypoint can reap
+    what a tool or an MCP server leaves behind, nor receive SIGTERM as PID 1."""
+    async with FakeLLM() as llm, contextlib.AsyncExitStack() as stack:
+        names, env = stack.enter_context(secrets_for(llm))
+        container = await stack.enter_async_context(
+            running(Container(free_port(), env=env, secrets=names, init=False))
+        )
+        # Orphans: the shell exits at once, its two children end a moment later under PID 1.
+        await engine.aengine("exec", container.name, "sh", "-c", "sleep 0.2 & sleep 0.2 & exit 0")
+        deadline = asyncio.get_running_loop().time() + 10
+        while (zombies := await container.zombies()) and (
+            asyncio.get_running_loop().time() < deadline
+        ):
+            await asyncio.sleep(0.2)
+        assert not zombies, f"unreaped: {zombies}"
+        processes = await container.processes()
+        assert any("herald run" in args for _, args in processes), processes
+        code, seconds = await container.stop()
+        assert code == 0, await container.logs()
+        assert seconds < engine.STOP_TIMEOUT
+
+
 DIGEST = """
 import hashlib, json, pathlib, sysconfig
 root = pathlib.Path(sysconfig.get_paths()["purelib"])
