@@ -184,9 +184,14 @@ class Container:
     env: dict[str, str] = field(default_factory=dict)
     secrets: dict[str, str] = field(default_factory=dict)
     """Podman secret name -> file name under /run/secrets."""
+    mounts: dict[Path, str] = field(default_factory=dict)
+    """Host file -> path in the container, bind-mounted read-only (docker's way to secrets)."""
     volume: str | None = None
     config: Path | None = None
     """A config file mounted over the image's /etc/herald/herald.yaml."""
+    read_only: bool = False
+    """A read-only root file system. podman 4.3 cannot mount its `--secret`s into one: pass
+    them in `mounts`."""
     init: bool = True
     """Start with `--init` (as README says); False: the image's entrypoint is PID 1."""
     name: str = field(default_factory=lambda: new_name("run"))
@@ -203,11 +208,15 @@ class Container:
         args = ["run", "--detach", "--name", self.name, "--network", "host"]
         if self.init:
             args.append("--init")
+        if self.read_only:
+            args.append("--read-only")
         args += ["--health-interval", "disable"]  # no systemd timers here; run by hand
         for key, value in {"HERALD_API__PORT": str(self.port), **self.env}.items():
             args += ["--env", f"{key}={value}"]
         for source, target in self.secrets.items():
             args += ["--secret", f"{source},target={target}"]
+        for host, target in self.mounts.items():
+            args += ["--volume", f"{host}:{target}:ro"]
         if self.volume is not None:
             args += ["--volume", f"{self.volume}:/var/lib/herald"]
         if self.config is not None:

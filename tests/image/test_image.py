@@ -180,15 +180,21 @@ async def test_refuses_to_listen_on_every_address_without_a_key(image: str) -> N
 
 
 async def test_without_init_the_entrypoint_reaps_orphans_and_passes_sigterm_on(
-    image: str,
+    image: str, tmp_path: Path
 ) -> None:
     """Started without `--init` (Kubernetes has none), nothing but the entrypoint can reap
-    what a tool or an MCP server leaves behind, nor receive SIGTERM as PID 1."""
+    what a tool or an MCP server leaves behind, nor receive SIGTERM as PID 1. The root file
+    system is read-only too: Herald writes only to its volume."""
+    mounts = {}
+    for name, value in {"herald_api_key": KEY, "llm_api_key": "sk-fake"}.items():
+        (tmp_path / name).write_text(value + "\n")
+        (tmp_path / name).chmod(0o644)
+        mounts[tmp_path / name] = f"/run/secrets/{name}"
     async with FakeLLM() as llm, contextlib.AsyncExitStack() as stack:
-        names, env = stack.enter_context(secrets_for(llm))
-        container = await stack.enter_async_context(
-            running(Container(free_port(), env=env, secrets=names, init=False))
-        )
+        _, env = stack.enter_context(secrets_for(llm))
+        container = Container(free_port(), env=env, mounts=mounts, init=False, read_only=True)
+        await stack.enter_async_context(running(container))
+        assert await ask(container, "gamma", "hello") == "You said: hello"
         # Orphans: the shell exits at once, its two children end a moment later under PID 1.
         await engine.aengine("exec", container.name, "sh", "-c", "sleep 0.2 & sleep 0.2 & exit 0")
         deadline = asyncio.get_running_loop().time() + 10
