@@ -210,6 +210,25 @@ async def test_without_init_the_entrypoint_reaps_orphans_and_passes_sigterm_on(
         assert seconds < engine.STOP_TIMEOUT
 
 
+async def test_a_state_directory_it_cannot_write_is_one_clear_error(
+    image: str, tmp_path: Path
+) -> None:
+    """An operator's bind mount still owned by root: exit 2, saying whom to chown it to."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o755)
+    async with FakeLLM() as llm:
+        with secrets_for(llm) as (names, env):
+            container = Container(free_port(), env=env, secrets=names, volume=str(state))
+            try:
+                await container.start()
+                assert await container.wait_exited() == 2
+                logs = await container.logs()
+                assert "the state directory /var/lib/herald is not writable" in logs, logs
+                assert "uid 10001" in logs, logs
+            finally:
+                await container.remove()
+
+
 DIGEST = """
 import hashlib, json, pathlib, sysconfig
 root = pathlib.Path(sysconfig.get_paths()["purelib"])
