@@ -184,9 +184,16 @@ class Container:
     env: dict[str, str] = field(default_factory=dict)
     secrets: dict[str, str] = field(default_factory=dict)
     """Podman secret name -> file name under /run/secrets."""
+    mounts: dict[Path, str] = field(default_factory=dict)
+    """Host file -> path in the container, bind-mounted read-only (docker's way to secrets)."""
     volume: str | None = None
     config: Path | None = None
     """A config file mounted over the image's /etc/herald/herald.yaml."""
+    read_only: bool = False
+    """A read-only root file system. podman 4.3 cannot mount its `--secret`s into one: pass
+    them in `mounts`."""
+    init: bool = True
+    """Start with `--init` (as README says); False: the image's entrypoint is PID 1."""
     name: str = field(default_factory=lambda: new_name("run"))
     ready_after: float | None = None
     """Seconds from `start` until `/ready` answered 200."""
@@ -198,12 +205,18 @@ class Container:
 
     async def start(self) -> None:
         """Create and start the container (detached)."""
-        args = ["run", "--detach", "--init", "--name", self.name, "--network", "host"]
+        args = ["run", "--detach", "--name", self.name, "--network", "host"]
+        if self.init:
+            args.append("--init")
+        if self.read_only:
+            args.append("--read-only")
         args += ["--health-interval", "disable"]  # no systemd timers here; run by hand
         for key, value in {"HERALD_API__PORT": str(self.port), **self.env}.items():
             args += ["--env", f"{key}={value}"]
         for source, target in self.secrets.items():
             args += ["--secret", f"{source},target={target}"]
+        for host, target in self.mounts.items():
+            args += ["--volume", f"{host}:{target}:ro"]
         if self.volume is not None:
             args += ["--volume", f"{self.volume}:/var/lib/herald"]
         if self.config is not None:
@@ -265,6 +278,13 @@ class Container:
         code = state.get("ExitCode")
         assert isinstance(code, int)
         return code, elapsed
+
+    async def zombies(self) -> list[str]:
+        """The pids of the container's processes that have ended and nobody reaped."""
+        out = await aengine(
+            "exec", self.name, "sh", "-c", "grep -l '^State:.*zombie' /proc/[0-9]*/status || true"
+        )
+        return [line.split("/")[2] for line in out.split()]
 
     async def remove(self) -> None:
         """Remove the container and its anonymous volumes."""
