@@ -515,6 +515,7 @@ class MatrixAdapter(TrackedSends):
             "filename": name,
             "url": uploaded.content_uri,
             "info": {"mimetype": attachment.mime_type, "size": len(data)},
+            "m.mentions": {},
         }
         relate(content, thread=thread, reply_to=None)
         return await self._put(room, "m.room.message", content, txn)

@@ -38,6 +38,9 @@ NOT_ADDRESSED = "group message that does not address the bot"
 FILE_TYPES = frozenset({"m.image", "m.file", "m.audio", "m.video"})
 TEXT_TYPES = frozenset({"m.text", "m.notice", "m.emote"})
 HTML_FORMAT = "org.matrix.custom.html"
+MXC = re.compile(r"mxc://(?!\.\.?/)[A-Za-z0-9.:\[\]-]+/[A-Za-z0-9_-]+")
+"""A media URI as the spec has it (server name / media id): nothing that could walk the
+download URL elsewhere on the homeserver (`..`, `/`, `?`)."""
 MAX_QUOTE = 500
 """Characters of a replied-to message's text shown to the agent."""
 MAX_EVENT_BYTES = 65_536
@@ -119,6 +122,17 @@ def strip_reply_fallback(body: str) -> tuple[str, str]:
     return "\n".join(lines[index:]), "\n".join(quoted).strip()
 
 
+def _sent_at(ts: object, now: datetime) -> datetime:
+    """When an event was sent: its `origin_server_ts` (set by the sender's server, so any
+    integer), `now` when that is no time a datetime can hold."""
+    if not isinstance(ts, int):
+        return now
+    try:
+        return datetime.fromtimestamp(ts / 1000, UTC)
+    except (ValueError, OverflowError, OSError):
+        return now
+
+
 def _relation(content: Mapping[str, Any]) -> Mapping[str, Any]:
     relates = content.get("m.relates_to")
     return relates if isinstance(relates, Mapping) else {}
@@ -149,8 +163,7 @@ def to_inbound(  # noqa: C901, PLR0912 - one event, every kind of it
     relation = _relation(content)
     if relation.get("rel_type") == "m.replace":
         return Skipped("an edit of an earlier message")
-    ts = event.get("origin_server_ts")
-    sent = datetime.fromtimestamp(ts / 1000, UTC) if isinstance(ts, int) else now
+    sent = _sent_at(event.get("origin_server_ts"), now)
     if now - sent > timedelta(seconds=config.backlog_max_age):
         return Skipped("older than backlog_max_age")
     msgtype = content.get("msgtype")
@@ -177,8 +190,9 @@ def to_inbound(  # noqa: C901, PLR0912 - one event, every kind of it
         url = content.get("url")
         caption = body if content.get("filename") and body != content.get("filename") else ""
         text = caption
-        if not isinstance(url, str) or not url.startswith("mxc://"):
-            text = "\n".join(filter(None, [caption, f"[file {name} unavailable: encrypted]"]))
+        if not isinstance(url, str) or not MXC.fullmatch(url):
+            why = "encrypted" if "file" in content else "no valid mxc:// address"
+            text = "\n".join(filter(None, [caption, f"[file {name} unavailable: {why}]"]))
         elif (refusal := file_refusal(name, mime, size, config)) is not None:
             text = "\n".join(filter(None, [caption, refusal]))
         else:
@@ -306,6 +320,21 @@ _MARKDOWN = (
 )
 
 
+def _image_as_link(_renderer: Any, tokens: Sequence[Any], idx: int, *_: Any) -> str:
+    """A Markdown picture as a link to it (http/https) or its alt text: Matrix's `<img>` takes
+    mxc:// only, and a client that fetched any other address would load a tracker."""
+    token = tokens[idx]
+    alt = html.escape(token.content or "picture", quote=False)
+    src = str(token.attrGet("src") or "")
+    inside_link = idx > 0 and tokens[idx - 1].type == "link_open"
+    if src.startswith(("https://", "http://")) and not inside_link:
+        return f'<a href="{html.escape(src)}">{alt}</a>'
+    return alt
+
+
+_MARKDOWN.add_render_rule("image", _image_as_link)
+
+
 def to_html(markdown: str) -> str:
     """Matrix HTML (`org.matrix.custom.html`) for `markdown`: only the tags Markdown makes
     (raw HTML in the text is escaped, unsafe link schemes are left as text)."""
@@ -319,8 +348,11 @@ def text_content(
     thread: str | None = None,
     reply_to: str | None = None,
 ) -> dict[str, Any]:
-    """The content of an `m.text` event saying `text` (in a thread, replying to an event)."""
-    content: dict[str, Any] = {"msgtype": "m.text", "body": text}
+    """The content of an `m.text` event saying `text` (in a thread, replying to an event).
+
+    Its empty `m.mentions` mentions no one: clients then ignore `@room` and names in the text
+    (the body-based push rules apply only to events without `m.mentions`)."""
+    content: dict[str, Any] = {"msgtype": "m.text", "body": text, "m.mentions": {}}
     if markdown:
         formatted = to_html(text)
         if formatted != f"<p>{_escaped(text)}</p>":

@@ -253,3 +253,48 @@ def test_a_reaction_to_a_button_is_its_command() -> None:
     assert isinstance(react("✅", {**target, "sender": "@mallory:herald.test"}), Skipped)
     forged = {**target, "content": {"org.herald.buttons": {"✅": "/model gpt"}}}
     assert isinstance(react("✅", forged), Skipped)
+
+
+@pytest.mark.parametrize("stamp", [2**53 - 1, -(2**53) + 1, 1e300])
+def test_a_timestamp_out_of_range_is_read_as_now(stamp: float) -> None:
+    # A remote server sets origin_server_ts; one absurd value must not stop the /sync loop
+    # (the batch would be read again and fail again, for ever).
+    crafted = {**event("dm_text"), "origin_server_ts": stamp}
+    got = to_inbound(crafted, room=DM, me=ME, account=AccountId("a"), config=config(), now=NOW)
+    assert isinstance(got, Incoming | Skipped)
+
+
+def test_answers_mention_nobody() -> None:
+    # An empty m.mentions turns off the body-based push rules: an answer quoting "@room" or a
+    # member's name pings no one.
+    for content in (
+        text_content("@room look", markdown=True),
+        text_content("**@room**", markdown=True),
+        text_content("Ann said so", markdown=False),
+    ):
+        assert content["m.mentions"] == {}
+    edit = edit_content("$t", text_content("@room", markdown=True))
+    assert edit["m.mentions"] == {}
+    assert edit["m.new_content"]["m.mentions"] == {}
+
+
+def test_images_in_markdown_are_links_not_fetched_pictures() -> None:
+    # The spec's <img> takes mxc:// only; an http(s) or data: picture would be fetched by
+    # some clients (a tracker an answer could carry).
+    html = to_html("![pixel](https://evil.example/p.png) ![d](data:image/png;base64,AAAA)")
+    assert "<img" not in html
+    assert '<a href="https://evil.example/p.png">pixel</a>' in html
+    assert "data:" not in html
+    assert to_html("[![i](https://e/i.png)](https://e/l)") == '<p><a href="https://e/l">i</a></p>'
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["mxc://../..", "mxc://herald.test/..", "mxc://herald.test/a/../../x", "mxc://h/a?b", "mxc://"],
+)
+def test_a_malformed_media_uri_is_not_downloaded(url: str) -> None:
+    crafted = event("image")
+    crafted["content"] = {**crafted["content"], "url": url}
+    got = to_inbound(crafted, room=DM, me=ME, account=AccountId("a"), config=config(), now=NOW)
+    assert isinstance(got, Incoming)
+    assert got.files == ()
