@@ -333,11 +333,22 @@ def _image_as_link(_renderer: Any, tokens: Sequence[Any], idx: int, *_: Any) -> 
 
 
 _MARKDOWN.add_render_rule("image", _image_as_link)
+LINK_SCHEMES = ("https", "http", "ftp", "mailto", "magnet", "matrix")
+"""The link schemes a Matrix client keeps (the spec's list, and `matrix:`)."""
+
+
+def _safe_link(url: str) -> bool:
+    scheme, colon, _ = url.partition(":")
+    return bool(colon) and scheme.strip().casefold() in LINK_SCHEMES
+
+
+_MARKDOWN.validateLink = _safe_link  # type: ignore[method-assign]
 
 
 def to_html(markdown: str) -> str:
     """Matrix HTML (`org.matrix.custom.html`) for `markdown`: only the tags Markdown makes
-    (raw HTML in the text is escaped, unsafe link schemes are left as text)."""
+    (raw HTML in the text is escaped, links of schemes outside `LINK_SCHEMES` are left as
+    text, pictures become links)."""
     return str(_MARKDOWN.render(markdown)).strip()
 
 

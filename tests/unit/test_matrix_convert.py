@@ -284,7 +284,8 @@ def test_images_in_markdown_are_links_not_fetched_pictures() -> None:
     html = to_html("![pixel](https://evil.example/p.png) ![d](data:image/png;base64,AAAA)")
     assert "<img" not in html
     assert '<a href="https://evil.example/p.png">pixel</a>' in html
-    assert "data:" not in html
+    assert "src=" not in html
+    assert 'href="data:' not in html
     assert to_html("[![i](https://e/i.png)](https://e/l)") == '<p><a href="https://e/l">i</a></p>'
 
 
@@ -298,3 +299,10 @@ def test_a_malformed_media_uri_is_not_downloaded(url: str) -> None:
     got = to_inbound(crafted, room=DM, me=ME, account=AccountId("a"), config=config(), now=NOW)
     assert isinstance(got, Incoming)
     assert got.files == ()
+
+
+def test_only_the_specs_link_schemes_become_links() -> None:
+    html = to_html("[a](data:image/png;base64,AA) [b](ms-msdt:/id) [c](/rel) [d](HTTPS://x)")
+    assert html.count("<a ") == 1
+    assert '<a href="HTTPS://x">d</a>' in html
+    assert "mailto:a@b.c" in to_html("<mailto:a@b.c>")
