@@ -41,6 +41,9 @@ HTML_FORMAT = "org.matrix.custom.html"
 MXC = re.compile(r"mxc://(?!\.\.?/)[A-Za-z0-9.:\[\]-]+/[A-Za-z0-9_-]+")
 """A media URI as the spec has it (server name / media id): nothing that could walk the
 download URL elsewhere on the homeserver (`..`, `/`, `?`)."""
+EVENT_ID = re.compile(r"\$\S{1,254}")
+"""An event id as the spec bounds it (255 bytes): relation ids are the sender's to write, and
+an unbounded one would become a session key too long to index."""
 MAX_QUOTE = 500
 """Characters of a replied-to message's text shown to the agent."""
 MAX_EVENT_BYTES = 65_536
@@ -122,6 +125,11 @@ def strip_reply_fallback(body: str) -> tuple[str, str]:
     return "\n".join(lines[index:]), "\n".join(quoted).strip()
 
 
+def event_id_like(value: object) -> bool:
+    """Whether `value` may be an event id (a `$`, at most 255 bytes, no spaces)."""
+    return isinstance(value, str) and len(value.encode()) <= 255 and bool(EVENT_ID.fullmatch(value))
+
+
 def _sent_at(ts: object, now: datetime) -> datetime:
     """When an event was sent: its `origin_server_ts` (set by the sender's server, so any
     integer), `now` when that is no time a datetime can hold."""
@@ -171,12 +179,12 @@ def to_inbound(  # noqa: C901, PLR0912 - one event, every kind of it
     body = body if isinstance(body, str) else ""
     thread: ThreadId | None = None
     reply_to: PlatformMessageId | None = None
-    if relation.get("rel_type") == "m.thread" and isinstance(relation.get("event_id"), str):
+    if relation.get("rel_type") == "m.thread" and event_id_like(relation.get("event_id")):
         thread = ThreadId(str(relation["event_id"]))
     in_reply = relation.get("m.in_reply_to")
     quoted = ""
     if isinstance(in_reply, Mapping) and isinstance(in_reply.get("event_id"), str):
-        if not relation.get("is_falling_back"):
+        if not relation.get("is_falling_back") and event_id_like(in_reply["event_id"]):
             reply_to = message_key(room.room_id, str(in_reply["event_id"]))
         body, quoted = strip_reply_fallback(body)
     files: tuple[MediaRef, ...] = ()
@@ -265,9 +273,9 @@ def reaction_of(event: Mapping[str, Any]) -> tuple[str, str] | None:
     content = event.get("content")
     relation = _relation(content) if isinstance(content, Mapping) else {}
     target, key = relation.get("event_id"), relation.get("key")
-    if relation.get("rel_type") != "m.annotation" or not isinstance(target, str):
+    if relation.get("rel_type") != "m.annotation" or not event_id_like(target):
         return None
-    return (target, key) if isinstance(key, str) else None
+    return (str(target), key) if isinstance(key, str) else None
 
 
 def pressed(

@@ -22,6 +22,7 @@ from adapters.matrix.convert import (
     edit_content,
     error_from,
     pressed,
+    reaction_of,
     split_event_key,
     text_content,
     to_html,
@@ -306,3 +307,27 @@ def test_only_the_specs_link_schemes_become_links() -> None:
     assert html.count("<a ") == 1
     assert '<a href="HTTPS://x">d</a>' in html
     assert "mailto:a@b.c" in to_html("<mailto:a@b.c>")
+
+
+def test_a_relation_to_no_valid_event_id_is_left_out() -> None:
+    # Relation ids are the sender's to write: a 6 KB "thread root" became the session key,
+    # which PostgreSQL cannot index, so the inbox commit failed on every read of the batch.
+    huge = "$" + "x9" * 3000
+    thread = event("thread")
+    thread["content"]["m.relates_to"]["event_id"] = huge
+    got = to_inbound(thread, room=DM, me=ME, account=AccountId("a"), config=config(), now=NOW)
+    assert isinstance(got, Incoming)
+    assert got.message.thread_id is None
+    reply = event("reply")
+    reply["content"]["m.relates_to"]["m.in_reply_to"]["event_id"] = huge
+    got = to_inbound(reply, room=DM, me=ME, account=AccountId("a"), config=config(), now=NOW)
+    assert isinstance(got, Incoming)
+    assert got.message.reply_to is None
+    # A reaction to such an id is not looked up (a 6 KB URL the homeserver would refuse).
+    relation = {"rel_type": "m.annotation", "event_id": huge, "key": "✅"}
+    assert reaction_of({"type": "m.reaction", "content": {"m.relates_to": relation}}) is None
+    for bad in (huge, "not-an-event", "$with space"):
+        thread["content"]["m.relates_to"]["event_id"] = bad
+        got = to_inbound(thread, room=DM, me=ME, account=AccountId("a"), config=config(), now=NOW)
+        assert isinstance(got, Incoming)
+        assert got.message.thread_id is None
