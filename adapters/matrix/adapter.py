@@ -96,6 +96,8 @@ SEND_FILE_MAX_BYTES = 50 * 1024 * 1024
 """The largest file sent (Synapse's default `max_upload_size`)."""
 TIMELINE_LIMIT = 100
 """Events per room in one `/sync` batch; more are read through `/messages` (the gap)."""
+MAX_PENDING_INVITES = 100
+"""Invites left pending that are looked at again with each batch (the newest)."""
 
 
 def sync_filter(timeline_limit: int) -> dict[str, Any]:
@@ -148,6 +150,8 @@ class MatrixAdapter(TrackedSends):
         self._poll_started: float | None = None
         self._last_poll: float | None = None
         self._names: dict[tuple[str, str], str] = {}
+        self._pending: dict[str, str] = {}
+        """Invites left pending since this process started: room id → inviter."""
 
     def _new_client(self) -> AsyncClient:
         client = AsyncClient(
@@ -398,8 +402,14 @@ class MatrixAdapter(TrackedSends):
         await self.checkpoints.set(REFUSED_PREFIX + room_id, "told")
 
     async def _invites(self, batch: SyncResponse, sink: InboundSink) -> None:
-        """Join rooms allowed people invited to; decline (or leave pending) the others."""
-        client = self._connected()
+        """Join rooms allowed people invited to; decline (or leave pending) the others.
+
+        A pending invite is looked at again with every batch (an inviter paired since then is
+        allowed now: inviting again changes nothing on the homeserver, so no new invite comes).
+        """
+        for room_id in (*batch.rooms.join, *batch.rooms.leave):
+            self._pending.pop(room_id, None)
+        found: dict[str, str] = dict(self._pending)
         for room_id, info in batch.rooms.invite.items():
             inviter = next(
                 (
@@ -410,32 +420,42 @@ class MatrixAdapter(TrackedSends):
                 ),
                 None,
             )
-            if inviter is None:
-                continue
-            probe = InboundMessage(
-                platform=PLATFORM,
-                account=self.account,
-                chat_id=ChatId(room_id),
-                sender=Sender(ExternalUserId(inviter), inviter),
-                text="",
-                platform_message_id=PlatformMessageId(f"invite:{room_id}"),
-            )
-            try:
-                if await may_fetch(sink, probe):
-                    answer = await client.join(room_id)
-                    verb = "joined"
-                elif self.config.invites is Invites.ALLOWED:
-                    answer = await client.room_leave(room_id)
-                    verb = "declined"
-                else:
+            if inviter is not None:
+                found[room_id] = inviter
+        for room_id, inviter in found.items():
+            await self._invite(room_id, inviter, sink)
+
+    async def _invite(self, room_id: str, inviter: str, sink: InboundSink) -> None:
+        client = self._connected()
+        probe = InboundMessage(
+            platform=PLATFORM,
+            account=self.account,
+            chat_id=ChatId(room_id),
+            sender=Sender(ExternalUserId(inviter), inviter),
+            text="",
+            platform_message_id=PlatformMessageId(f"invite:{room_id}"),
+        )
+        try:
+            if await may_fetch(sink, probe):
+                answer = await client.join(room_id)
+                verb = "joined"
+            elif self.config.invites is Invites.ALLOWED:
+                answer = await client.room_leave(room_id)
+                verb = "declined"
+            else:
+                if room_id not in self._pending:
                     logger.info("matrix: invite to %s by %s left pending", room_id, inviter)
-                    continue
-            except (aiohttp.ClientError, TimeoutError) as err:
-                raise NotReady(f"matrix: answering an invite: {type(err).__name__}") from err
-            if isinstance(answer, ErrorResponse):
-                logger.warning("matrix: invite to %s: %s", room_id, _error(answer, "join"))
-                continue
-            logger.info("matrix: %s the invite to %s by %s", verb, room_id, inviter)
+                    self._pending[room_id] = inviter
+                    while len(self._pending) > MAX_PENDING_INVITES:
+                        self._pending.pop(next(iter(self._pending)))
+                return
+        except (aiohttp.ClientError, TimeoutError) as err:
+            raise NotReady(f"matrix: answering an invite: {type(err).__name__}") from err
+        self._pending.pop(room_id, None)
+        if isinstance(answer, ErrorResponse):
+            logger.warning("matrix: invite to %s: %s", room_id, _error(answer, "join"))
+            return
+        logger.info("matrix: %s the invite to %s by %s", verb, room_id, inviter)
 
     async def _download(self, key: PlatformMessageId, index: int, ref: MediaRef) -> Attachment:
         """Fetch one file through the authenticated media API into `files_dir/<room>/`."""

@@ -15,7 +15,8 @@ class Invites(StrEnum):
     ALLOWED = "allowed"
     """Join when the inviter may talk to the agent; decline everyone else's."""
     PENDING = "pending"
-    """Join allowed inviters; leave the others pending (approve by pairing, then invite again)."""
+    """Join allowed inviters; leave the others pending (joined once the inviter is paired,
+    while Herald runs: inviting again changes nothing on the homeserver)."""
 
 
 class MatrixConfig(PlatformSection):
