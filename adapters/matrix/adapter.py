@@ -48,6 +48,7 @@ from adapters.matrix.convert import (
     RoomView,
     edit_content,
     error_from,
+    inviter_of,
     pressed,
     reaction_of,
     relate,
@@ -411,15 +412,13 @@ class MatrixAdapter(TrackedSends):
             self._pending.pop(room_id, None)
         found: dict[str, str] = dict(self._pending)
         for room_id, info in batch.rooms.invite.items():
-            inviter = next(
-                (
-                    e.sender
-                    for e in info.invite_state
-                    if getattr(e, "state_key", None) == self._me.user_id
-                    and getattr(e, "membership", None) == "invite"
-                ),
-                None,
-            )
+            # nio keeps a member event's membership, not its content, in `source`.
+            states = [
+                {**e.source, "content": {"membership": getattr(e, "membership", None)}}
+                for e in info.invite_state
+                if isinstance(getattr(e, "source", None), Mapping)
+            ]
+            inviter = inviter_of(states, self._me)
             if inviter is not None:
                 found[room_id] = inviter
         for room_id, inviter in found.items():

@@ -107,6 +107,23 @@ def mentions(content: Mapping[str, Any], body: str, me: Me) -> bool:
     )
 
 
+def inviter_of(invite_state: Sequence[Mapping[str, Any]], me: Me) -> str | None:
+    """Who invited `me`, from an invite's stripped state: the sender of the last member event
+    inviting `me` (the homeserver puts the invite itself last; the state before it is what the
+    inviting server claimed, and may hold a forged "invite" from someone allowed)."""
+    for state in reversed(invite_state):
+        content = state.get("content")
+        if (
+            state.get("type") == "m.room.member"
+            and state.get("state_key") == me.user_id
+            and isinstance(content, Mapping)
+            and content.get("membership") == "invite"
+            and isinstance(state.get("sender"), str)
+        ):
+            return str(state["sender"])
+    return None
+
+
 def strip_reply_fallback(body: str) -> tuple[str, str]:
     """(text, quoted): a reply's body without the `> ` fallback lines its client put first,
     and those lines' text (the replied-to message, as the sender's client quoted it)."""

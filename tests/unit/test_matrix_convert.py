@@ -21,6 +21,7 @@ from adapters.matrix.convert import (
     button_reactions,
     edit_content,
     error_from,
+    inviter_of,
     pressed,
     reaction_of,
     split_event_key,
@@ -331,3 +332,20 @@ def test_a_relation_to_no_valid_event_id_is_left_out() -> None:
         got = to_inbound(thread, room=DM, me=ME, account=AccountId("a"), config=config(), now=NOW)
         assert isinstance(got, Incoming)
         assert got.message.thread_id is None
+
+
+def test_the_inviter_is_the_sender_of_the_invite_itself() -> None:
+    # The stripped state before the invite is what the inviting server claims: a forged
+    # member event there must not make an allowed person the inviter.
+    def member(sender: str) -> dict[str, Any]:
+        return {
+            "type": "m.room.member",
+            "state_key": ME.user_id,
+            "sender": sender,
+            "content": {"membership": "invite"},
+        }
+
+    name = {"type": "m.room.name", "state_key": "", "sender": "@x:evil.test", "content": {}}
+    forged = [member("@ann:herald.test"), name, member("@eve:evil.test")]
+    assert inviter_of(forged, ME) == "@eve:evil.test"
+    assert inviter_of([name], ME) is None
