@@ -315,7 +315,9 @@ class MatrixAdapter(TrackedSends):
             encrypted=bool(room is not None and room.encrypted),
         )
         for event in events:
-            if event.get("type") == "m.room.encrypted" and event.get("sender") != self._me.user_id:
+            kind = event.get("type")
+            sealed = kind == "m.room.encrypted" or (view.encrypted and kind == "m.room.message")
+            if sealed and event.get("sender") != self._me.user_id:
                 await self._refuse_encrypted(room_id)
                 continue
             incoming = await self._convert(event, view)

@@ -182,6 +182,8 @@ def to_inbound(  # noqa: C901, PLR0912 - one event, every kind of it
         return Skipped("our own event")
     if event.get("type") != "m.room.message":
         return Skipped(f"event of type {event.get('type')}")
+    if room.encrypted:
+        return Skipped("a message in an end-to-end encrypted room (not answered in the clear)")
     content = event.get("content")
     if not isinstance(content, Mapping) or not content:
         return Skipped("redacted or empty message")

@@ -152,6 +152,9 @@ async def test_an_encrypted_room_is_refused_once_with_a_notice(tmp_path: Path) -
         }
         async with daemon(tmp_path, harness, llm) as h:
             await proxy.wait_for(lambda: ("POST", "join", room) in proxy.calls, WAIT)
+            # A plain message sent into the encrypted room (a raw client can) is not answered
+            # in the clear either.
+            await say(client, room, "plain words in an encrypted room")
             for _ in range(2):
                 sent = await client.room_send(room, "m.room.encrypted", ciphertext)
                 assert isinstance(sent, RoomSendResponse)

@@ -349,3 +349,9 @@ def test_the_inviter_is_the_sender_of_the_invite_itself() -> None:
     forged = [member("@ann:herald.test"), name, member("@eve:evil.test")]
     assert inviter_of(forged, ME) == "@eve:evil.test"
     assert inviter_of([name], ME) is None
+
+
+def test_a_plain_message_in_an_encrypted_room_is_not_answered_in_the_clear() -> None:
+    encrypted = RoomView("!secret:herald.test", members=2, encrypted=True)
+    got = convert("dm_text", encrypted)
+    assert isinstance(got, Skipped)
