@@ -247,7 +247,17 @@ class MatrixAdapter(TrackedSends):
         """Sync until cancelled. Raises NotReady, AuthError, or what `sink.accept` raised."""
         since = await self.checkpoints.get(SINCE)
         while True:
-            batch = await self._sync(since)
+            try:
+                batch = await self._sync(since)
+            except _RefusedSince as err:
+                logger.warning(
+                    "matrix: the homeserver refused the stored sync token (%s); syncing in full "
+                    "again (each event is still answered once, none older than "
+                    "backlog_max_age)",
+                    err,
+                )
+                since = None
+                continue
             await self._invites(batch, sink)
             for room_id, info in batch.rooms.join.items():
                 events = [e.source for e in info.timeline.events]
@@ -274,7 +284,11 @@ class MatrixAdapter(TrackedSends):
         finally:
             self._poll_started = None
         if isinstance(answer, SyncError) or not isinstance(answer, SyncResponse):
-            raise _error(answer, "/sync")
+            error = _error(answer, "/sync")
+            status = getattr(getattr(answer, "transport_response", None), "status", None)
+            if since is not None and status == 400:  # M_UNKNOWN "Invalid stream token"
+                raise _RefusedSince(str(error)) from error
+            raise error
         self._last_poll = time.monotonic()
         return answer
 
@@ -578,6 +592,10 @@ class MatrixAdapter(TrackedSends):
             raise NotReady(f"matrix: typing: {type(err).__name__}") from err
         if isinstance(answer, ErrorResponse):
             raise _error(answer, "typing")
+
+
+class _RefusedSince(Exception):
+    """The homeserver answered 400 to a `/sync` from the stored token (not one of its own)."""
 
 
 def _provider(data: bytes) -> Any:

@@ -406,3 +406,21 @@ async def test_the_gap_after_a_restart_is_read_nothing_skipped_nothing_twice(
             await sink.until(lambda: "after" in sink.texts)
         assert sink.texts == ["before", *away, "after"]
         assert ("GET", "messages", room) in harness.proxy.calls  # the gap was read
+
+
+async def test_a_since_token_the_homeserver_refuses_starts_a_full_sync(tmp_path: Path) -> None:
+    """A stored token the homeserver calls invalid (a database restored next to another
+    server, a move to another homeserver) would fail every /sync for ever: it is dropped and
+    a full sync starts again (the inbox answers each event once)."""
+    async with started("matrix") as harness:
+        assert isinstance(harness, MatrixHarness)
+        ann = harness.people[0]
+        room, client = harness.rooms[ann], harness.clients[ann]
+        await harness.checkpoints.set("since", "not-a-token")
+        config = MatrixConfig.model_validate(harness.section(0))
+        sink = ListSink()
+        adapter = MatrixAdapter(config, tmp_path / "files", harness.checkpoints)
+        async with adapter, receiving(adapter, sink):
+            await say(client, room, "after a bad token")
+            await sink.until(lambda: "after a bad token" in sink.texts)
+        assert await harness.checkpoints.get("since") != "not-a-token"
