@@ -330,13 +330,16 @@ class MatrixAdapter(TrackedSends):
         )
         for event in events:
             kind = event.get("type")
-            sealed = kind == "m.room.encrypted" or (view.encrypted and kind == "m.room.message")
+            what = f"{PLATFORM}: event {event.get('event_id')}"
+            if kind == "m.room.encrypted" and not view.encrypted:
+                log_skipped(logger, what, Skipped("an encrypted event in a plain room"))
+                continue
+            sealed = kind in ("m.room.encrypted", "m.room.message") and view.encrypted
             if sealed and event.get("sender") != self._me.user_id:
                 await self._refuse_encrypted(room_id)
                 continue
             incoming = await self._convert(event, view)
             if isinstance(incoming, Skipped):
-                what = f"{PLATFORM}: event {event.get('event_id')}"
                 log_skipped(logger, what, incoming, quiet=(NOT_ADDRESSED, "our own event"))
                 continue
             key = incoming.message.platform_message_id

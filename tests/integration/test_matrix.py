@@ -159,11 +159,15 @@ async def test_an_encrypted_room_is_refused_once_with_a_notice(tmp_path: Path) -
                 sent = await client.room_send(room, "m.room.encrypted", ciphertext)
                 assert isinstance(sent, RoomSendResponse)
             await proxy.wait_for(lambda: bool(proxy.texts_in(room)), WAIT)
-            # A plain message after it is answered: only the encrypted ones are refused.
+            # In a room without encryption an "encrypted" event (any client can send one) is
+            # no reason to claim the room is encrypted; a plain message there is answered.
+            sent = await client.room_send(harness.rooms[ann], "m.room.encrypted", ciphertext)
+            assert isinstance(sent, RoomSendResponse)
             await say(harness.clients[ann], harness.rooms[ann], "and in plain text")
             await _texts(proxy, harness.rooms[ann], 1)
             assert await h.answered(1)
         assert proxy.texts_in(room) == [E2E_REFUSAL]
+        assert E2E_REFUSAL not in proxy.texts_in(harness.rooms[ann])
         assert len(llm.requests) == 1
 
 
