@@ -355,3 +355,9 @@ def test_a_plain_message_in_an_encrypted_room_is_not_answered_in_the_clear() -> 
     encrypted = RoomView("!secret:herald.test", members=2, encrypted=True)
     got = convert("dm_text", encrypted)
     assert isinstance(got, Skipped)
+
+
+def test_a_homeserver_with_an_api_path_is_refused_with_the_base_to_write() -> None:
+    with pytest.raises(ValueError, match=r"'https://matrix\.example\.org'"):
+        config(homeserver="https://matrix.example.org/_matrix/client/v3")
+    assert config(homeserver="https://example.org/matrix/").homeserver
