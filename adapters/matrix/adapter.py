@@ -59,7 +59,13 @@ from adapters.matrix.convert import (
     within_event_limit,
 )
 from gateway.contracts.adapter import AdapterState, Checkpoints, InboundSink
-from gateway.contracts.errors import AuthError, HeraldError, NotReady, PermanentSendError
+from gateway.contracts.errors import (
+    AuthError,
+    HeraldError,
+    NotReady,
+    PermanentSendError,
+    RateLimited,
+)
 from gateway.contracts.ids import (
     AccountId,
     ChatId,
@@ -417,6 +423,9 @@ class MatrixAdapter(TrackedSends):
         content = {"msgtype": "m.notice", "body": E2E_REFUSAL}
         try:
             await self._put(room_id, "m.room.message", content, f"e2e-{room_id}")
+        except (RateLimited, NotReady) as err:  # told with the next message (same txn id)
+            logger.warning("matrix: could not tell room %s yet: %s", room_id, err)
+            return
         except HeraldError as err:
             logger.warning("matrix: could not tell room %s: %s", room_id, err)
         await self.checkpoints.set(REFUSED_PREFIX + room_id, "told")

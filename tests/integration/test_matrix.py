@@ -428,3 +428,34 @@ async def test_a_since_token_the_homeserver_refuses_starts_a_full_sync(tmp_path:
             await say(client, room, "after a bad token")
             await sink.until(lambda: "after a bad token" in sink.texts)
         assert await harness.checkpoints.get("since") != "not-a-token"
+
+
+async def test_the_e2e_notice_is_tried_again_after_a_429(tmp_path: Path) -> None:
+    """A notice the homeserver rate-limited is not marked as told: the next encrypted message
+    tries again (the same transaction id, so never twice)."""
+    async with started("matrix") as harness:
+        assert isinstance(harness, MatrixHarness)
+        ann = harness.people[0]
+        client, proxy = harness.clients[ann], harness.proxy
+        encryption = {
+            "type": "m.room.encryption",
+            "state_key": "",
+            "content": {"algorithm": "m.megolm.v1.aes-sha2"},
+        }
+        made = await client.room_create(
+            is_direct=True, invite=[harness.bot.user_id], initial_state=[encryption]
+        )
+        assert isinstance(made, RoomCreateResponse)
+        room = str(made.room_id)
+        proxy.rate_limit(room, 0.05)
+        config = MatrixConfig.model_validate(harness.section(0))
+        sink = ScreeningListSink({ann})
+        adapter = MatrixAdapter(config, tmp_path / "files", harness.checkpoints)
+        async with adapter, receiving(adapter, sink):
+            await proxy.wait_for(lambda: ("POST", "join", room) in proxy.calls, WAIT)
+            await say(client, room, "first")
+            await proxy.wait_for(lambda: not proxy.still_limited(room), WAIT)
+            await say(client, room, "second")
+            await proxy.wait_for(lambda: bool(proxy.texts_in(room)), WAIT)
+        assert proxy.texts_in(room) == [E2E_REFUSAL]
+        assert sink.texts == []
