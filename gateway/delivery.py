@@ -311,12 +311,22 @@ class DeliveryWorker:
                 # The preview to replace is gone; send the text as a new message instead.
                 reason = self.redactor(str(err))
                 await self._record(lambda: self.outbox.without_edit(row.id, reason))
+            elif _voice_with_text(row):
+                # A voice reply refused (voice notes turned off, the audio gone): its caption
+                # is the answer, or the start of it; it goes as text.
+                reason = self.redactor(str(err))
+                logger.info("voice reply %d refused (%s); sending its text alone", row.id, reason)
+                await self._record(lambda: self.outbox.without_voice(row.id, reason))
             else:
                 await self._dead(row, str(err))
         except Exception as err:  # transient by default: NotReady, timeouts, surprises
             now = self.clock()
             error = self.redactor(f"{type(err).__name__}: {err}")
-            if attempts >= self.config.max_attempts:
+            if attempts >= self.config.max_attempts and _voice_with_text(row):
+                # The audio would not go (an upload timing out each time): its text one try.
+                logger.info("voice reply %d not sent (%s); sending its text alone", row.id, error)
+                await self._record(lambda: self.outbox.without_voice(row.id, error))
+            elif attempts >= self.config.max_attempts:
                 await self._dead(row, f"gave up after {attempts} tries: {error}")
             else:
                 self.metrics.deliveries.labels(outcome="retry").inc()
@@ -374,3 +384,8 @@ class DeliveryWorker:
             reason,
         )
         await self._record(lambda: self.outbox.dead(row.id, reason))
+
+
+def _voice_with_text(row: OutboxRow) -> bool:
+    """Whether `row` is a voice reply carrying text that can go alone."""
+    return row.attachment is not None and row.attachment.voice and bool(row.text.strip())

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+import string
 import traceback
 import urllib.parse
 from collections.abc import Iterable, Iterator
@@ -102,6 +103,14 @@ def _walk(value: Any) -> Iterator[SecretStr]:
                 yield from _walk(item)
 
 
+def _escapable(secret: str) -> str:
+    """A pattern matching `secret` also as Markdown writes it with its punctuation escaped
+    (`abc\\_def`): an answer is redacted before the platform's renderer takes the escapes out."""
+    return "".join(
+        rf"\\?{re.escape(c)}" if c in string.punctuation else re.escape(c) for c in secret
+    )
+
+
 class Redactor:
     """Replaces the given secrets, and credential-shaped parts of URLs, with `***`."""
 
@@ -123,13 +132,13 @@ class Redactor:
         ordered = sorted((v for v in variants if len(v) >= MIN_SECRET_LENGTH), key=len)
         self._secrets = tuple(reversed(ordered))  # longest first: no partial leftovers
         self._pattern = (
-            re.compile("|".join(re.escape(s) for s in self._secrets)) if self._secrets else None
+            re.compile("|".join(map(_escapable, self._secrets))) if self._secrets else None
         )
         # What people read: only secrets long enough not to be words (`api.key: herald`
         # must not blank out every "herald" in the replies; the log still hides it).
         self._read_secrets = tuple(s for s in self._secrets if len(s) >= MIN_READ_LENGTH)
         self._read_pattern = (
-            re.compile("|".join(re.escape(s) for s in self._read_secrets))
+            re.compile("|".join(map(_escapable, self._read_secrets)))
             if self._read_secrets
             else None
         )

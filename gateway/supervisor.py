@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import socket
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack
@@ -770,6 +771,15 @@ class Supervisor:
             raise SetupError(
                 f"cannot create the state directory {cfg.state_dir}: {err.strerror}; "
                 "create it writable for this user, or set state_dir (HERALD_HOME) elsewhere"
+            ) from err
+        try:  # on PostgreSQL nothing else would notice before a file, skill or workspace write
+            with tempfile.TemporaryFile(dir=cfg.state_dir):
+                pass
+        except OSError as err:
+            raise SetupError(
+                f"the state directory {cfg.state_dir} is not writable: {err.strerror}; make "
+                f"it writable for this user (uid {os.getuid()}; in a container: chown it to "
+                "that uid), or set state_dir (HERALD_HOME) elsewhere"
             ) from err
         loop = asyncio.get_running_loop()
         # The port is taken before anything starts (tool servers above all): a port in use

@@ -417,7 +417,9 @@ class DiscordAdapter(TrackedSends):
         channel_id = data.get("channel_id")
         guild = isinstance(data.get("guild_id"), str)
         channel = await self._channel(channel_id) if guild and isinstance(channel_id, str) else None
-        reaction = reaction_from(data, bot_id=self._bot_id, account=self.account, channel=channel)
+        reaction = reaction_from(
+            data, bot_id=self._bot_id, account=self.account, channel=channel, now=utcnow()
+        )
         if isinstance(reaction, Skipped):
             log_skipped(logger, f"{PLATFORM}: a reaction", reaction)
         elif isinstance(sink, ReactionSink):

@@ -256,11 +256,11 @@ def _iso_time(value: Any) -> datetime | None:
 
 
 def reaction_from(
-    data: Any, *, bot_id: str, account: AccountId, channel: Channel | None
+    data: Any, *, bot_id: str, account: AccountId, channel: Channel | None, now: datetime
 ) -> Reaction | Skipped:
     """The reaction a MESSAGE_REACTION_ADD payload adds, or `Skipped` and why (the bot's own,
-    a custom emoji shown by name). Never raises. `channel`: as for `to_inbound` (a reaction in
-    a thread belongs to the thread's session)."""
+    another bot's, a custom emoji shown by name). Never raises. `channel`: as for
+    `to_inbound` (a reaction in a thread belongs to the thread's session)."""
     if not isinstance(data, Mapping):
         return Skipped("not a reaction")
     user = _str(data.get("user_id"))
@@ -277,6 +277,8 @@ def reaction_from(
         chat, thread = channel.parent_id or channel_id, channel_id
     member = data.get("member")
     person = member.get("user") if isinstance(member, Mapping) else None
+    if isinstance(person, Mapping) and person.get("bot") is True:
+        return Skipped("a bot's reaction")
     shown = _display_name(person) if isinstance(person, Mapping) else user
     return Reaction(
         platform=PLATFORM,
@@ -285,9 +287,12 @@ def reaction_from(
         sender=Sender(ExternalUserId(user), shown, False),
         message=message_key(channel_id, message_id),
         emoji=name,
-        event_id=f"{user}:{name}",
+        # Discord gives a reaction event no id and never sends one twice: one added again
+        # after it was taken back is a new reaction (its time tells them apart).
+        event_id=f"{user}:{name}:{int(now.timestamp() * 1_000_000)}",
         is_direct=is_direct,
         thread_id=ThreadId(thread) if thread is not None else None,
+        received_at=now,
         raw=dict(data),
     )
 

@@ -50,6 +50,7 @@ from adapters.matrix.convert import (
     edit_content,
     edited_event,
     error_from,
+    inviter_of,
     ogg_duration_ms,
     reaction_from,
     reaction_of,
@@ -62,7 +63,13 @@ from adapters.matrix.convert import (
     within_event_limit,
 )
 from gateway.contracts.adapter import AdapterState, Checkpoints, InboundSink, ReactionSink
-from gateway.contracts.errors import AuthError, HeraldError, NotReady, PermanentSendError
+from gateway.contracts.errors import (
+    AuthError,
+    HeraldError,
+    NotReady,
+    PermanentSendError,
+    RateLimited,
+)
 from gateway.contracts.ids import (
     AccountId,
     ChatId,
@@ -100,6 +107,8 @@ SEND_FILE_MAX_BYTES = 50 * 1024 * 1024
 """The largest file sent (Synapse's default `max_upload_size`)."""
 TIMELINE_LIMIT = 100
 """Events per room in one `/sync` batch; more are read through `/messages` (the gap)."""
+MAX_PENDING_INVITES = 100
+"""Invites left pending that are looked at again with each batch (the newest)."""
 
 
 def sync_filter(timeline_limit: int) -> dict[str, Any]:
@@ -158,6 +167,8 @@ class MatrixAdapter(TrackedSends):
         self._poll_started: float | None = None
         self._last_poll: float | None = None
         self._names: dict[tuple[str, str], str] = {}
+        self._pending: dict[str, str] = {}
+        """Invites left pending since this process started: room id → inviter."""
 
     def _new_client(self) -> AsyncClient:
         client = AsyncClient(
@@ -252,7 +263,17 @@ class MatrixAdapter(TrackedSends):
         """Sync until cancelled. Raises NotReady, AuthError, or what `sink.accept` raised."""
         since = await self.checkpoints.get(SINCE)
         while True:
-            batch = await self._sync(since)
+            try:
+                batch = await self._sync(since)
+            except _RefusedSince as err:
+                logger.warning(
+                    "matrix: the homeserver refused the stored sync token (%s); syncing in full "
+                    "again (each event is still answered once, none older than "
+                    "backlog_max_age)",
+                    err,
+                )
+                since = None
+                continue
             await self._invites(batch, sink)
             for room_id, info in batch.rooms.join.items():
                 events = [e.source for e in info.timeline.events]
@@ -279,7 +300,11 @@ class MatrixAdapter(TrackedSends):
         finally:
             self._poll_started = None
         if isinstance(answer, SyncError) or not isinstance(answer, SyncResponse):
-            raise _error(answer, "/sync")
+            error = _error(answer, "/sync")
+            status = getattr(getattr(answer, "transport_response", None), "status", None)
+            if since is not None and status == 400:  # M_UNKNOWN "Invalid stream token"
+                raise _RefusedSince(str(error)) from error
+            raise error
         self._last_poll = time.monotonic()
         return answer
 
@@ -320,7 +345,13 @@ class MatrixAdapter(TrackedSends):
             encrypted=bool(room is not None and room.encrypted),
         )
         for event in events:
-            if event.get("type") == "m.room.encrypted" and event.get("sender") != self._me.user_id:
+            kind = event.get("type")
+            what = f"{PLATFORM}: event {event.get('event_id')}"
+            if kind == "m.room.encrypted" and not view.encrypted:
+                log_skipped(logger, what, Skipped("an encrypted event in a plain room"))
+                continue
+            sealed = kind in ("m.room.encrypted", "m.room.message") and view.encrypted
+            if sealed and event.get("sender") != self._me.user_id:
                 await self._refuse_encrypted(room_id)
                 continue
             if reaction_of(event) is not None:
@@ -328,7 +359,6 @@ class MatrixAdapter(TrackedSends):
                 continue
             incoming = await self._convert(event, view)
             if isinstance(incoming, Skipped):
-                what = f"{PLATFORM}: event {event.get('event_id')}"
                 log_skipped(logger, what, incoming, quiet=(NOT_ADDRESSED, "our own event"))
                 continue
             key = incoming.message.platform_message_id
@@ -423,49 +453,66 @@ class MatrixAdapter(TrackedSends):
         content = {"msgtype": "m.notice", "body": E2E_REFUSAL}
         try:
             await self._put(room_id, "m.room.message", content, f"e2e-{room_id}")
+        except (RateLimited, NotReady) as err:  # told with the next message (same txn id)
+            logger.warning("matrix: could not tell room %s yet: %s", room_id, err)
+            return
         except HeraldError as err:
             logger.warning("matrix: could not tell room %s: %s", room_id, err)
         await self.checkpoints.set(REFUSED_PREFIX + room_id, "told")
 
     async def _invites(self, batch: SyncResponse, sink: InboundSink) -> None:
-        """Join rooms allowed people invited to; decline (or leave pending) the others."""
-        client = self._connected()
+        """Join rooms allowed people invited to; decline (or leave pending) the others.
+
+        A pending invite is looked at again with every batch (an inviter paired since then is
+        allowed now: inviting again changes nothing on the homeserver, so no new invite comes).
+        """
+        for room_id in (*batch.rooms.join, *batch.rooms.leave):
+            self._pending.pop(room_id, None)
+        found: dict[str, str] = dict(self._pending)
         for room_id, info in batch.rooms.invite.items():
-            inviter = next(
-                (
-                    e.sender
-                    for e in info.invite_state
-                    if getattr(e, "state_key", None) == self._me.user_id
-                    and getattr(e, "membership", None) == "invite"
-                ),
-                None,
-            )
-            if inviter is None:
-                continue
-            probe = InboundMessage(
-                platform=PLATFORM,
-                account=self.account,
-                chat_id=ChatId(room_id),
-                sender=Sender(ExternalUserId(inviter), inviter),
-                text="",
-                platform_message_id=PlatformMessageId(f"invite:{room_id}"),
-            )
-            try:
-                if await may_fetch(sink, probe):
-                    answer = await client.join(room_id)
-                    verb = "joined"
-                elif self.config.invites is Invites.ALLOWED:
-                    answer = await client.room_leave(room_id)
-                    verb = "declined"
-                else:
+            # nio keeps a member event's membership, not its content, in `source`.
+            states = [
+                {**e.source, "content": {"membership": getattr(e, "membership", None)}}
+                for e in info.invite_state
+                if isinstance(getattr(e, "source", None), Mapping)
+            ]
+            inviter = inviter_of(states, self._me)
+            if inviter is not None:
+                found[room_id] = inviter
+        for room_id, inviter in found.items():
+            await self._invite(room_id, inviter, sink)
+
+    async def _invite(self, room_id: str, inviter: str, sink: InboundSink) -> None:
+        client = self._connected()
+        probe = InboundMessage(
+            platform=PLATFORM,
+            account=self.account,
+            chat_id=ChatId(room_id),
+            sender=Sender(ExternalUserId(inviter), inviter),
+            text="",
+            platform_message_id=PlatformMessageId(f"invite:{room_id}"),
+        )
+        try:
+            if await may_fetch(sink, probe):
+                answer = await client.join(room_id)
+                verb = "joined"
+            elif self.config.invites is Invites.ALLOWED:
+                answer = await client.room_leave(room_id)
+                verb = "declined"
+            else:
+                if room_id not in self._pending:
                     logger.info("matrix: invite to %s by %s left pending", room_id, inviter)
-                    continue
-            except (aiohttp.ClientError, TimeoutError) as err:
-                raise NotReady(f"matrix: answering an invite: {type(err).__name__}") from err
-            if isinstance(answer, ErrorResponse):
-                logger.warning("matrix: invite to %s: %s", room_id, _error(answer, "join"))
-                continue
-            logger.info("matrix: %s the invite to %s by %s", verb, room_id, inviter)
+                    self._pending[room_id] = inviter
+                    while len(self._pending) > MAX_PENDING_INVITES:
+                        self._pending.pop(next(iter(self._pending)))
+                return
+        except (aiohttp.ClientError, TimeoutError) as err:
+            raise NotReady(f"matrix: answering an invite: {type(err).__name__}") from err
+        self._pending.pop(room_id, None)
+        if isinstance(answer, ErrorResponse):
+            logger.warning("matrix: invite to %s: %s", room_id, _error(answer, "join"))
+            return
+        logger.info("matrix: %s the invite to %s by %s", verb, room_id, inviter)
 
     async def _download(self, key: PlatformMessageId, index: int, ref: MediaRef) -> Attachment:
         """Fetch one file through the authenticated media API into `files_dir/<room>/`."""
@@ -562,6 +609,7 @@ class MatrixAdapter(TrackedSends):
             "filename": name,
             "url": uploaded.content_uri,
             "info": {"mimetype": attachment.mime_type, "size": len(data)},
+            "m.mentions": {},
         }
         relate(content, thread=thread, reply_to=None)
         return await self._put(room, "m.room.message", content, txn)
@@ -633,6 +681,10 @@ class MatrixAdapter(TrackedSends):
         if isinstance(answer, ErrorResponse):
             raise _error(answer, "redact")
         self._working.pop(parsed, None)
+
+
+class _RefusedSince(Exception):
+    """The homeserver answered 400 to a `/sync` from the stored token (not one of its own)."""
 
 
 def _provider(data: bytes) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator
 
@@ -22,7 +23,8 @@ class Invites(StrEnum):
     ALLOWED = "allowed"
     """Join when the inviter may talk to the agent; decline everyone else's."""
     PENDING = "pending"
-    """Join allowed inviters; leave the others pending (approve by pairing, then invite again)."""
+    """Join allowed inviters; leave the others pending (joined once the inviter is paired,
+    while Herald runs: inviting again changes nothing on the homeserver)."""
 
 
 class MatrixConfig(PlatformSection):
@@ -63,7 +65,16 @@ class MatrixConfig(PlatformSection):
     attachment_types: tuple[str, ...] = ("*",)
     """MIME type patterns (`image/*`, `application/pdf`) of files that are downloaded."""
 
-    _homeserver = field_validator("homeserver")(http_url)
+    @field_validator("homeserver")
+    @classmethod
+    def _homeserver(cls, value: str) -> str:
+        checked = http_url(value) or value
+        if "/_matrix" in urlsplit(checked).path:
+            base = checked.split("/_matrix", 1)[0]
+            raise ValueError(
+                f"{value!r} holds an API path: homeserver is the base URL alone, e.g. {base!r}"
+            )
+        return checked
 
     @property
     def singleton(self) -> bool:

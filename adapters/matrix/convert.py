@@ -41,6 +41,12 @@ NOT_ADDRESSED = "group message that does not address the bot"
 FILE_TYPES = frozenset({"m.image", "m.file", "m.audio", "m.video"})
 TEXT_TYPES = frozenset({"m.text", "m.notice", "m.emote"})
 HTML_FORMAT = "org.matrix.custom.html"
+MXC = re.compile(r"mxc://(?!\.\.?/)[A-Za-z0-9.:\[\]-]+/[A-Za-z0-9_-]+")
+"""A media URI as the spec has it (server name / media id): nothing that could walk the
+download URL elsewhere on the homeserver (`..`, `/`, `?`)."""
+EVENT_ID = re.compile(r"\$\S{1,254}")
+"""An event id as the spec bounds it (255 bytes): relation ids are the sender's to write, and
+an unbounded one would become a session key too long to index."""
 MAX_QUOTE = 500
 """Characters of a replied-to message's text shown to the agent."""
 MAX_EVENT_BYTES = 65_536
@@ -106,6 +112,23 @@ def mentions(content: Mapping[str, Any], body: str, me: Me) -> bool:
     )
 
 
+def inviter_of(invite_state: Sequence[Mapping[str, Any]], me: Me) -> str | None:
+    """Who invited `me`, from an invite's stripped state: the sender of the last member event
+    inviting `me` (the homeserver puts the invite itself last; the state before it is what the
+    inviting server claimed, and may hold a forged "invite" from someone allowed)."""
+    for state in reversed(invite_state):
+        content = state.get("content")
+        if (
+            state.get("type") == "m.room.member"
+            and state.get("state_key") == me.user_id
+            and isinstance(content, Mapping)
+            and content.get("membership") == "invite"
+            and isinstance(state.get("sender"), str)
+        ):
+            return str(state["sender"])
+    return None
+
+
 def strip_reply_fallback(body: str) -> tuple[str, str]:
     """(text, quoted): a reply's body without the `> ` fallback lines its client put first,
     and those lines' text (the replied-to message, as the sender's client quoted it)."""
@@ -122,6 +145,22 @@ def strip_reply_fallback(body: str) -> tuple[str, str]:
     if quoted and quoted[0].startswith("<@"):
         quoted[0] = quoted[0].split("> ", 1)[-1]
     return "\n".join(lines[index:]), "\n".join(quoted).strip()
+
+
+def event_id_like(value: object) -> bool:
+    """Whether `value` may be an event id (a `$`, at most 255 bytes, no spaces)."""
+    return isinstance(value, str) and len(value.encode()) <= 255 and bool(EVENT_ID.fullmatch(value))
+
+
+def _sent_at(ts: object, now: datetime) -> datetime:
+    """When an event was sent: its `origin_server_ts` (set by the sender's server, so any
+    integer), `now` when that is no time a datetime can hold."""
+    if not isinstance(ts, int):
+        return now
+    try:
+        return datetime.fromtimestamp(ts / 1000, UTC)
+    except (ValueError, OverflowError, OSError):
+        return now
 
 
 def _relation(content: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -154,6 +193,8 @@ def to_inbound(  # noqa: C901, PLR0912 - one event, every kind of it
         return Skipped("our own event")
     if event.get("type") != "m.room.message":
         return Skipped(f"event of type {event.get('type')}")
+    if room.encrypted:
+        return Skipped("a message in an end-to-end encrypted room (not answered in the clear)")
     content = event.get("content")
     if not isinstance(content, Mapping) or not content:
         return Skipped("redacted or empty message")
@@ -168,7 +209,7 @@ def to_inbound(  # noqa: C901, PLR0912 - one event, every kind of it
         content, relation, original_id = edited
         edit_of = message_key(room.room_id, original_id)
         key = PlatformMessageId(f"{edit_of}:e{ts if isinstance(ts, int) else event_id[1:]}")
-    sent = datetime.fromtimestamp(ts / 1000, UTC) if isinstance(ts, int) else now
+    sent = _sent_at(ts, now)
     if now - sent > timedelta(seconds=config.backlog_max_age):
         return Skipped("older than backlog_max_age")
     msgtype = content.get("msgtype")
@@ -176,12 +217,12 @@ def to_inbound(  # noqa: C901, PLR0912 - one event, every kind of it
     body = body if isinstance(body, str) else ""
     thread: ThreadId | None = None
     reply_to: PlatformMessageId | None = None
-    if relation.get("rel_type") == "m.thread" and isinstance(relation.get("event_id"), str):
+    if relation.get("rel_type") == "m.thread" and event_id_like(relation.get("event_id")):
         thread = ThreadId(str(relation["event_id"]))
     in_reply = relation.get("m.in_reply_to")
     quoted = ""
     if isinstance(in_reply, Mapping) and isinstance(in_reply.get("event_id"), str):
-        if not relation.get("is_falling_back"):
+        if not relation.get("is_falling_back") and event_id_like(in_reply["event_id"]):
             reply_to = message_key(room.room_id, str(in_reply["event_id"]))
         body, quoted = strip_reply_fallback(body)
     files: tuple[MediaRef, ...] = ()
@@ -195,8 +236,9 @@ def to_inbound(  # noqa: C901, PLR0912 - one event, every kind of it
         url = content.get("url")
         caption = body if content.get("filename") and body != content.get("filename") else ""
         text = caption
-        if not isinstance(url, str) or not url.startswith("mxc://"):
-            text = "\n".join(filter(None, [caption, f"[file {name} unavailable: encrypted]"]))
+        if not isinstance(url, str) or not MXC.fullmatch(url):
+            why = "encrypted" if "file" in content else "no valid mxc:// address"
+            text = "\n".join(filter(None, [caption, f"[file {name} unavailable: {why}]"]))
         elif (refusal := file_refusal(name, mime, size, config)) is not None:
             text = "\n".join(filter(None, [caption, refusal]))
         else:
@@ -255,9 +297,9 @@ def edited_event(event: Mapping[str, Any]) -> str | None:
     content = event.get("content")
     relation = _relation(content) if isinstance(content, Mapping) else {}
     target = relation.get("event_id")
-    if relation.get("rel_type") != "m.replace" or not isinstance(target, str):
+    if relation.get("rel_type") != "m.replace" or not event_id_like(target):
         return None
-    return target
+    return str(target)
 
 
 def _edited(
@@ -329,9 +371,9 @@ def reaction_of(event: Mapping[str, Any]) -> tuple[str, str] | None:
     content = event.get("content")
     relation = _relation(content) if isinstance(content, Mapping) else {}
     target, key = relation.get("event_id"), relation.get("key")
-    if relation.get("rel_type") != "m.annotation" or not isinstance(target, str):
+    if relation.get("rel_type") != "m.annotation" or not event_id_like(target):
         return None
-    return (target, key) if isinstance(key, str) and key else None
+    return (str(target), key) if isinstance(key, str) and key else None
 
 
 def reaction_from(
@@ -374,9 +416,35 @@ _MARKDOWN = (
 )
 
 
+def _image_as_link(_renderer: Any, tokens: Sequence[Any], idx: int, *_: Any) -> str:
+    """A Markdown picture as a link to it (http/https) or its alt text: Matrix's `<img>` takes
+    mxc:// only, and a client that fetched any other address would load a tracker."""
+    token = tokens[idx]
+    alt = html.escape(token.content or "picture", quote=False)
+    src = str(token.attrGet("src") or "")
+    inside_link = idx > 0 and tokens[idx - 1].type == "link_open"
+    if src.startswith(("https://", "http://")) and not inside_link:
+        return f'<a href="{html.escape(src)}">{alt}</a>'
+    return alt
+
+
+_MARKDOWN.add_render_rule("image", _image_as_link)
+LINK_SCHEMES = ("https", "http", "ftp", "mailto", "magnet", "matrix")
+"""The link schemes a Matrix client keeps (the spec's list, and `matrix:`)."""
+
+
+def _safe_link(url: str) -> bool:
+    scheme, colon, _ = url.partition(":")
+    return bool(colon) and scheme.strip().casefold() in LINK_SCHEMES
+
+
+_MARKDOWN.validateLink = _safe_link  # type: ignore[method-assign]
+
+
 def to_html(markdown: str) -> str:
     """Matrix HTML (`org.matrix.custom.html`) for `markdown`: only the tags Markdown makes
-    (raw HTML in the text is escaped, unsafe link schemes are left as text)."""
+    (raw HTML in the text is escaped, links of schemes outside `LINK_SCHEMES` are left as
+    text, pictures become links)."""
     return str(_MARKDOWN.render(markdown)).strip()
 
 
@@ -387,8 +455,11 @@ def text_content(
     thread: str | None = None,
     reply_to: str | None = None,
 ) -> dict[str, Any]:
-    """The content of an `m.text` event saying `text` (in a thread, replying to an event)."""
-    content: dict[str, Any] = {"msgtype": "m.text", "body": text}
+    """The content of an `m.text` event saying `text` (in a thread, replying to an event).
+
+    Its empty `m.mentions` mentions no one: clients then ignore `@room` and names in the text
+    (the body-based push rules apply only to events without `m.mentions`)."""
+    content: dict[str, Any] = {"msgtype": "m.text", "body": text, "m.mentions": {}}
     if markdown:
         formatted = to_html(text)
         if formatted != f"<p>{_escaped(text)}</p>":

@@ -1,8 +1,8 @@
 """Telegram updates → normalized messages, and Telegram errors → Herald errors. Pure functions.
 
 A Telegram `message_id` is unique only inside its chat, so Herald's platform message id for a
-Telegram message is `<chat_id>:<message_id>`; an edit adds `:e<edit_date>` (and names the
-original in `edit_of`).
+Telegram message is `<chat_id>:<message_id>`; an edit adds `:e<edit_date>-<update_id>` (and
+names the original in `edit_of`).
 """
 
 from __future__ import annotations
@@ -169,8 +169,10 @@ def _to_inbound(
     key = message_key(message.chat.id, message.message_id)
     original = key if edited else None
     if edited:
+        # `edit_date` counts seconds: the update id tells two edits in one second apart
+        # (and is the same when Telegram delivers the update again).
         stamp = int((message.edit_date or message.date).timestamp())
-        key = PlatformMessageId(f"{key}:e{stamp}")
+        key = PlatformMessageId(f"{key}:e{stamp}-{update.update_id}")
     reply = message.reply_to_message
     thread = message.message_thread_id if message.is_topic_message else None
     inbound = InboundMessage(

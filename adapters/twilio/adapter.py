@@ -299,6 +299,8 @@ class TwilioAdapter(TrackedSends):
             raise PermanentSendError(f"twilio: no {channel} is configured to send to {chat}")
         pieces = parts(self._render(message, whatsapp=whatsapp))
         media = [self._media_url(a) for a in message.attachments]
+        if any(a.voice for a in message.attachments):
+            pieces = []  # a voice reply: no caption (WhatsApp shows none on audio)
         if not pieces and not media:
             raise PermanentSendError("twilio: nothing to send (no text)")
         callback = self.config.webhook_url("status") if self.config.status_callbacks else None

@@ -1,6 +1,6 @@
 """Live credential checks shared by `herald doctor` and `herald setup`: a platform's
-account (each adapter's `check`, which takes nothing over) and the model endpoint's
-`/models`."""
+account (each adapter's `check`, which takes nothing over), the model endpoint's
+`/models`, and the speech endpoint (a few words spoken)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from gateway.contracts.errors import AuthError, HeraldError, LLMError, LLMReject
 
 if TYPE_CHECKING:
     from agent_core.config import LLMConfig
+    from gateway.config import HeraldConfig
     from gateway.contracts.config import PlatformSection
 
 # The model client and the daemon's wiring are imported by the checks themselves: every
@@ -65,3 +66,22 @@ async def check_llm(config: LLMConfig) -> tuple[str, str]:
     finally:
         await provider.aclose()
     return (WARN if provider.name == "echo" or NOT_LISTED in detail else OK), detail
+
+
+async def check_speech(config: HeraldConfig) -> tuple[str, str]:
+    """(verdict, detail) of the `speech` endpoint: a few words spoken, checked to be Ogg/Opus
+    (FAIL: refused, unreachable, or another format; the answers would all be text)."""
+    from agent_core.media.speech import SpeechFailed  # noqa: PLC0415
+    from gateway.media import synthesizer  # noqa: PLC0415
+
+    speaker = synthesizer(config)
+    if speaker is None:
+        return WARN, "no speech.base_url: every answer is text"
+    try:
+        audio = await speaker.speak("Herald is ready.")
+    except SpeechFailed as err:
+        return FAIL, f"{config.speech.base_url}: {err}; answers will be text"
+    finally:
+        await speaker.aclose()
+    speech = config.speech
+    return OK, f"{speech.base_url}: {len(audio)} bytes of Ogg/Opus ({speech.model}, {speech.voice})"

@@ -20,7 +20,14 @@ from agent_core.memory import MemoryFiles
 from gateway import __version__, platforms
 from gateway.access import Pairings
 from gateway.cli.base import DEBUG, HeraldGroup, configure_logging, current_redactor, load
-from gateway.cli.checks import FAIL, PLATFORM_CHECK_TIMEOUT, REFUSED, check_llm, check_platform
+from gateway.cli.checks import (
+    FAIL,
+    PLATFORM_CHECK_TIMEOUT,
+    REFUSED,
+    check_llm,
+    check_platform,
+    check_speech,
+)
 from gateway.cli.help import HeraldTyper
 from gateway.cli.jobs import jobs_app
 from gateway.cli.memory import memory_app, memory_check
@@ -915,6 +922,8 @@ async def _async_checks(cfg: HeraldConfig) -> list[tuple[str, str, str]]:
         out.append(await memory_check(cfg))
     verdict, detail = await check_llm(cfg.llm)
     out.append(("llm", FAIL if verdict == REFUSED else verdict, detail))
+    if cfg.speech.enabled:
+        out.append(("speech", *(await check_speech(cfg))))
     return out
 
 

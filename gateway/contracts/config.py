@@ -150,6 +150,16 @@ class VoiceSection(Section):
 
     reply: VoiceReply = VoiceReply.WHEN_SPOKEN_TO
 
+    @model_validator(mode="before")
+    @classmethod
+    def _a_section(cls, data: Any) -> Any:
+        if isinstance(data, str | bool):  # `voice: always`, `voice: true`
+            raise ValueError(
+                f"a section, not {data!r}: write `voice: {{reply: always}}` (never, "
+                "when_spoken_to or always)"
+            )
+        return data
+
 
 class PlatformSection(Section):
     """What every platform's config section has: access rules and session rules.

@@ -168,4 +168,5 @@ class SendLimits:
     """Whether the adapter sends spoken replies (`Attachment.voice`)."""
     voice_caption: int = 0
     """The longest text shown with a voice reply, as its caption (0: none is shown, the
-    audio goes alone)."""
+    audio goes alone: the adapter leaves out the text the message carries, which is sent
+    alone if the audio is refused)."""

@@ -31,6 +31,7 @@ from gateway.sessions.keys import derive_session_key
 from gateway.sessions.policies import policy
 from gateway.sessions.state import INTERRUPTED_BY_NEWER
 from gateway.storable import storable
+from gateway.store import approvals as approvals_sql
 from gateway.store import inbox as inbox_sql
 from gateway.store.inbox import InboxRow, Outcome, Status
 from gateway.store.outbox import Chunk, Target, enqueue
@@ -123,6 +124,8 @@ class Admission:
         section = ctx.platforms.get(platform)
         groups = section.group_sessions if section else GroupSessions.CHAT
         key = derive_session_key(message, groups)
+        if message.edit_of is not None:
+            message, key = await self._edit_session(message, key)
         if message.attachments and ctx.files is not None:  # bytes into the blob store
             message = await ctx.files.keep_received(message)
         target = Target(platform, message.account, message.chat_id, message.thread_id)
@@ -170,6 +173,24 @@ class Admission:
                 running.cancel(INTERRUPTED_BY_NEWER)
         ctx.wake(key)
 
+    async def _edit_session(
+        self, message: InboundMessage, key: SessionKey
+    ) -> tuple[InboundMessage, SessionKey]:
+        """An edit belongs to the session (and thread) of the message it changes, whatever
+        thread its event names (a Slack DM message gets a `thread_ts` once replied under)."""
+        assert message.edit_of is not None
+        async with self.ctx.store.read() as conn:
+            original = await inbox_sql.by_platform_id(
+                conn, str(message.platform), message.account, message.edit_of
+            )
+        if (
+            original is None
+            or original.outcome is Outcome.REJECTED
+            or original.sender_id != message.sender.id
+        ):
+            return message, key
+        return replace(message, thread_id=original.thread_id), original.session_key
+
     async def _admit(
         self,
         conn: AsyncConnection,
@@ -206,16 +227,15 @@ class Admission:
         replaced. Being answered: the edit goes by the busy mode (steer and interrupt give the
         turn the new text, queue and collect answer it next). Answered: a new message marked
         as an edit, or recorded only (`edited_messages: ignore`). Never stored: a new message.
+        An earlier edit of it still waiting takes the newest edit's text instead.
         """
         assert message.edit_of is not None
-        original = await inbox_sql.by_platform_id(
-            conn, str(message.platform), message.account, message.edit_of
-        )
-        if original is None or original.outcome is Outcome.REJECTED:
-            return await self._queue(
-                conn, message=message, key=key, target=target, text=message.text, forced=None
-            )
-        if original.sender_id != message.sender.id:  # an edit never changes who wrote it
+        platform = str(message.platform)
+        original = await inbox_sql.by_platform_id(conn, platform, message.account, message.edit_of)
+        if original is not None and original.outcome is Outcome.REJECTED:
+            original = None
+        if original is not None and original.sender_id != message.sender.id:
+            # An edit never changes who wrote it.
             row_id = await inbox_sql.insert(
                 conn,
                 message,
@@ -227,28 +247,43 @@ class Admission:
             return _Admitted(row_id, Outcome.DROPPED if row_id else None)
         lane = self.ctx.lanes.get(key)
         running = lane.running if lane else None
-        steered_in = running is not None and original.id in running.steer.taken
-        waiting = original.status is Status.PENDING and original.turn_id is None and not steered_in
-        if waiting and original.kind == "message":
-            row_id = await inbox_sql.insert(
-                conn,
-                message,
-                key=key,
-                user_id=None,
-                outcome=Outcome.MERGED,
-                detail=f"an edit: replaced the text of waiting message #{original.id}",
+        taken = running.steer.taken if running is not None else []
+        answering = False  # taken by a turn between reading it and replacing its text
+        if (
+            original is not None
+            and original.status is Status.PENDING
+            and original.turn_id is None
+            and original.id not in taken
+            and original.kind == "message"
+        ):
+            # In memory at once, before any await: a turn at its boundary now reads the new
+            # text (checked not taken just above); the row follows when this commits.
+            self._replace_steer(key, original.id, message.text)
+            replaced = await self._replace(conn, message, key, original, message.text)
+            if replaced is not None:
+                return replaced
+            answering = True
+        # An earlier edit of it still waiting (a flood of edits): the newest replaces it.
+        earlier = await inbox_sql.waiting_edit(conn, platform, message.account, message.edit_of)
+        if (
+            earlier is not None
+            and earlier.sender_id == message.sender.id
+            and earlier.id not in taken
+        ):
+            prefix = next(
+                (p for p in (EDIT_OF_CURRENT, EDIT_OF_ANSWERED) if earlier.text.startswith(p)),
+                None,
             )
-            if row_id is None:
-                return _Admitted(None)
-            if await inbox_sql.replace_text(
-                conn, original, message.text, edit=row_id, at=message.received_at
-            ):
-                return _Admitted(row_id, Outcome.MERGED, replaced=(original.id, message.text))
-            # Taken by a turn since it was read: that turn answers the old text. This edit
-            # goes as one of the message being answered (its row is stored as such below).
-            await inbox_sql.discard(conn, row_id)
-            waiting = False
-        if original.status is Status.DONE or original.kind != "message":
+            text = message.text if prefix is None else f"{prefix} {message.text}"
+            self._replace_steer(key, earlier.id, text)  # as above
+            replaced = await self._replace(conn, message, key, earlier, text)
+            if replaced is not None:
+                return replaced
+        if original is None:
+            return await self._queue(
+                conn, message=message, key=key, target=target, text=message.text, forced=None
+            )
+        if not answering and (original.status is Status.DONE or original.kind != "message"):
             section = self.ctx.platforms.get(str(message.platform))
             rule = getattr(section, "edited_messages", EditRule.ANSWER)
             if rule is EditRule.IGNORE:
@@ -268,6 +303,28 @@ class Admission:
         return await self._queue(
             conn, message=message, key=key, target=target, text=text, forced=None
         )
+
+    @staticmethod
+    async def _replace(
+        conn: AsyncConnection, message: InboundMessage, key: SessionKey, row: InboxRow, text: str
+    ) -> _Admitted | None:
+        """In the accept transaction: the edit `message` stored as merged into the waiting
+        `row`, whose text becomes `text`; None (nothing stored) when a turn took `row` since
+        it was read."""
+        row_id = await inbox_sql.insert(
+            conn,
+            message,
+            key=key,
+            user_id=None,
+            outcome=Outcome.MERGED,
+            detail=f"an edit: replaced the text of waiting message #{row.id}",
+        )
+        if row_id is None:  # a redelivery
+            return _Admitted(None)
+        if await inbox_sql.replace_text(conn, row, text, edit=row_id, at=message.received_at):
+            return _Admitted(row_id, Outcome.MERGED, replaced=(row.id, text))
+        await inbox_sql.discard(conn, row_id)
+        return None
 
     def _replace_steer(self, key: SessionKey, row_id: InboxId, text: str) -> None:
         """A waiting steer message's new text, where the running turn keeps it in memory."""
@@ -365,7 +422,8 @@ class Admission:
         👍/✅ approve and 👎/❌ deny as the reactor's own `/approve N` or `/deny N` (the same
         checks as typing it); on another of the bot's messages, a note in its session, or a
         turn (`reactions: turn`). A stranger's reaction, a reaction to someone else's message,
-        or one on a platform with `reactions: ignore`, changes nothing. Raises ShuttingDown."""
+        a note for a session that is not the reactor's, or one on a platform with
+        `reactions: ignore`, changes nothing. Raises ShuttingDown."""
         ctx = self.ctx
         if not ctx.accepting:
             raise ShuttingDown("Herald is shutting down; the platform will redeliver")
@@ -400,7 +458,7 @@ class Admission:
         question = APPROVAL_CHUNK.fullmatch(chunk.idempotency_key)
         verb = reaction_verb(reaction.emoji)
         if question is not None:
-            if verb is not None:
+            if verb is not None and await self._may_decide(as_message, int(question[1])):
                 await self.accept(replace(as_message, text=f"/{verb} {question[1]}"))
             return
         snippet = " ".join(chunk.text.split())
@@ -414,6 +472,11 @@ class Admission:
         session_id = chunk.session_id
         groups = section.group_sessions
         key = derive_session_key(as_message, groups)
+        session = await ctx.store.get_session_by_id(session_id)
+        if session is None or session.key != key:
+            # Someone else's session (one per person in a group): no note there.
+            logger.debug("%s: a reaction to a message of another session ignored", platform)
+            return
         who = reaction.sender.display_name or str(reaction.sender.id)
         note = ChatMessage(Role.USER, text if reaction.is_direct else f"[{who}] {text}")
 
@@ -422,6 +485,35 @@ class Admission:
 
         if await ctx.store.unit(noted) is not None:
             ctx.metrics.inbound.labels(platform=platform).inc()
+
+    async def _may_decide(self, message: InboundMessage, approval_id: int) -> bool:
+        """Whether the reactor could decide approval `approval_id` in its session now. A
+        reaction that could not (a group member's 👍 on someone else's question, one on a
+        question already decided) is ignored quietly: a reaction is not a command the bot
+        answers with a refusal in the chat. `/approve` itself makes the decision."""
+        ctx = self.ctx
+        section = ctx.platforms.get(str(message.platform))
+        if section is None:
+            return False
+        key = derive_session_key(message, section.group_sessions)
+        async with ctx.store.read() as conn:
+            pending = await approvals_sql.pending_approvals(conn, key)
+        row = next((r for r in pending if r.id == approval_id), None)
+        if row is None:
+            logger.debug(
+                "%s: a reaction to approval #%d, not pending", message.platform, approval_id
+            )
+            return False
+        sender = str(message.sender.id)
+        operator = ctx.access is not None and ctx.access.is_operator(str(message.platform), sender)
+        if row.requester and row.requester != f"{message.platform}:{sender}" and not operator:
+            logger.info(
+                "%s: a reaction to approval #%d by someone who may not decide it ignored",
+                message.platform,
+                approval_id,
+            )
+            return False
+        return True
 
     @staticmethod
     async def _note(

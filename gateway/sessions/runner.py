@@ -552,7 +552,7 @@ class InboxTurns:
         )
         running.finishing = True
         if failure is None and voice is not None:
-            await self.voice_replies.speak(voice, progress.final_text)
+            await self.voice_replies.speak(voice, progress.final_text, running.steer.taken)
         return failure
 
 

@@ -1,7 +1,8 @@
 """Voice replies: an answer spoken through the `speech` endpoint and sent as a voice note.
 
 Whether a turn's answer is spoken is the platform's `voice.reply`: `never`, `always`, or
-`when_spoken_to` (a message of the turn was a voice note, heard through transcription). Only
+`when_spoken_to` (a message of the turn, or one steered into it, was a voice note, heard
+through transcription). Only
 an adapter that says so (`SendLimits.voice`) gets voice replies; loopback and the HTTP API
 answer in text.
 
@@ -30,6 +31,7 @@ from gateway.contracts.ids import InboxId, PlatformMessageId, SessionId, TurnId
 from gateway.contracts.messages import Attachment, SendLimits, TextFormat
 from gateway.sessions.context import SessionContext
 from gateway.sessions.voice import is_audio
+from gateway.store import inbox as inbox_sql
 from gateway.store.inbox import InboxRow
 from gateway.store.outbox import Chunk, OutboxKind, Target
 
@@ -54,6 +56,9 @@ class VoiceJob:
 
     target: Target
     spoken: Spoken | None = None
+    asked: bool = True
+    """False: the turn's messages were typed (`when_spoken_to`); spoken only if a voice note
+    is steered into it."""
 
 
 def spoken_to(row: InboxRow) -> bool:
@@ -74,11 +79,12 @@ def voice_chunk(
     chunk_index: int = 0,
 ) -> Chunk:
     """The outbox row of a voice reply, keyed by (session, turn): the audio, with the spoken
-    text as its caption where the platform shows one."""
+    text as its caption where the platform shows one. The row keeps that text where none is
+    shown too (the adapter leaves it out): it goes alone if the platform refuses the audio."""
     return Chunk(
         key=f"s{session_id}:t{turn_id}:voice",
         target=target,
-        text=spoken.text if limits.voice_caption else "",
+        text=spoken.text,
         kind=OutboxKind.REPLY,
         format=TextFormat.MARKDOWN,
         chunk_index=chunk_index,
@@ -109,27 +115,36 @@ class VoiceReplies:
             return None
         if not self._limits(target).voice:
             return None
-        if section.voice.reply is VoiceReply.WHEN_SPOKEN_TO and not any(map(spoken_to, batch)):
-            return None
-        return VoiceJob(target)
+        asked = section.voice.reply is VoiceReply.ALWAYS or any(map(spoken_to, batch))
+        return VoiceJob(target, asked=asked)
 
-    async def speak(self, job: VoiceJob, answer: str) -> None:
-        """Speak the first part of `answer` into `job.spoken`; left None (the answer goes as
-        text) when there is nothing to say or the endpoint or the file store fails. Raises
-        nothing but cancellation: it runs in the turn's task, whose exception would stop the
-        lanes."""
+    async def speak(self, job: VoiceJob, answer: str, steered: Sequence[InboxId] = ()) -> None:
+        """Speak the first part of `answer` into `job.spoken` (a job not `asked`: only when
+        one of the `steered` messages, taken into the turn, was a voice note); left None (the
+        answer goes as text) when there is nothing to say or the endpoint or the file store
+        fails. Raises nothing but cancellation: it runs in the turn's task, whose exception
+        would stop the lanes."""
         try:
-            await self._speak(job, answer)
+            if job.asked or await self._spoken_among(steered):
+                await self._speak(job, answer)
         except Exception:  # a bug here must cost the voice, not the answer
             logger.exception("voice reply failed (answered in text)")
+
+    async def _spoken_among(self, ids: Sequence[InboxId]) -> bool:
+        rows = inbox_sql.Inbox(self.ctx.store)
+        for row_id in ids:
+            row = await rows.get(row_id)
+            if row is not None and spoken_to(row):
+                return True
+        return False
 
     async def _speak(self, job: VoiceJob, answer: str) -> None:
         assert self.synthesizer is not None
         assert self.ctx.files is not None
         limits = self._limits(job.target)
-        size = self.synthesizer.max_chars
-        if limits.voice_caption:
-            size = min(size, limits.voice_caption)
+        # No longer than the caption, or than one text message where none is shown: the row
+        # carries these words, and sends them alone if the audio is refused.
+        size = min(self.synthesizer.max_chars, limits.voice_caption or limits.max_chunk)
         text, rest = split_spoken(answer, size, utf16=limits.count_utf16)
         # The words leave Herald for the endpoint, and as audio for the chat: redacted here
         # (the caption is redacted on its way out like every chunk).

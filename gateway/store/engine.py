@@ -21,7 +21,7 @@ from alembic import command
 from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, event
+from sqlalchemy import Connection, event, func, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -320,6 +320,10 @@ class SqliteConnection(aiosqlite.Connection):
         return _Cursor(self, self._conn.cursor())
 
 
+MIGRATE_LOCK = "herald-migrate"
+"""The name of the PostgreSQL advisory lock an upgrade holds for its transaction."""
+
+
 def alembic_config() -> AlembicConfig:
     """Alembic's configuration, built in code (there is no alembic.ini)."""
     cfg = AlembicConfig()
@@ -359,6 +363,10 @@ async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
     async with engine.connect() as plain:
         conn = await plain.execution_options(herald_write=True)
         async with conn.begin():
+            if conn.dialect.name == "postgresql":
+                # Instances starting together on one database migrate one after the other
+                # (the lock is the transaction's); the later ones then find the schema done.
+                await conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(MIGRATE_LOCK))))
             await conn.run_sync(_upgrade, revision)
 
 

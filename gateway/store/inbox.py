@@ -178,6 +178,34 @@ async def by_platform_id(
     return None if row is None else _row(row)
 
 
+async def waiting_edit(
+    conn: AsyncConnection, platform: str, account: str, original: PlatformMessageId
+) -> InboxRow | None:
+    """In the caller's transaction: the newest edit of `original` (a row whose id is
+    `<original>:e<stamp>`) still waiting for a turn, None when there is none."""
+    pattern = original.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    row = (
+        (
+            await conn.execute(
+                select(inbox)
+                .where(
+                    inbox.c.platform == platform,
+                    inbox.c.account == account,
+                    inbox.c.platform_message_id.like(f"{pattern}:e%", escape="\\"),
+                    inbox.c.kind == "message",
+                    inbox.c.status == str(Status.PENDING),
+                    inbox.c.turn_id.is_(None),
+                )
+                .order_by(inbox.c.id.desc())
+                .limit(1)
+            )
+        )
+        .mappings()
+        .first()
+    )
+    return None if row is None else _row(row)
+
+
 async def replace_text(
     conn: AsyncConnection, row: InboxRow, text: str, *, edit: InboxId, at: datetime
 ) -> bool:

@@ -517,6 +517,17 @@ class Outbox:
             last_error=error,
         )
 
+    async def without_voice(self, row_id: int, error: str) -> None:
+        """Back to pending, due now, as its text alone (the platform refused the voice note
+        that carried it as a caption)."""
+        await self._set(
+            row_id,
+            status=str(OutboxStatus.PENDING),
+            attachment=None,
+            next_attempt_at=utcnow(),
+            last_error=error,
+        )
+
     async def as_plain(self, row_id: int, text: str) -> None:
         """Back to pending as plain text, due now (the platform refused the markup)."""
         await self._set(

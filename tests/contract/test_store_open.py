@@ -3,6 +3,7 @@ that a newer Herald migrated is refused with what to do, before anything is writ
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 import pytest
@@ -137,3 +138,16 @@ async def test_postgres_pings_only_a_connection_that_sat_idle(pg_url: str, idle:
                 assert await conn.scalar(text("SELECT 1")) == 1
     finally:
         await engine.dispose()
+
+
+@pytest.mark.postgres
+async def test_instances_starting_together_on_an_empty_database_all_open(pg_url: str) -> None:
+    """Several instances started at once on an empty PostgreSQL database (compose, a fleet)
+    migrate one after the other: none fails on a table another one is creating."""
+
+    async def open_one() -> str | None:
+        async with Store.open(pg_url) as store:
+            return await engine_mod.current_revision(store.engine)
+
+    revisions = await asyncio.gather(*(open_one() for _ in range(4)))
+    assert revisions == [engine_mod.head_revision()] * 4

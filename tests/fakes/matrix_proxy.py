@@ -105,6 +105,10 @@ class MatrixProxy(Waitable):
         sends, not receipts or typing)."""
         self._limited[room] = (count, retry_after)
 
+    def still_limited(self, room: str) -> bool:
+        """Whether a `rate_limit` of `room` has 429s left to answer."""
+        return room in self._limited
+
     def hold(self, room: str, until: asyncio.Future[Any]) -> None:
         """Requests about `room` wait until `until` is done."""
         self._holds[room] = until

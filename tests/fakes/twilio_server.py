@@ -17,7 +17,8 @@ Errors are JSON `{"code", "message", "more_info", "status"}`; 401 is code 20003.
 
 Faults (counted ones count down): `rate_limit(count, retry_after)` (429, code 20429, with
 `Retry-After` when given), `fail(count, status)` (5xx), `reject(to, code)` (every send to that
-number refused with that Twilio error, e.g. 21211, 21610), `undeliverable(to, code)` (accepted,
+number refused with that Twilio error, e.g. 21211, 21610), `refuse_media(code)` (every send
+with media refused), `undeliverable(to, code)` (accepted,
 then reported `failed` with that ErrorCode).
 
 Status callbacks: after each accepted message with a `StatusCallback`, the fake posts `sent`
@@ -117,6 +118,7 @@ class _Faults:
     failing: list[int] = field(default_factory=list)
     rejected: dict[str, int] = field(default_factory=dict)
     undeliverable: dict[str, int] = field(default_factory=dict)
+    media_refused: int | None = None
 
 
 def _error(
@@ -216,6 +218,11 @@ class FakeTwilioServer(Served, Waitable):
     def reject(self, to: str, code: int = 21211) -> None:
         """Every send to `to` is refused with Twilio error `code` (HTTP 400)."""
         self.faults.rejected[to] = code
+
+    def refuse_media(self, code: int = 21612) -> None:
+        """Every send carrying media is refused with Twilio error `code` (HTTP 400): a
+        number that takes no MMS."""
+        self.faults.media_refused = code
 
     def undeliverable(self, to: str, code: int = 30003) -> None:
         """Sends to `to` are accepted, then reported `failed` with ErrorCode `code`."""
@@ -391,6 +398,10 @@ class FakeTwilioServer(Served, Waitable):
             self._refuse(request, 400, 21617, to)
             return _error(400, 21617, "The concatenated message body exceeds 1600 characters.")
         urls = [v for k, v in parse_qsl((await request.body()).decode()) if k == "MediaUrl"]
+        if urls and self.faults.media_refused is not None:
+            code = self.faults.media_refused
+            self._refuse(request, 400, code, to)
+            return _error(400, code, f"The message with media to {to} was refused ({code}).")
         media: list[bytes] = []
         for url in urls:
             fetched = await self._fetch_media(url)

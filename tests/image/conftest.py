@@ -2,7 +2,7 @@
 
 Left out of `make test` (collected only with HERALD_IMAGE_TEST=1): building takes minutes
 from cold. Every container, volume and secret is removed at the end, even after a failure;
-the local base image and the built image stay as the next run's cache.
+the local base image, the first stage and the built image stay as the next run's cache.
 """
 
 from __future__ import annotations

@@ -179,6 +179,56 @@ async def test_refuses_to_listen_on_every_address_without_a_key(image: str) -> N
         await container.remove()
 
 
+async def test_without_init_the_entrypoint_reaps_orphans_and_passes_sigterm_on(
+    image: str, tmp_path: Path
+) -> None:
+    """Started without `--init` (Kubernetes has none), nothing but the entrypoint can reap
+    what a tool or an MCP server leaves behind, nor receive SIGTERM as PID 1. The root file
+    system is read-only too: Herald writes only to its volume."""
+    mounts = {}
+    for name, value in {"herald_api_key": KEY, "llm_api_key": "sk-fake"}.items():
+        (tmp_path / name).write_text(value + "\n")
+        (tmp_path / name).chmod(0o644)
+        mounts[tmp_path / name] = f"/run/secrets/{name}"
+    async with FakeLLM() as llm, contextlib.AsyncExitStack() as stack:
+        _, env = stack.enter_context(secrets_for(llm))
+        container = Container(free_port(), env=env, mounts=mounts, init=False, read_only=True)
+        await stack.enter_async_context(running(container))
+        assert await ask(container, "gamma", "hello") == "You said: hello"
+        # Orphans: the shell exits at once, its two children end a moment later under PID 1.
+        await engine.aengine("exec", container.name, "sh", "-c", "sleep 0.2 & sleep 0.2 & exit 0")
+        deadline = asyncio.get_running_loop().time() + 10
+        while (zombies := await container.zombies()) and (
+            asyncio.get_running_loop().time() < deadline
+        ):
+            await asyncio.sleep(0.2)
+        assert not zombies, f"unreaped: {zombies}"
+        processes = await container.processes()
+        assert any("herald run" in args for _, args in processes), processes
+        code, seconds = await container.stop()
+        assert code == 0, await container.logs()
+        assert seconds < engine.STOP_TIMEOUT
+
+
+async def test_a_state_directory_it_cannot_write_is_one_clear_error(
+    image: str, tmp_path: Path
+) -> None:
+    """An operator's bind mount still owned by root: exit 2, saying whom to chown it to."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o755)
+    async with FakeLLM() as llm:
+        with secrets_for(llm) as (names, env):
+            container = Container(free_port(), env=env, secrets=names, volume=str(state))
+            try:
+                await container.start()
+                assert await container.wait_exited() == 2
+                logs = await container.logs()
+                assert "the state directory /var/lib/herald is not writable" in logs, logs
+                assert "uid 10001" in logs, logs
+            finally:
+                await container.remove()
+
+
 DIGEST = """
 import hashlib, json, pathlib, sysconfig
 root = pathlib.Path(sysconfig.get_paths()["purelib"])
@@ -227,3 +277,20 @@ def test_compose_file_describes_two_instances_on_postgresql_behind_one_port() ->
     assert set(proxy["depends_on"]) == set(heralds)
     for name in compose.get("secrets", {}):
         assert "file" in compose["secrets"][name]
+
+
+def test_compose_proxy_resolves_under_docker_and_podman_and_keeps_the_host() -> None:
+    """nginx asks the container's own DNS server (docker's 127.0.0.11 is not podman's) and
+    passes the Host with its port, which Herald's console checks."""
+    compose = yaml.safe_load((engine.ROOT / "deploy" / "compose.yaml").read_text())
+    proxy = compose["services"]["proxy"]
+    assert proxy["environment"]["NGINX_ENTRYPOINT_LOCAL_RESOLVERS"]
+    source, target, *_ = next(v for v in proxy["volumes"] if "nginx.conf" in v).split(":")
+    assert target.startswith("/etc/nginx/templates/")
+    assert target.endswith(".conf.template")
+    text = (engine.ROOT / "deploy" / source.removeprefix("./")).read_text()
+    # The image's entrypoint substitutes only variables that are set: nginx's own stay.
+    rendered = text.replace("${NGINX_LOCAL_RESOLVERS}", "10.89.0.1 ")
+    assert "${" not in rendered
+    assert "resolver 10.89.0.1  valid=" in rendered
+    assert "proxy_set_header Host $http_host;" in rendered

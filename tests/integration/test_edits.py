@@ -8,18 +8,21 @@ Each platform's conversion of its edit event is tested on recorded payloads
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select, text
 
 from gateway.contracts.config import BusyMode, EditedMessages, EditRule, PlatformSection
 from gateway.contracts.history import Role
-from gateway.contracts.ids import ExternalUserId, PlatformMessageId
+from gateway.contracts.ids import ExternalUserId, PlatformMessageId, ThreadId
 from gateway.contracts.messages import InboundMessage
 from gateway.sessions.admission import EDIT_OF_ANSWERED, EDIT_OF_CURRENT
 from gateway.store import Store
 from gateway.store.inbox import Outcome
+from gateway.store.tables import inbox
 from tests.fakes.platform import inbound
 from tests.integration.rig import running_rig
 from tests.integration.test_busy_modes import (
@@ -224,3 +227,108 @@ async def test_an_edit_is_words_never_a_command(store: Store, tmp_path: Path) ->
         await wait_replies(rig, 1)
         await rig.manager.accept(edit(first, "/new"))
         assert (await wait_replies(rig, 2))[1] == f"answer to {EDIT_OF_ANSWERED} /new"
+
+
+@pytest.mark.parametrize("mode", [BusyMode.QUEUE, BusyMode.STEER])
+async def test_edits_of_the_message_being_answered_replace_each_other_while_they_wait(
+    store: Store, tmp_path: Path, mode: BusyMode
+) -> None:
+    """A flood of edits of the message being answered is one edit, the newest: an edit of a
+    message whose earlier edit still waits replaces that edit's text (no turn per version)."""
+    async with running_rig(store, tmp_path, sessions=busy_config(mode)) as rig:
+        first = inbound("tool:what is 2+3")
+        versions = [f"{EDIT_OF_CURRENT} what is 2+{n}" for n in (1, 2, 4)]
+        rig.llm.release(first.text, *versions)
+        await rig.manager.accept(first)
+        await entered_tool(rig)
+        for n, version in enumerate(("what is 2+1", "what is 2+2", "what is 2+4"), start=1):
+            await rig.manager.accept(edit(first, version, n))
+        rig.tool.gate.set()
+
+        await wait_replies(rig, 1)
+        await quiet(rig)
+        answers = [d.text for d in rig.adapter.delivered if d.text.startswith("answer")]
+        if mode is BusyMode.QUEUE:
+            assert answers == [f"answer to {first.text}", f"answer to {versions[-1]}"]
+        else:  # steered into the running turn: its answer is the last version's
+            assert answers == [f"answer to {versions[-1]}"]
+        rows = await rig.settled(KEY, 4)
+        history = await transcript(store)
+        assert [m.content for m in history if m.role is Role.USER] == [first.text, versions[-1]]
+        merged = [r for r in rows if r.outcome is Outcome.MERGED]
+        assert len(merged) == 2
+        assert_one_outcome_each(rows, rig)
+
+
+async def test_an_edit_belongs_to_the_session_of_the_message_it_changes(
+    store: Store, tmp_path: Path
+) -> None:
+    """An edit whose event names another thread (Slack gives a DM message a `thread_ts` once
+    someone replied under it) is still about the message in its own session: answered there,
+    with that session's history, not in a new session of the other thread."""
+    async with running_rig(store, tmp_path, gated=False) as rig:
+        first = inbound("capital of Austrlia?")
+        await rig.manager.accept(first)
+        await wait_replies(rig, 1)
+        await rig.manager.accept(edit(first, "capital of Australia?", thread_id=ThreadId("t9")))
+        edited = f"{EDIT_OF_ANSWERED} capital of Australia?"
+        assert (await wait_replies(rig, 2))[1] == f"answer to {edited}"
+        assert [d.thread_id for d in rig.adapter.delivered if d.text.startswith("answer")] == [
+            None,
+            None,
+        ]
+        history = await transcript(store)
+        assert [m.content for m in history if m.role is Role.USER] == [first.text, edited]
+        rows = await rig.inbox.recent(limit=10)
+        assert {r.session_key for r in rows} == {KEY}
+
+
+async def test_an_edit_racing_the_steer_boundary_is_never_lost(
+    store: Store, tmp_path: Path
+) -> None:
+    """An edit of a waiting steer message whose commit waits (here: on a row lock) while the
+    turn reaches its boundary: the turn reads the new text, not the old one with the edit
+    stored as merged into text nobody reads. PostgreSQL only (SQLite runs one writer)."""
+    if store.engine.dialect.name != "postgresql":
+        pytest.skip("needs concurrent writers")
+    async with running_rig(store, tmp_path, sessions=busy_config(BusyMode.STEER)) as rig:
+        rig.llm.release("tool:look", "and the waether", "and the weather")
+        await rig.manager.accept(inbound("tool:look"))
+        await entered_tool(rig)
+        steer = inbound("and the waether")
+        await rig.manager.accept(steer)
+        row = by_text(await rig.rows(KEY))[steer.text]
+
+        locked, unlock = asyncio.Event(), asyncio.Event()
+
+        async def hold_row() -> None:
+            async with store.write() as conn:
+                await conn.execute(select(inbox.c.id).where(inbox.c.id == row.id).with_for_update())
+                locked.set()
+                await unlock.wait()
+
+        async def lock_waiters() -> int:
+            async with store.read() as conn:
+                found = await conn.scalar(
+                    text(
+                        "select count(*) from pg_stat_activity where wait_event_type = 'Lock'"
+                        " and datname = current_database()"
+                    )
+                )
+            return int(found or 0)
+
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(hold_row())
+            await locked.wait()
+            edited = tg.create_task(rig.manager.accept(edit(steer, "and the weather")))
+            async with asyncio.timeout(10):  # the edit's UPDATE waits on the lock
+                while not await lock_waiters():
+                    await asyncio.sleep(0.01)
+            rig.tool.gate.set()  # the turn reaches its boundary and takes the steer text
+            async with asyncio.timeout(10):
+                while len(rig.llm.calls) < 2:
+                    await asyncio.sleep(0.01)
+            unlock.set()
+            await edited
+
+        assert await wait_replies(rig, 1) == ["answer to and the weather"]

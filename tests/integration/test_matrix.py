@@ -153,15 +153,22 @@ async def test_an_encrypted_room_is_refused_once_with_a_notice(tmp_path: Path) -
         }
         async with daemon(tmp_path, harness, llm) as h:
             await proxy.wait_for(lambda: ("POST", "join", room) in proxy.calls, WAIT)
+            # A plain message sent into the encrypted room (a raw client can) is not answered
+            # in the clear either.
+            await say(client, room, "plain words in an encrypted room")
             for _ in range(2):
                 sent = await client.room_send(room, "m.room.encrypted", ciphertext)
                 assert isinstance(sent, RoomSendResponse)
             await proxy.wait_for(lambda: bool(proxy.texts_in(room)), WAIT)
-            # A plain message after it is answered: only the encrypted ones are refused.
+            # In a room without encryption an "encrypted" event (any client can send one) is
+            # no reason to claim the room is encrypted; a plain message there is answered.
+            sent = await client.room_send(harness.rooms[ann], "m.room.encrypted", ciphertext)
+            assert isinstance(sent, RoomSendResponse)
             await say(harness.clients[ann], harness.rooms[ann], "and in plain text")
             await _texts(proxy, harness.rooms[ann], 1)
             assert await h.answered(1)
         assert proxy.texts_in(room) == [E2E_REFUSAL]
+        assert E2E_REFUSAL not in proxy.texts_in(harness.rooms[ann])
         assert len(llm.requests) == 1
 
 
@@ -316,7 +323,8 @@ class ScreeningListSink(ListSink):
 
 async def test_a_strangers_invite_is_left_pending_when_configured(tmp_path: Path) -> None:
     """`invites: pending`: a stranger's invite is neither joined nor declined; an allowed
-    person's is joined."""
+    person's is joined; once the stranger is allowed (paired) their pending invite is joined
+    (inviting again changes nothing on the homeserver, so Herald must look again itself)."""
     async with started("matrix") as harness:
         assert isinstance(harness, MatrixHarness)
         proxy = harness.proxy
@@ -334,7 +342,10 @@ async def test_a_strangers_invite_is_left_pending_when_configured(tmp_path: Path
             await proxy.wait_for(lambda: ("POST", "join", anns) in proxy.calls, WAIT)
             await say(harness.clients[ann], anns, "after the invites")
             await sink.until(lambda: "after the invites" in sink.texts)
-        assert not [c for c in proxy.calls if c[2] == strangers and c[1] in ("join", "leave")]
+            assert not [c for c in proxy.calls if c[2] == strangers and c[1] in ("join", "leave")]
+            sink.allowed.add(harness.stranger)
+            await say(harness.clients[ann], anns, "the stranger is paired now")
+            await proxy.wait_for(lambda: ("POST", "join", strangers) in proxy.calls, WAIT)
 
 
 async def test_a_long_answer_streams_then_goes_in_chunks(tmp_path: Path) -> None:
@@ -406,3 +417,52 @@ async def test_the_gap_after_a_restart_is_read_nothing_skipped_nothing_twice(
             await sink.until(lambda: "after" in sink.texts)
         assert sink.texts == ["before", *away, "after"]
         assert ("GET", "messages", room) in harness.proxy.calls  # the gap was read
+
+
+async def test_a_since_token_the_homeserver_refuses_starts_a_full_sync(tmp_path: Path) -> None:
+    """A stored token the homeserver calls invalid (a database restored next to another
+    server, a move to another homeserver) would fail every /sync for ever: it is dropped and
+    a full sync starts again (the inbox answers each event once)."""
+    async with started("matrix") as harness:
+        assert isinstance(harness, MatrixHarness)
+        ann = harness.people[0]
+        room, client = harness.rooms[ann], harness.clients[ann]
+        await harness.checkpoints.set("since", "not-a-token")
+        config = MatrixConfig.model_validate(harness.section(0))
+        sink = ListSink()
+        adapter = MatrixAdapter(config, tmp_path / "files", harness.checkpoints)
+        async with adapter, receiving(adapter, sink):
+            await say(client, room, "after a bad token")
+            await sink.until(lambda: "after a bad token" in sink.texts)
+        assert await harness.checkpoints.get("since") != "not-a-token"
+
+
+async def test_the_e2e_notice_is_tried_again_after_a_429(tmp_path: Path) -> None:
+    """A notice the homeserver rate-limited is not marked as told: the next encrypted message
+    tries again (the same transaction id, so never twice)."""
+    async with started("matrix") as harness:
+        assert isinstance(harness, MatrixHarness)
+        ann = harness.people[0]
+        client, proxy = harness.clients[ann], harness.proxy
+        encryption = {
+            "type": "m.room.encryption",
+            "state_key": "",
+            "content": {"algorithm": "m.megolm.v1.aes-sha2"},
+        }
+        made = await client.room_create(
+            is_direct=True, invite=[harness.bot.user_id], initial_state=[encryption]
+        )
+        assert isinstance(made, RoomCreateResponse)
+        room = str(made.room_id)
+        proxy.rate_limit(room, 0.05)
+        config = MatrixConfig.model_validate(harness.section(0))
+        sink = ScreeningListSink({ann})
+        adapter = MatrixAdapter(config, tmp_path / "files", harness.checkpoints)
+        async with adapter, receiving(adapter, sink):
+            await proxy.wait_for(lambda: ("POST", "join", room) in proxy.calls, WAIT)
+            await say(client, room, "first")
+            await proxy.wait_for(lambda: not proxy.still_limited(room), WAIT)
+            await say(client, room, "second")
+            await proxy.wait_for(lambda: bool(proxy.texts_in(room)), WAIT)
+        assert proxy.texts_in(room) == [E2E_REFUSAL]
+        assert sink.texts == []

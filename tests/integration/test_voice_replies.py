@@ -7,6 +7,7 @@ endpoint that fails leaves the answer in text, logged once for the run of failur
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -17,7 +18,7 @@ import pytest
 from sqlalchemy import select
 
 from agent_core.media.speech import is_ogg_opus
-from gateway.store.tables import outbox
+from gateway.store.tables import inbox, outbox
 from tests.contract.harness import (
     DiscordHarness,
     EmailHarness,
@@ -50,6 +51,7 @@ async def herald(
     *,
     voice: str | None = None,
     section_extra: dict[str, Any] | None = None,
+    sections: dict[str, Any] | None = None,
     **speech_extra: Any,
 ) -> AsyncIterator[Herald]:
     port = free_port()
@@ -75,6 +77,7 @@ async def herald(
                 "voice": "nova",
                 **speech_extra,
             },
+            **(sections or {}),
         },
     ) as h:
         yield h
@@ -318,3 +321,87 @@ async def test_a_strangers_voice_note_is_neither_heard_nor_answered_by_voice(
         assert speech.said == ["for you"]
         assert voices_to(telegram, stranger) == []
         assert not any(SECRET in t or "for you" in t for t in telegram.texts_to(stranger))
+
+
+async def test_a_voice_note_the_platform_refuses_leaves_its_caption_as_text(
+    tmp_path: Path, telegram: PlatformHarness
+) -> None:
+    """Telegram refuses voice notes to people who turned them off (400
+    VOICE_MESSAGES_FORBIDDEN): the answer, carried as the caption, must not die with it."""
+    assert isinstance(telegram, TelegramHarness)
+    person = telegram.people[0]
+    async with (
+        FakeLLM() as llm,
+        FakeSpeech() as speech,
+        herald(
+            tmp_path,
+            telegram,
+            llm,
+            speech,
+            sections={"delivery": {"max_attempts": 2, "backoff_initial": 0.05}},
+        ) as h,
+    ):
+        telegram.tg.fail("sendVoice", status=400)
+        llm.script(Reply(text="The **whole** answer, as a caption."))
+        await voice_note(telegram, h, person)
+        assert await telegram.wait_texts(person, 1) == ["The whole answer, as a caption."]
+        assert speech.said == ["The whole answer, as a caption."]
+        assert [s.method for s in telegram.tg.sent] == ["sendMessage"]
+
+        # An upload that fails every time (a 5xx for each try) costs the voice, not the text.
+        telegram.tg.fail("sendVoice", count=1000, status=500)
+        llm.script(Reply(text="Second answer."))
+        await voice_note(telegram, h, person)
+        assert (await telegram.wait_texts(person, 2))[1] == "Second answer."
+        assert [s.method for s in telegram.tg.sent] == ["sendMessage", "sendMessage"]
+
+
+async def test_twilio_voice_refused_sends_the_spoken_part_as_text(tmp_path: Path) -> None:
+    """No caption on Twilio: the spoken part is only heard. A number that takes no media
+    (an SMS number without MMS) must still get those words, as text."""
+    async with started("whatsapp") as twilio:
+        assert isinstance(twilio, TwilioHarness)
+        person = twilio.people[0]
+        async with (
+            FakeLLM() as llm,
+            FakeSpeech() as speech,
+            herald(tmp_path, twilio, llm, speech, max_chars=50) as h,
+        ):
+            twilio.twilio.refuse_media(21612)
+            rest = ("Then more words, read but not spoken. " * 3).strip()
+            llm.script(Reply(text=f"Spoken back to you.\n\n{rest}"))
+            await voice_note(twilio, h, person)
+            await twilio.fake.wait_for(lambda: len(twilio.twilio.bodies(person)) >= 2, 30)
+            assert speech.said == ["Spoken back to you."]
+            assert twilio.twilio.bodies(person) == ["Spoken back to you.", rest]  # in order
+            assert all(s.media == () for s in twilio.twilio.sent)
+
+
+async def test_a_voice_note_steered_into_a_typed_turn_makes_its_answer_spoken(
+    tmp_path: Path, telegram: PlatformHarness
+) -> None:
+    assert isinstance(telegram, TelegramHarness)
+    person = telegram.people[0]
+    async with (
+        FakeLLM() as llm,
+        FakeSpeech() as speech,
+        herald(tmp_path, telegram, llm, speech, section_extra={"busy_mode": "steer"}) as h,
+    ):
+        gate = asyncio.Event()
+        llm.script(
+            Reply(tool_calls=[("view_attachment", {"file": "nothing.txt"})], gate=gate),
+            Reply(text="heard you"),
+        )
+        await telegram.send(h, person, "look into it")  # typed: not spoken, so far
+        await llm.wait_for_requests(1, timeout=20)
+        await voice_note(telegram, h, person)
+
+        async def steered() -> bool:
+            async with h.store.read() as conn:
+                return bool(await conn.scalar(select(inbox.c.id).where(inbox.c.steer.is_(True))))
+
+        await h.until(steered)
+        gate.set()
+        [sent] = await telegram.tg.wait_for_sent(lambda s: s.method == "sendVoice", 20)
+        assert sent.plain_text == "heard you"
+        assert speech.said == ["heard you"]

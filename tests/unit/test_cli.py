@@ -20,6 +20,7 @@ from gateway.contracts.ids import SessionKey
 from gateway.store import Store
 from gateway.store import engine as engine_mod
 from tests.fakes.llm import FakeLLM
+from tests.fakes.speech import FakeSpeech
 from tests.turns import finish_turn, start_turn
 from tests.unit.cli_harness import Herald
 
@@ -418,3 +419,21 @@ async def test_sessions_show_lists_each_inbound_message_with_its_outcome(herald:
         "what's up" in line and "dropped" in line and "cleared by /stop" in line for line in lines
     )
     assert any("spam" in line and "rejected" in line for line in lines)
+
+
+async def test_doctor_speaks_a_few_words_to_the_speech_endpoint(herald: Herald) -> None:
+    async with FakeSpeech() as speech:
+        herald.configure(speech={"base_url": speech.base_url, "api_key": "tts-key-123456"})
+        result = await herald.invoke("doctor")
+        verdict, detail = verdicts(result)["speech"]
+        assert verdict == "OK"
+        assert detail.startswith(f"{speech.base_url}: ")
+        assert "bytes of Ogg/Opus (tts-1, alloy)" in detail
+        assert speech.said == ["Herald is ready."]
+
+        speech.status = 401
+        result = await herald.invoke("doctor")
+    assert result.exit_code == 1, result.output
+    verdict, detail = verdicts(result)["speech"]
+    assert verdict == "FAIL"
+    assert "refused it (HTTP 401); answers will be text" in detail

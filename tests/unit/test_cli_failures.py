@@ -23,6 +23,7 @@ from aiohttp import web
 from sqlalchemy import text
 
 from gateway.store import Store
+from tests.conftest import PgServer
 from tests.e2e.daemon import HERALD, free_port
 from tests.services import require_service
 
@@ -156,6 +157,23 @@ async def test_a_read_only_state_dir_is_one_line_and_exit_2(tmp_path: Path) -> N
         ran = await herald(tmp_path, "sessions", "list", settings=settings(state_dir))
 
     assert_one_line(ran, 2, str(state_dir))
+
+
+async def test_run_on_postgresql_with_a_read_only_state_dir_is_one_line_and_exit_2(
+    tmp_path: Path, pg_server: PgServer
+) -> None:
+    # On SQLite the database cannot open; on PostgreSQL the state directory is only a cache,
+    # and a container's root-owned mount left Herald "ready" with files, skills and the
+    # workspace failing later, one by one.
+    database = pg_server.create_database()
+    try:
+        with read_only_directory(tmp_path / "state") as state_dir:
+            config = settings(state_dir, database_url=pg_server.url(database))
+            ran = await herald(tmp_path, "run", settings=config)
+    finally:
+        pg_server.drop_database(database)
+
+    assert_one_line(ran, 2, f"the state directory {state_dir} is not writable", "HERALD_HOME")
 
 
 async def test_debug_adds_the_traceback(tmp_path: Path) -> None:

@@ -28,8 +28,9 @@ from adapters.discord.convert import (
 from adapters.inbound import FileRef, Incoming, Skipped, message_key
 from gateway.contracts.errors import AuthError, NotReady, PermanentSendError, RateLimited
 from gateway.contracts.ids import AccountId
-from gateway.contracts.messages import InboundMessage
+from gateway.contracts.messages import InboundMessage, Reaction
 
+NOW = datetime(2026, 11, 29, 7, 0, tzinfo=UTC)
 DATA = Path(__file__).resolve().parents[1] / "data" / "discord"
 BOT = "1199857218124726272"
 GUILD_CHANNEL = "1199859387204829226"
@@ -268,12 +269,35 @@ def test_an_edit_names_the_message_it_changes() -> None:
 
 def test_a_reaction_in_a_thread_belongs_to_the_thread() -> None:
     data = load("reaction_add")
-    reaction = reaction_from(data, bot_id=BOT, account=AccountId("srv"), channel=CHANNELS[THREAD])
+    reaction = reaction_from(
+        data, bot_id=BOT, account=AccountId("srv"), channel=CHANNELS[THREAD], now=NOW
+    )
     assert not isinstance(reaction, Skipped)
     assert (reaction.chat_id, reaction.thread_id, reaction.emoji) == (GUILD_CHANNEL, THREAD, "👍")
     assert reaction.message == message_key(THREAD, "1311234567890123999")
     assert (reaction.sender.display_name, reaction.is_direct) == ("Ann Example", False)
     own = {**data, "user_id": BOT}
-    assert reaction_from(own, bot_id=BOT, account=AccountId("srv"), channel=None) == Skipped(
-        "the bot's own reaction"
+    assert reaction_from(
+        own, bot_id=BOT, account=AccountId("srv"), channel=None, now=NOW
+    ) == Skipped("the bot's own reaction")
+    # Another bot's reaction is skipped like its messages are (two bots must not loop).
+    member = {**data["member"], "user": {**data["member"]["user"], "bot": True}}
+    other = reaction_from(
+        {**data, "member": member}, bot_id=BOT, account=AccountId("srv"), channel=None, now=NOW
     )
+    assert other == Skipped("a bot's reaction")
+
+
+def test_a_reaction_taken_back_and_added_again_counts_again() -> None:
+    """Discord sends no id for a reaction event and never redelivers one: the same person's
+    same emoji on the same message, added again later (after "not all here yet" on an
+    approval question), is a new reaction, not a duplicate of the first."""
+    data, account = load("reaction_add"), AccountId("srv")
+    first = reaction_from(data, bot_id=BOT, account=account, channel=None, now=NOW)
+    again = reaction_from(
+        data, bot_id=BOT, account=account, channel=None, now=NOW + timedelta(seconds=30)
+    )
+    assert isinstance(first, Reaction)
+    assert isinstance(again, Reaction)
+    assert first.event_id != again.event_id
+    assert again.received_at == NOW + timedelta(seconds=30)

@@ -22,8 +22,10 @@ from adapters.matrix.convert import (
     button_reactions,
     edit_content,
     error_from,
+    inviter_of,
     ogg_duration_ms,
     reaction_from,
+    reaction_of,
     split_event_key,
     text_content,
     to_html,
@@ -405,3 +407,109 @@ def test_a_voice_message_gets_a_name_with_its_extension() -> None:
         MediaRef("mxc://herald.test/v", "audio/ogg", 2000, "Voice message.ogg"),
     )
     assert incoming.message.text == ""
+
+
+@pytest.mark.parametrize("stamp", [2**53 - 1, -(2**53) + 1, 1e300])
+def test_a_timestamp_out_of_range_is_read_as_now(stamp: float) -> None:
+    # A remote server sets origin_server_ts; one absurd value must not stop the /sync loop
+    # (the batch would be read again and fail again, for ever).
+    crafted = {**event("dm_text"), "origin_server_ts": stamp}
+    got = to_inbound(crafted, room=DM, me=ME, account=AccountId("a"), config=config(), now=NOW)
+    assert isinstance(got, Incoming | Skipped)
+
+
+def test_answers_mention_nobody() -> None:
+    # An empty m.mentions turns off the body-based push rules: an answer quoting "@room" or a
+    # member's name pings no one.
+    for content in (
+        text_content("@room look", markdown=True),
+        text_content("**@room**", markdown=True),
+        text_content("Ann said so", markdown=False),
+    ):
+        assert content["m.mentions"] == {}
+    edit = edit_content("$t", text_content("@room", markdown=True))
+    assert edit["m.mentions"] == {}
+    assert edit["m.new_content"]["m.mentions"] == {}
+
+
+def test_images_in_markdown_are_links_not_fetched_pictures() -> None:
+    # The spec's <img> takes mxc:// only; an http(s) or data: picture would be fetched by
+    # some clients (a tracker an answer could carry).
+    html = to_html("![pixel](https://evil.example/p.png) ![d](data:image/png;base64,AAAA)")
+    assert "<img" not in html
+    assert '<a href="https://evil.example/p.png">pixel</a>' in html
+    assert "src=" not in html
+    assert 'href="data:' not in html
+    assert to_html("[![i](https://e/i.png)](https://e/l)") == '<p><a href="https://e/l">i</a></p>'
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["mxc://../..", "mxc://herald.test/..", "mxc://herald.test/a/../../x", "mxc://h/a?b", "mxc://"],
+)
+def test_a_malformed_media_uri_is_not_downloaded(url: str) -> None:
+    crafted = event("image")
+    crafted["content"] = {**crafted["content"], "url": url}
+    got = to_inbound(crafted, room=DM, me=ME, account=AccountId("a"), config=config(), now=NOW)
+    assert isinstance(got, Incoming)
+    assert got.files == ()
+
+
+def test_only_the_specs_link_schemes_become_links() -> None:
+    html = to_html("[a](data:image/png;base64,AA) [b](ms-msdt:/id) [c](/rel) [d](HTTPS://x)")
+    assert html.count("<a ") == 1
+    assert '<a href="HTTPS://x">d</a>' in html
+    assert "mailto:a@b.c" in to_html("<mailto:a@b.c>")
+
+
+def test_a_relation_to_no_valid_event_id_is_left_out() -> None:
+    # Relation ids are the sender's to write: a 6 KB "thread root" became the session key,
+    # which PostgreSQL cannot index, so the inbox commit failed on every read of the batch.
+    huge = "$" + "x9" * 3000
+    thread = event("thread")
+    thread["content"]["m.relates_to"]["event_id"] = huge
+    got = to_inbound(thread, room=DM, me=ME, account=AccountId("a"), config=config(), now=NOW)
+    assert isinstance(got, Incoming)
+    assert got.message.thread_id is None
+    reply = event("reply")
+    reply["content"]["m.relates_to"]["m.in_reply_to"]["event_id"] = huge
+    got = to_inbound(reply, room=DM, me=ME, account=AccountId("a"), config=config(), now=NOW)
+    assert isinstance(got, Incoming)
+    assert got.message.reply_to is None
+    # A reaction to such an id is not looked up (a 6 KB URL the homeserver would refuse).
+    relation = {"rel_type": "m.annotation", "event_id": huge, "key": "✅"}
+    assert reaction_of({"type": "m.reaction", "content": {"m.relates_to": relation}}) is None
+    for bad in (huge, "not-an-event", "$with space"):
+        thread["content"]["m.relates_to"]["event_id"] = bad
+        got = to_inbound(thread, room=DM, me=ME, account=AccountId("a"), config=config(), now=NOW)
+        assert isinstance(got, Incoming)
+        assert got.message.thread_id is None
+
+
+def test_the_inviter_is_the_sender_of_the_invite_itself() -> None:
+    # The stripped state before the invite is what the inviting server claims: a forged
+    # member event there must not make an allowed person the inviter.
+    def member(sender: str) -> dict[str, Any]:
+        return {
+            "type": "m.room.member",
+            "state_key": ME.user_id,
+            "sender": sender,
+            "content": {"membership": "invite"},
+        }
+
+    name = {"type": "m.room.name", "state_key": "", "sender": "@x:evil.test", "content": {}}
+    forged = [member("@ann:herald.test"), name, member("@eve:evil.test")]
+    assert inviter_of(forged, ME) == "@eve:evil.test"
+    assert inviter_of([name], ME) is None
+
+
+def test_a_plain_message_in_an_encrypted_room_is_not_answered_in_the_clear() -> None:
+    encrypted = RoomView("!secret:herald.test", members=2, encrypted=True)
+    got = convert("dm_text", encrypted)
+    assert isinstance(got, Skipped)
+
+
+def test_a_homeserver_with_an_api_path_is_refused_with_the_base_to_write() -> None:
+    with pytest.raises(ValueError, match=r"'https://matrix\.example\.org'"):
+        config(homeserver="https://matrix.example.org/_matrix/client/v3")
+    assert config(homeserver="https://example.org/matrix/").homeserver

@@ -200,3 +200,14 @@ def test_what_people_read_keeps_words_a_careless_short_secret_matches() -> None:
     assert redact.secrets("herald says a-long-enough-secret") == "herald says ***"
     stream = SecretStream(redact)
     assert stream.feed("herald ") == "herald "  # not held back as a secret's beginning
+
+
+def test_a_secret_written_with_markdown_escapes_is_hidden_too() -> None:
+    """An answer is redacted as Markdown, before the platform's renderer drops its escapes:
+    `sk\\_live\\-…` shows as `sk_live-…`, so it must be caught in that form too."""
+    redactor = Redactor(["sk_live-0123.4567"])
+    escaped = r"the key is sk\_live\-0123\.4567, see"
+    assert redactor(escaped) == "the key is ***, see"
+    assert redactor.secrets(escaped) == "the key is ***, see"
+    assert redactor.secrets("sk_live-0123.4567") == "***"
+    assert redactor.secrets(r"sk\\_live-0123.4567") == r"sk\\_live-0123.4567"  # a backslash shown

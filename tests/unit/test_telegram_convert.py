@@ -177,10 +177,25 @@ def test_files_of_other_types_become_a_note() -> None:
 def test_an_edit_names_the_message_it_changes() -> None:
     message = accepted("edited").message
     assert message.text == "Hello Herald, what's on tomorrow?"
-    assert message.platform_message_id == f"111111111:11:e{1795000030}"
+    update_id = payload("edited")["update_id"]
+    assert message.platform_message_id == f"111111111:11:e{1795000030}-{update_id}"
     assert message.edit_of == "111111111:11"
     assert message.received_at == SENT + timedelta(seconds=30)
     assert accepted("dm_text").message.edit_of is None
+
+
+def test_two_edits_in_one_second_are_two_edits() -> None:
+    """`edit_date` counts seconds: a second edit within the same second is not a redelivery
+    of the first (whose text it would then lose); a redelivery keeps its update id."""
+    data = payload("edited")
+    second = parse_update({**data, "update_id": data["update_id"] + 1})
+    assert not isinstance(second, Skipped)
+    now = SENT + timedelta(seconds=35)
+    again = to_inbound(second, bot=BOT, account=AccountId("bot"), config=config(), now=now)
+    assert isinstance(again, Incoming)
+    first = accepted("edited").message
+    assert again.message.platform_message_id != first.platform_message_id
+    assert accepted("edited").message.platform_message_id == first.platform_message_id
 
 
 @pytest.mark.parametrize(

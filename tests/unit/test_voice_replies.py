@@ -90,6 +90,7 @@ def test_voice_reply_from_the_environment(tmp_path: Path, monkeypatch: pytest.Mo
         ),
         ("    voice: {reply: sometimes}\n", "platforms.telegram.voice.reply: Input should be"),
         ("    voice: {replies: never}\n", "platforms.telegram.voice.replies: unknown key"),
+        ("    voice: always\n", "platforms.telegram.voice: a section, not 'always': write"),
         ("speech: {base_url: tts.example.com}\n", "speech.base_url: 'tts.example.com' is not"),
         ("speech: {base_url: 'http://x/v1', max_chars: 10}\n", "speech.max_chars: Input should"),
         ("speech: {base_url: 'http://x/v1', api_key: ' '}\n", "speech.api_key: must not be"),
