@@ -10,6 +10,7 @@ from typing import Any, Self
 import httpx
 
 from adapters.inbound import Skipped
+from adapters.inflight import InFlight, TrackedSends
 from adapters.loopback import PLATFORM
 from adapters.loopback.config import LoopbackConfig
 from adapters.loopback.convert import (
@@ -39,7 +40,7 @@ MAX_POLL_PAUSE = 60.0
 """Longest pause after a poll was rate limited."""
 
 
-class LoopbackAdapter:
+class LoopbackAdapter(TrackedSends):
     """The test-only loopback platform: an Adapter, a TypingIndicator and a MessageEditor.
 
     Receives by long polling `GET /bot<token>/updates`. An update is acknowledged (by the
@@ -56,6 +57,7 @@ class LoopbackAdapter:
             max_chunk=1000, count_utf16=False, min_edit_interval=0.2, min_send_interval=0.0
         )
         self._client: httpx.AsyncClient | None = None
+        self._inflight = InFlight()
         self._offset = 0
         self._last_poll: float | None = None
 
@@ -82,6 +84,9 @@ class LoopbackAdapter:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        # A send under way may already be delivered: closing the client under it would make
+        # it fail and be sent again.
+        await self._drain_sends()
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
@@ -135,7 +140,7 @@ class LoopbackAdapter:
         if update_id is not None:
             self._offset = max(self._offset, update_id + 1)
 
-    async def send(self, message: OutboundMessage) -> DeliveryReceipt:
+    async def _send(self, message: OutboundMessage) -> DeliveryReceipt:
         """Deliver one chunk. Raises RateLimited, MarkupRejected, PermanentSendError, NotReady."""
         body = await self._call(self._connected(), "POST", "/send", json=to_send_payload(message))
         return DeliveryReceipt(_message_id(body))
