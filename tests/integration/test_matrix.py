@@ -434,7 +434,10 @@ async def test_a_since_token_the_homeserver_refuses_starts_a_full_sync(tmp_path:
         async with adapter, receiving(adapter, sink):
             await say(client, room, "after a bad token")
             await sink.until(lambda: "after a bad token" in sink.texts)
-        assert await harness.checkpoints.get("since") != "not-a-token"
+            # The batch's token is stored just after its events are accepted.
+            async with asyncio.timeout(WAIT):
+                while await harness.checkpoints.get("since") == "not-a-token":
+                    await asyncio.sleep(0.05)
 
 
 async def test_the_e2e_notice_is_tried_again_after_a_429(tmp_path: Path) -> None:
