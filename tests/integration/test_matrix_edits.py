@@ -117,7 +117,7 @@ async def test_edits_of_a_waiting_and_an_answered_message(tmp_path: Path) -> Non
 
 @pytest.mark.xfail(
     strict=False,
-    reason="flaky under load (failed once in four full runs): the edit was not read again "
+    reason="flaky under load (failed in 2 of 5 full runs): the edit was not read again "
     "within 10 s after nio logged a response without event_id; under investigation",
 )
 async def test_an_edit_whose_message_cannot_be_read_now_is_read_again(tmp_path: Path) -> None:
