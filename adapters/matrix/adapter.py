@@ -285,6 +285,11 @@ class MatrixAdapter(TrackedSends):
 
     async def _sync(self, since: str | None) -> SyncResponse:
         client = self._connected()
+        if since is None:
+            # nio falls back to the token of its last answer, which may be past a batch that
+            # failed before its events were stored: no stored token means a full sync.
+            client.next_batch = ""
+            client.loaded_sync_token = ""
         self._poll_started = time.monotonic()
         try:
             async with asyncio.timeout(self.config.sync_timeout + SYNC_GRACE):
