@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -86,9 +87,12 @@ SEND_FILE_MAX_BYTES = 100 * 1024 * 1024
 CHANNELS = "channels"
 """The checkpoint listing the channels Herald heard from, most recent last (JSON)."""
 LAST_PREFIX = "last:"
+"""A channel's checkpoint: `<create_at>:<post id>` of its newest post in the inbox."""
 BACKFILL_PAGE = 200
 RECENT_POSTS = 100
 """Posts of a channel looked through for a chunk sent before a crash."""
+TAKEN = 2000
+"""Post ids remembered as handled."""
 
 
 class MattermostAdapter(TrackedSends):
@@ -126,6 +130,9 @@ class MattermostAdapter(TrackedSends):
         self._channels: list[str] = []
         self._last: dict[str, int] = {}
         self._catching_up = asyncio.Lock()
+        self._taken: OrderedDict[str, None] = OrderedDict()
+        """The ids of the posts handled lately (a post read back and then seen on the stream,
+        or the other way round, is handled once)."""
 
     # -- the connection ---------------------------------------------------------------------
 
@@ -300,8 +307,12 @@ class MattermostAdapter(TrackedSends):
         mentions: tuple[str, ...] | None,
         edit: bool = False,
     ) -> None:
-        """One post to the inbox (with its files), then its channel's checkpoint moved."""
+        """One post to the inbox (with its files), then its channel's checkpoint moved; a post
+        handled already (read back, then on the stream) is passed over."""
         channel = str(post.get("channel_id") or "")
+        post_id = str(post.get("id") or "")
+        if not edit and post_id in self._taken:
+            return
         kind = await self._channel_type(channel) if channel else None
         incoming = to_inbound(
             post,
@@ -319,7 +330,10 @@ class MattermostAdapter(TrackedSends):
         else:
             await self._accept(incoming, sink)
         if not edit:
-            await self._seen(channel, post_time(post))
+            self._taken[post_id] = None
+            while len(self._taken) > TAKEN:
+                self._taken.popitem(last=False)
+            await self._seen(channel, post_time(post), post_id)
 
     async def _accept(self, incoming: Incoming[FileRef], sink: InboundSink) -> None:
         key = incoming.message.platform_message_id
@@ -331,7 +345,7 @@ class MattermostAdapter(TrackedSends):
         )
         await sink.accept(message)
 
-    async def _seen(self, channel: str, at: int | None) -> None:
+    async def _seen(self, channel: str, at: int | None, post_id: str) -> None:
         """Move `channel`'s checkpoint to `at` (never back) and list the channel as heard."""
         if not channel or at is None:
             return
@@ -345,16 +359,18 @@ class MattermostAdapter(TrackedSends):
                 await self.checkpoints.set(CHANNELS, json.dumps(self._channels))
         if at > self._last.get(channel, 0):
             self._last[channel] = at
-            await self.checkpoints.set(LAST_PREFIX + channel, str(at))
+            await self.checkpoints.set(LAST_PREFIX + channel, f"{at}:{post_id}")
 
     async def _catch_up(self, sink: InboundSink) -> None:
         """Read back every heard-from channel's posts since its checkpoint, oldest first."""
         async with self._catching_up:
             for channel in list(self._channels):
                 stored = await self.checkpoints.get(LAST_PREFIX + channel)
-                if stored is None or not stored.isdigit():
+                at, _, last_id = (stored or "").partition(":")
+                if not at.isdigit():
                     continue
-                since = max(int(stored), self._last.get(channel, 0))
+                self._taken.setdefault(last_id, None)
+                since = max(int(at), self._last.get(channel, 0))
                 try:
                     page = await self._api(
                         "GET",
@@ -369,7 +385,7 @@ class MattermostAdapter(TrackedSends):
                 found = [
                     p
                     for p in (posts.values() if isinstance(posts, Mapping) else ())
-                    if isinstance(p, Mapping) and (post_time(p) or 0) > since
+                    if isinstance(p, Mapping) and (post_time(p) or 0) >= since
                 ]
                 found.sort(key=lambda p: post_time(p) or 0)
                 for post in found:
