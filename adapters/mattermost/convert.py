@@ -311,6 +311,11 @@ def button_props(buttons: Sequence[Button], *, url: str, secret: str) -> dict[st
     return {"attachments": [{"text": "", "actions": actions}]}
 
 
+def _digest(trigger: str) -> str:
+    """A short, fixed-length stand-in for a trigger id (base64 of a signed blob)."""
+    return hashlib.sha256(trigger.encode()).hexdigest()[:32]
+
+
 def pressed(payload: Any, *, secret: str, me: Me, account: AccountId) -> InboundMessage | Skipped:
     """A press of one of Herald's buttons (the server's POST to the integration URL) as the
     presser's own command, or `Skipped` and why: not JSON, not a command Herald offers, or a
@@ -341,7 +346,7 @@ def pressed(payload: Any, *, secret: str, me: Me, account: AccountId) -> Inbound
         chat_id=ChatId(channel),
         sender=Sender(ExternalUserId(user), _str(payload.get("user_name")) or user),
         text=command,
-        platform_message_id=PlatformMessageId(f"{message_key(channel, post)}:b{trigger[:40]}"),
+        platform_message_id=PlatformMessageId(f"{message_key(channel, post)}:b{_digest(trigger)}"),
         mentions_bot=True,
         raw=dict(payload),
     )
@@ -377,9 +382,7 @@ def slash_command(
         chat_id=ChatId(channel),
         sender=Sender(ExternalUserId(user), _str(form.get("user_name")) or user),
         text=text,
-        platform_message_id=PlatformMessageId(
-            f"{channel}:s{hashlib.sha256(trigger.encode()).hexdigest()[:32]}"
-        ),
+        platform_message_id=PlatformMessageId(f"{channel}:s{_digest(trigger)}"),
         is_direct=False,
         mentions_bot=True,
         thread_id=ThreadId(root) if root is not None else None,
