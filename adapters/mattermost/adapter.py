@@ -91,6 +91,8 @@ LAST_PREFIX = "last:"
 BACKFILL_PAGE = 200
 RECENT_POSTS = 100
 """Posts of a channel looked through for a chunk sent before a crash."""
+MAX_FILES = 5
+"""Files one post takes (the server's limit)."""
 TAKEN = 2000
 """Post ids remembered as handled."""
 
@@ -517,7 +519,11 @@ class MattermostAdapter(TrackedSends):
             if found is not None:
                 logger.info("mattermost: chunk %s was already posted", message.idempotency_key)
                 return DeliveryReceipt(PlatformMessageId(f"{channel}:{found}"))
-        file_ids = [await self._upload(channel, a) for a in message.attachments[:5]]
+        if len(message.attachments) > MAX_FILES:
+            raise PermanentSendError(
+                f"mattermost: {len(message.attachments)} files; a post takes {MAX_FILES}"
+            )
+        file_ids = [await self._upload(channel, a) for a in message.attachments]
         if not message.text.strip() and not file_ids:
             raise PermanentSendError("mattermost: nothing to send (no text and no files)")
         props: dict[str, Any] = {SEND_MARK: mark}
