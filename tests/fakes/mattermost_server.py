@@ -351,6 +351,10 @@ class FakeMattermostServer(Served, Waitable):
             if s.transport is not None:
                 s.transport.abort()
 
+    def forget_pending(self) -> None:
+        """The pending-post window passes: a repeated `pending_post_id` makes a new post."""
+        self._pending.clear()
+
     def lose_next_event(self, count: int = 1) -> None:
         self._lose += count
 

@@ -354,12 +354,16 @@ async def test_a_resend_after_a_crash_finds_the_post_already_made(
 ) -> None:
     async with adapter_for(mm, tmp_path) as first:
         sent = await first.send(chunk(DM, "the answer", key="turn-9:0"))
+    mm.forget_pending()  # the server's own window has passed: only Herald's look finds it
     async with adapter_for(mm, tmp_path) as second:
         again = await second.send(chunk(DM, "the answer", key="turn-9:0", recovered=True))
         fresh = await second.send(chunk(DM, "another", key="turn-9:1", recovered=True))
     assert again.platform_message_id == sent.platform_message_id
     assert mm.texts_in(DM) == ["the answer", "another"]
     assert fresh.platform_message_id != sent.platform_message_id
+    async with adapter_for(mm, tmp_path) as third:  # not marked recovered: posted again
+        await third.send(chunk(DM, "the answer", key="turn-9:0"))
+    assert mm.texts_in(DM) == ["the answer", "another", "the answer"]
 
 
 async def test_a_repeated_post_within_the_servers_window_is_one_post(
