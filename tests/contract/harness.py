@@ -37,6 +37,8 @@ from adapters.loopback.adapter import LoopbackAdapter
 from adapters.loopback.config import LoopbackConfig
 from adapters.matrix.adapter import MatrixAdapter
 from adapters.matrix.config import MatrixConfig
+from adapters.mattermost.adapter import MattermostAdapter
+from adapters.mattermost.config import MattermostConfig
 from adapters.slack.adapter import SlackAdapter
 from adapters.slack.config import SlackConfig
 from adapters.telegram.adapter import TelegramAdapter
@@ -54,6 +56,8 @@ from tests.fakes.dovecot import USER as MAILBOX
 from tests.fakes.dovecot import Dovecot
 from tests.fakes.matrix_people import open_direct_chat, person_client, say, say_file
 from tests.fakes.matrix_proxy import MatrixProxy
+from tests.fakes.mattermost_server import TOKEN as MATTERMOST_TOKEN
+from tests.fakes.mattermost_server import FakeMattermostServer
 from tests.fakes.slack import DEFAULT_APP_TOKEN, DEFAULT_BOT_TOKEN, FakeSlackServer
 from tests.fakes.slack import Injected as SlackInjected
 from tests.fakes.smtp_server import SmtpServer
@@ -858,6 +862,100 @@ class MatrixHarness(PlatformHarness):
         return self.proxy.edits()
 
 
+class MattermostHarness(PlatformHarness):
+    """Mattermost against the fake REST v4 + websocket server; each person has a direct
+    channel with the bot."""
+
+    platform = "mattermost"
+    people = ("annannannannannannannanna1", "bobbobbobbobbobbobbobbobb1")
+    DMS: ClassVar[dict[str, str]] = {
+        "annannannannannannannanna1": "dmannanndmannanndmannanna1",
+        "bobbobbobbobbobbobbobbobb1": "dmbobbobdmbobbobdmbobbobb1",
+        "eveeveeveeveeveeveeveevee1": "dmeveevedmeveevedmeveevee1",
+    }
+    stranger = "eveeveeveeveeveeveeveevee1"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[str, dict[str, Any]] = {}
+        self.checkpoints = MemoryCheckpoints()
+        """The adapter's checkpoints: each channel's newest post in the inbox."""
+
+    async def _start(self, stack: contextlib.AsyncExitStack) -> None:
+        self.mm = await stack.enter_async_context(FakeMattermostServer())
+        for person, name in zip((*self.people, self.stranger), ("ann", "bob", "eve"), strict=True):
+            self.mm.add_user(person, name)
+            self.mm.add_channel(self.DMS[person], "D")
+
+    @property
+    def fake(self) -> Waitable:
+        return self.mm
+
+    def section(self, api_port: int) -> dict[str, Any]:
+        return {
+            "url": self.mm.base_url,
+            "token": MATTERMOST_TOKEN,
+            "allowed_users": list(self.people),
+            "stream_edits": False,
+            "min_send_interval": 0,
+            "working_reaction": "",
+        }
+
+    async def send(self, herald: Herald, person: str, text: str) -> None:
+        await self.mm.wait_for(lambda: self.mm.connected > 0, WAIT)
+        self._last[person] = self.mm.inject_post(self.DMS[person], text, user=person)
+
+    def texts_to(self, person: str) -> list[str]:
+        return self.mm.texts_in(self.DMS[person])
+
+    def shown_to(self, person: str) -> list[str]:
+        return self.mm.shown_in(self.DMS[person])
+
+    def adapter(self, files: Path, *, bad_token: bool = False) -> Adapter:
+        section = self.section(ADAPTER_PORT)
+        if bad_token:
+            section["token"] = "refusedrefusedrefusedrefus"
+        return MattermostAdapter(MattermostConfig.model_validate(section), files, self.checkpoints)
+
+    def chat_of(self, person: str) -> str:
+        return self.DMS[person]
+
+    async def inject(self, adapter: Adapter, sink: InboundSink, person: str, text: str) -> Ref:
+        await self.mm.wait_for(lambda: self.mm.connected > 0, WAIT)
+        post = self.mm.inject_post(self.DMS[person], text, user=person)
+        return post["channel_id"], post["id"]
+
+    async def acknowledged(self, ref: Ref) -> bool:
+        """Mattermost has no acknowledgement: what stands for one is the channel's checkpoint
+        (where reading back starts after a reconnect) naming the post."""
+        channel, post_id = ref
+        seen = await self.checkpoints.get(f"last:{channel}")
+        return seen is not None and seen.endswith(f":{post_id}")
+
+    async def duplicate(self, herald: Herald, person: str) -> None:
+        self.mm.redeliver(self._last[person])
+
+    def rate_limit(self, person: str, retry_after: int) -> None:
+        self.mm.rate_limit(self.DMS[person], float(retry_after))
+
+    def server_error(self, count: int) -> None:
+        self.mm.fail_posts(503, count)
+
+    def block(self, person: str) -> None:
+        self.mm.remove_channel(self.DMS[person])  # 403: the bot is no longer in the channel
+
+    async def send_file(self, herald: Herald, person: str, content: bytes) -> None:
+        await self.mm.wait_for(lambda: self.mm.connected > 0, WAIT)
+        file_id = self.mm.add_file(content, "d.pdf", "application/pdf", person)
+        self.mm.inject_post(self.DMS[person], "look", user=person, files=(file_id,))
+
+    def downloads(self) -> int:
+        return len(self.mm.downloads)
+
+    def edits(self) -> int:
+        return len(self.mm.edits)
+
+
 HARNESSES: dict[str, type[PlatformHarness]] = {
     "telegram": TelegramHarness,
     "slack": SlackHarness,
@@ -867,6 +965,7 @@ HARNESSES: dict[str, type[PlatformHarness]] = {
     "whatsapp": WhatsAppHarness,
     "loopback": LoopbackHarness,
     "matrix": MatrixHarness,
+    "mattermost": MattermostHarness,
 }
 """Every platform's harness by test id."""
 

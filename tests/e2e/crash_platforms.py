@@ -26,6 +26,12 @@ acknowledged, what it stored once, what it answered once.
   200 (as Twilio does with a retrying connection override), and Herald answers only after the
   inbox commit; a process killed between storing a message and answering gets the same
   MessageSid again after the restart.
+- mattermost: like discord, no acknowledgement: what the websocket sent a killed process, or
+  what was posted while Herald was down, is read back from each channel it has heard from
+  (`GET /channels/{id}/posts?since=`) after every `hello`, from the channel's checkpoint, which
+  moves only after the inbox stored the post. Each person says hello first. A reply resent
+  after a crash carries the same `pending_post_id` and is looked for among the channel's
+  posts (its `herald_send` prop) before it is posted again.
 - matrix: a real Synapse; Herald stores its `/sync` token only after the batch's events are
   in the inbox, so a killed process is given them again; a reply resent after a crash keeps
   its transaction id, and Synapse makes it the same event.
@@ -67,6 +73,8 @@ from tests.fakes.dovecot import USER, Dovecot
 from tests.fakes.matrix_people import open_direct_chat, person_client, say
 from tests.fakes.matrix_proxy import MatrixProxy
 from tests.fakes.matrix_proxy import Sent as MatrixSent
+from tests.fakes.mattermost_server import TOKEN as MATTERMOST_TOKEN
+from tests.fakes.mattermost_server import FakeMattermostServer
 from tests.fakes.slack import (
     DEFAULT_APP_TOKEN,
     DEFAULT_BOT_TOKEN,
@@ -508,6 +516,99 @@ class DiscordCrash(CrashScenario):
         check_deliveries(chunks, answered, received, chat="DM")
 
 
+class MattermostCrash(CrashScenario):
+    """Mattermost against the fake REST v4 + websocket server; each person has a direct
+    channel with the bot."""
+
+    section_name = "mattermost"
+    messages = 60
+    kills = 3
+    seed = 20261129
+    delays_seed = 11
+    settle_timeout = 90.0
+    USERS = 8
+
+    @staticmethod
+    def user_id(n: int) -> str:
+        return f"user{n:022d}"
+
+    @staticmethod
+    def dm_id(n: int) -> str:
+        return f"dmch{n:022d}"
+
+    async def start(self, stack: contextlib.AsyncExitStack) -> None:
+        self.mm = await stack.enter_async_context(FakeMattermostServer())
+        for n in range(self.USERS):
+            self.mm.add_user(self.user_id(n), f"user{n}")
+            self.mm.add_channel(self.dm_id(n), "D")
+        self.injected: dict[str, tuple[str, str]] = {}
+        """platform_message_id -> (chat id, text)."""
+        self._section = {
+            "url": self.mm.base_url,
+            "token": MATTERMOST_TOKEN,
+            "allowed_users": ["*"],
+            "stream_edits": False,
+            "min_send_interval": 0,
+            "working_reaction": "",
+        }
+
+    def section(self) -> dict[str, Any]:
+        return self._section
+
+    def say(self, n: int, text: str) -> None:
+        post = self.mm.inject_post(self.dm_id(n), text, user=self.user_id(n))
+        self.injected[f"{self.dm_id(n)}:{post['id']}"] = (self.dm_id(n), text)
+
+    async def before(self, daemon: Daemon) -> None:
+        await daemon.start()
+        await self.mm.wait_for(lambda: self.mm.connected > 0, 60)
+        for n in range(self.USERS):
+            self.say(n, f"hello from {n}")
+        await self.mm.wait_for(
+            lambda: (
+                sum(p["message"].startswith("You said: hello") for p in self.mm.posted)
+                >= self.USERS
+            ),
+            60,
+        )
+        assert await daemon.stop() == 0  # the kill rounds start it again
+
+    async def burst(self, round_: int) -> None:
+        for i in range(self.per_round):
+            n = round_ * self.per_round + i
+            self.say(n % self.USERS, f"message {n}")
+            await asyncio.sleep(self.rng.uniform(0.0, 0.05))
+
+    async def _stored(self, store: Store) -> int:
+        async with store.read() as conn:
+            count = await conn.scalar(
+                select(func.count()).select_from(inbox).where(inbox.c.platform == "mattermost")
+            )
+        return int(count or 0)
+
+    async def settle(self, store: Store, daemon: Daemon) -> None:
+        try:
+            async with asyncio.timeout(self.settle_timeout):
+                while await self._stored(store) < len(self.injected):
+                    await asyncio.sleep(0.2)
+            await settle(store, lambda: True, self.settle_timeout)
+        except TimeoutError:
+            pytest.fail(
+                f"not settled in {self.settle_timeout}s ({await self._stored(store)} of "
+                f"{len(self.injected)} stored):\n{daemon.output()[-5000:]}"
+            )
+
+    async def check(self, store: Store) -> None:
+        rows, turn_status, chunks = await read_results(store, "mattermost")
+        assert len(self.injected) == self.messages + self.USERS
+        check_accepted_once(rows, self.injected, kills=self.kills)
+        answered, _ = check_turns_once(rows, turn_status)
+        received: defaultdict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+        for p in self.mm.posted:
+            received[p["channel_id"], p["message"]].append(p)
+        check_deliveries(chunks, answered, received, chat="DM")
+
+
 class EmailCrash(CrashScenario):
     """Email through a real Dovecot and a real SMTP server; every sender writes new mail."""
 
@@ -790,5 +891,6 @@ CRASHES: dict[str, type[CrashScenario]] = {
     "email": EmailCrash,
     "twilio": TwilioCrash,
     "matrix": MatrixCrash,
+    "mattermost": MattermostCrash,
 }
 """Every platform's crash scenario by test id."""

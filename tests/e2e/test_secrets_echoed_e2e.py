@@ -28,6 +28,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 SID = "AC" + "2e" * 16
 MATRIX_TOKEN = "syt_aGVyYWxk_e2eSecretMatrixToken_0a1b2c"
+MATTERMOST_TOKEN = "e2esecretmattermosttoken9z"
 
 
 def section(platform: str, port: int) -> tuple[dict[str, Any], str, str]:
@@ -64,6 +65,8 @@ def section(platform: str, port: int) -> tuple[dict[str, Any], str, str]:
             MATRIX_TOKEN,
             "upstream refused",
         )
+    if platform == "mattermost":
+        return ({"url": url, "token": MATTERMOST_TOKEN}, MATTERMOST_TOKEN, "upstream refused")
     assert platform == "email"
     return (
         {
@@ -82,7 +85,9 @@ def section(platform: str, port: int) -> tuple[dict[str, Any], str, str]:
     )
 
 
-@pytest.mark.parametrize("platform", ["slack", "discord", "twilio", "email", "matrix"])
+@pytest.mark.parametrize(
+    "platform", ["slack", "discord", "twilio", "email", "matrix", "mattermost"]
+)
 async def test_a_secret_echoed_by_the_platform_stays_out_of_the_log(
     tmp_path: Path, platform: str
 ) -> None:

@@ -35,6 +35,12 @@ SHAPES: dict[str, Shape] = {
     ),
     # matrix-nio keeps the body's `error` in its ErrorResponse (a 502: the adapter retries).
     "matrix": lambda echo: (502, {"errcode": "M_UNKNOWN", "error": f"upstream refused {echo}"}),
+    # Mattermost's error JSON (`id`, `message`, `status_code`); the adapter logs the message
+    # (a 500: it retries).
+    "mattermost": lambda echo: (
+        500,
+        {"id": "app.error", "message": f"upstream refused {echo}", "status_code": 500},
+    ),
     # openai's APIStatusError carries the error's message.
     "llm": lambda echo: (401, {"error": {"message": f"Incorrect API key: {echo}"}}),
 }

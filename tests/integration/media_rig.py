@@ -20,6 +20,7 @@ from PIL import Image
 from tests.contract.harness import (
     DiscordHarness,
     EmailHarness,
+    MattermostHarness,
     PlatformHarness,
     SlackHarness,
     TelegramHarness,
@@ -27,7 +28,7 @@ from tests.contract.harness import (
 )
 from tests.integration.inproc import Herald
 
-MEDIA_PLATFORMS = ("discord", "email", "slack", "sms", "telegram")
+MEDIA_PLATFORMS = ("discord", "email", "mattermost", "slack", "sms", "telegram")
 """The harnesses (tests/contract/harness.py) these tests run on: each platform once."""
 
 
@@ -73,6 +74,10 @@ async def send_file(
         maintype, _, subtype = mime.partition("/")
         mail.add_attachment(data, maintype=maintype, subtype=subtype, filename=name)
         await harness.dovecot.append(mail.as_bytes())
+    elif isinstance(harness, MattermostHarness):
+        await harness.mm.wait_for(lambda: harness.mm.connected > 0)
+        file_id = harness.mm.add_file(data, name, mime, person)
+        harness.mm.inject_post(harness.DMS[person], caption, user=person, files=(file_id,))
     elif isinstance(harness, TwilioHarness):
         form = harness.twilio.message_form(person, caption, media=[(data, mime)])
         await harness._post(herald, form)
@@ -120,6 +125,8 @@ def files_to(harness: PlatformHarness, person: str) -> list[tuple[str, int]]:
                 size = len(content if isinstance(content, bytes) else content.encode())
                 out.append((part.get_filename() or "", size))
         return out
+    if isinstance(harness, MattermostHarness):
+        return [(n, len(d)) for c, n, d in harness.mm.uploads if c == harness.DMS[person]]
     if isinstance(harness, TwilioHarness):
         return [("", len(m)) for s in harness.twilio.sent if s.to == person for m in s.media]
     raise NotImplementedError(type(harness).__name__)

@@ -23,6 +23,8 @@ from tests.fakes.dovecot import PASSWORD as DOVECOT_PASSWORD
 from tests.fakes.dovecot import USER as DOVECOT_USER
 from tests.fakes.dovecot import Dovecot
 from tests.fakes.llm import FakeLLM
+from tests.fakes.mattermost_server import BOT_ID, BOT_NAME, FakeMattermostServer
+from tests.fakes.mattermost_server import TOKEN as MATTERMOST_TOKEN
 from tests.fakes.slack import DEFAULT_APP_TOKEN, DEFAULT_BOT_TOKEN, FakeSlackServer
 from tests.fakes.smtp_server import SmtpServer
 from tests.fakes.synapse import shared_synapse
@@ -419,3 +421,27 @@ async def test_matrix_is_checked_through_whoami(tmp_path: Path) -> None:
     data = yaml.safe_load(read(tmp_path / "herald.yaml"))
     assert read(data["platforms"]["matrix"]["access_token_file"]) == f"{bot.access_token}\n"
     assert data["platforms"]["matrix"]["allowed_users"] == ["@ann:herald.test"]
+
+
+async def test_mattermost_is_checked_through_users_me(tmp_path: Path) -> None:
+    """The fake Mattermost: the bot's token is checked with `GET /users/me` (the flags come
+    from the Mattermost spec's questions)."""
+    async with FakeMattermostServer() as mm:
+        args = (
+            "--platform",
+            "mattermost",
+            "--url",
+            mm.base_url,
+            "--allowed-users",
+            "annannannannannannannanna1",
+        )
+        bad = await script(tmp_path, *args, "--token", "refusedrefusedrefusedrefus")
+        assert bad.exit_code == 1
+        assert "credentials refused: mattermost" in bad.stderr
+        assert listing(tmp_path) == []
+        good = await script(tmp_path, *args, "--token", MATTERMOST_TOKEN)
+    assert good.exit_code == 0, good.output
+    assert f"mattermost: @{BOT_NAME} ({BOT_ID})" in good.stdout
+    data = yaml.safe_load(read(tmp_path / "herald.yaml"))
+    assert read(data["platforms"]["mattermost"]["token_file"]) == f"{MATTERMOST_TOKEN}\n"
+    assert data["platforms"]["mattermost"]["allowed_users"] == ["annannannannannannannanna1"]
