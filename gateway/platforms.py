@@ -21,6 +21,7 @@ import adapters.discord
 import adapters.email
 import adapters.loopback
 import adapters.matrix
+import adapters.signal
 import adapters.slack
 import adapters.telegram
 import adapters.twilio
@@ -38,6 +39,7 @@ BUILT_IN: tuple[AnySpec, ...] = (
     adapters.discord.SPEC,
     adapters.email.SPEC,
     adapters.matrix.SPEC,
+    adapters.signal.SPEC,
 )
 """The platforms that ship with Herald."""
 
