@@ -56,10 +56,10 @@ from tests.fakes.dovecot import USER as MAILBOX
 from tests.fakes.dovecot import Dovecot
 from tests.fakes.matrix_people import open_direct_chat, person_client, say, say_file
 from tests.fakes.matrix_proxy import MatrixProxy
+from tests.fakes.signal_cli import FakeSignalCli
 from tests.fakes.slack import DEFAULT_APP_TOKEN, DEFAULT_BOT_TOKEN, FakeSlackServer
 from tests.fakes.slack import Injected as SlackInjected
 from tests.fakes.smtp_server import SmtpServer
-from tests.fakes.signal_cli import FakeSignalCli
 from tests.fakes.synapse import shared_synapse
 from tests.fakes.telegram import FakeTelegramServer, Injected
 from tests.fakes.twilio_server import (

@@ -13,7 +13,7 @@
   -5 rate limit (its `data.response.results[].retryAfterSeconds`).
 - `GET /api/v1/events`: server-sent events, `event:receive` / `data:{"account", "envelope"}`
   per message, a `:` comment as keep-alive. Like signal-cli in `on-connection` mode the fake
-  hands out messages only while a stream is open, writes each to the oldest open stream and
+  hands out messages only while a stream is open, writes each to every open stream and
   forgets it (no redelivery); messages sent while none is open wait (on Signal's servers).
 - `GET /api/v1/check`: 200.
 
@@ -25,7 +25,6 @@ message is written twice).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import json
@@ -131,7 +130,7 @@ class FakeSignalCli(Served, Waitable):
         self.uuids: dict[str, str] = {}
         self._pending: list[JSON] = []
         self._files: dict[str, bytes] = {}
-        self._streams: list[asyncio.Event] = []
+        self._streams: list[_Stream] = []
         self._last_stamp = 0
         self._changes = Changes()
         self._port = port
@@ -163,8 +162,8 @@ class FakeSignalCli(Served, Waitable):
 
     async def _stop(self) -> None:
         self._changes.stop()
-        for closed in self._streams:
-            closed.set()
+        for stream in self._streams:
+            stream.closed = True
         try:
             if self._runner is not None:
                 await self._runner.cleanup()
@@ -303,8 +302,12 @@ class FakeSignalCli(Served, Waitable):
         )
 
     def push(self, event: JSON) -> JSON:
-        """Queue `event` for the next open stream (Signal's servers hold it until then)."""
-        self._pending.append(event)
+        """Write `event` to every open stream, or keep it for the next one to open (Signal's
+        servers hold it until the daemon receives again)."""
+        for stream in self._streams:
+            stream.queue.append(event)
+        if not self._streams:
+            self._pending.append(event)
         self._changes.notify()
         return event
 
@@ -354,9 +357,13 @@ class FakeSignalCli(Served, Waitable):
         self.faults.blocked.add(to)
 
     def drop_streams(self) -> None:
-        """Close every open stream now (between two events: nothing half written)."""
-        for closed in self._streams:
-            closed.set()
+        """Close every open stream now (between two events: nothing half written; what was
+        not yet written to a stream goes to the next one, as Signal's servers keep what the
+        daemon did not receive)."""
+        for stream in self._streams:
+            stream.closed = True
+            self._pending.extend(e for e in stream.queue if e not in self._pending)
+            stream.queue.clear()
         self._changes.notify()
 
     def deliver_twice(self, count: int = 1) -> None:
@@ -374,19 +381,25 @@ class FakeSignalCli(Served, Waitable):
             return web.Response(status=400)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        closed = asyncio.Event()
-        self._streams.append(closed)
+        stream = _Stream(list(self._pending))
+        self._pending.clear()
+        self._streams.append(stream)
         self.streams_opened += 1
         self._changes.notify()
         last = time.monotonic()
+
+        def gone() -> bool:
+            transport = request.transport
+            return transport is None or transport.is_closing()
+
         try:
-            while not closed.is_set() and not self._changes.stopping.is_set():
-                if self._pending and self._streams[0] is closed:
-                    event = self._pending.pop(0)
+            while not stream.closed and not self._changes.stopping.is_set() and not gone():
+                if stream.queue:
+                    event = stream.queue.pop(0)
                     copies = 2 if self.faults.twice else 1
                     self.faults.twice = max(0, self.faults.twice - 1)
+                    line = json.dumps(event, ensure_ascii=False, separators=(",", ":"))
                     for _ in range(copies):
-                        line = json.dumps(event, ensure_ascii=False, separators=(",", ":"))
                         await response.write(f"event:receive\ndata:{line}\n\n".encode())
                         self.written.append(event)
                     self._changes.notify()
@@ -396,12 +409,12 @@ class FakeSignalCli(Served, Waitable):
                     last = time.monotonic()
                 with contextlib.suppress(TimeoutError):
                     await self._changes.wait_for(
-                        lambda: closed.is_set() or bool(self._pending), min(self.keepalive, 1.0)
+                        lambda: stream.closed or bool(stream.queue), min(self.keepalive, 0.5)
                     )
-        except (ConnectionResetError, ConnectionError):
+        except ConnectionError:
             pass
         finally:
-            self._streams.remove(closed)
+            self._streams.remove(stream)
             self._changes.notify()
         with contextlib.suppress(ConnectionError, RuntimeError):
             await response.write_eof()
@@ -522,6 +535,14 @@ class FakeSignalCli(Served, Waitable):
             )
         )
         return {"timestamp": stamp, "results": [self._result(chat, "SUCCESS")]}
+
+
+@dataclass
+class _Stream:
+    """One open event stream: the messages not yet written to it."""
+
+    queue: list[JSON]
+    closed: bool = False
 
 
 class _RpcFailure(Exception):
