@@ -23,6 +23,7 @@ from tests.fakes.dovecot import PASSWORD as DOVECOT_PASSWORD
 from tests.fakes.dovecot import USER as DOVECOT_USER
 from tests.fakes.dovecot import Dovecot
 from tests.fakes.llm import FakeLLM
+from tests.fakes.signal_cli import FakeSignalCli
 from tests.fakes.slack import DEFAULT_APP_TOKEN, DEFAULT_BOT_TOKEN, FakeSlackServer
 from tests.fakes.smtp_server import SmtpServer
 from tests.fakes.synapse import shared_synapse
@@ -419,3 +420,23 @@ async def test_matrix_is_checked_through_whoami(tmp_path: Path) -> None:
     data = yaml.safe_load(read(tmp_path / "herald.yaml"))
     assert read(data["platforms"]["matrix"]["access_token_file"]) == f"{bot.access_token}\n"
     assert data["platforms"]["matrix"]["allowed_users"] == ["@ann:herald.test"]
+
+
+async def test_signal_is_checked_against_the_daemon(tmp_path: Path) -> None:
+    """The fake signal-cli daemon: a number it does not serve is refused (nothing written),
+    the registered one is described and kept, its people read as E.164."""
+    async with FakeSignalCli(multi_account=True) as signal:
+        args = ("--platform", "signal", "--url", signal.url, "--allowed-users", "+1 555 123 0001")
+        bad = await script(
+            tmp_path, *args, "--number", "+15550000001", "--set", "multi_account=true"
+        )
+        assert bad.exit_code == 1
+        assert "credentials refused: signal" in bad.stderr
+        assert listing(tmp_path) == []
+        good = await script(
+            tmp_path, *args, "--number", signal.number, "--set", "multi_account=true"
+        )
+        assert good.exit_code == 0, good.output
+        assert f"signal: {signal.number} on signal-cli" in good.stdout
+    section = load_config(tmp_path / "herald.yaml").platforms.sections()["signal"]
+    assert section.allowed_users == ("+15551230001",)

@@ -58,6 +58,7 @@ def test_each_adapter_package_registers_one_spec() -> None:
         "discord",
         "email",
         "matrix",
+        "signal",
     )
     prefixes = platforms.target_prefixes()
     assert len(prefixes) == len(set(prefixes))
