@@ -304,9 +304,10 @@ class FakeSignalCli(Served, Waitable):
     def push(self, event: JSON) -> JSON:
         """Write `event` to every open stream, or keep it for the next one to open (Signal's
         servers hold it until the daemon receives again)."""
-        for stream in self._streams:
+        open_streams = [s for s in self._streams if not s.closed]
+        for stream in open_streams:
             stream.queue.append(event)
-        if not self._streams:
+        if not open_streams:
             self._pending.append(event)
         self._changes.notify()
         return event
@@ -415,6 +416,8 @@ class FakeSignalCli(Served, Waitable):
             pass
         finally:
             self._streams.remove(stream)
+            if not self._streams:  # not yet written anywhere: the next stream gets it
+                self._pending.extend(e for e in stream.queue if e not in self._pending)
             self._changes.notify()
         with contextlib.suppress(ConnectionError, RuntimeError):
             await response.write_eof()
