@@ -166,7 +166,8 @@ def test_rpc_errors_say_what_to_do_next() -> None:
 def test_chats_are_addressed_as_a_recipient_or_a_group() -> None:
     assert recipient(ANN) == {"recipient": [ANN]}
     assert recipient(GROUP) == {"groupId": GROUP}
-    assert is_group(GROUP) and not is_group("a1b2c3d4-0000-4000-8000-00000000a001")
+    assert is_group(GROUP)
+    assert not is_group("a1b2c3d4-0000-4000-8000-00000000a001")
     assert split_message_id(message_id(GROUP, ANN, T)) is not None
     assert split_message_id("not:a:key") is None
 
