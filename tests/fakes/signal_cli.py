@@ -126,6 +126,9 @@ class FakeSignalCli(Served, Waitable):
         self.written: list[JSON] = []
         """Every event written to a stream, in order (a message written twice: twice)."""
         self.streams_opened = 0
+        self.lost_with_client: list[JSON] = []
+        """Events written to a stream whose client went away (killed) before it ended: such
+        a client may not have stored them, and signal-cli does not send them again."""
         self.faults = _Faults()
         self.uuids: dict[str, str] = {}
         self._pending: list[JSON] = []
@@ -403,6 +406,7 @@ class FakeSignalCli(Served, Waitable):
                     for _ in range(copies):
                         await response.write(f"event:receive\ndata:{line}\n\n".encode())
                         self.written.append(event)
+                        stream.written.append(event)
                     self._changes.notify()
                     continue
                 if time.monotonic() - last >= self.keepalive:
@@ -416,8 +420,15 @@ class FakeSignalCli(Served, Waitable):
             pass
         finally:
             self._streams.remove(stream)
-            if not self._streams:  # not yet written anywhere: the next stream gets it
-                self._pending.extend(e for e in stream.queue if e not in self._pending)
+            if gone():
+                self.lost_with_client.extend(stream.written)
+            # Not yet written to this stream: the other streams (or the next) get it.
+            others = [s for s in self._streams if not s.closed]
+            for event in stream.queue:
+                targets = [s.queue for s in others] or [self._pending]
+                for queue in targets:
+                    if event not in queue:
+                        queue.append(event)
             self._changes.notify()
         with contextlib.suppress(ConnectionError, RuntimeError):
             await response.write_eof()
@@ -546,6 +557,7 @@ class _Stream:
 
     queue: list[JSON]
     closed: bool = False
+    written: list[JSON] = field(default_factory=list)
 
 
 class _RpcFailure(Exception):
