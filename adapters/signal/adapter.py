@@ -120,10 +120,13 @@ class SignalAdapter(TrackedSends):
     # -- lifecycle --------------------------------------------------------------------------
 
     def _session(self) -> aiohttp.ClientSession:
+        token = self.config.auth_token
+        headers = {"Authorization": f"Bearer {token.get_secret_value()}"} if token else {}
         return aiohttp.ClientSession(
+            headers=headers,
             timeout=aiohttp.ClientTimeout(
                 total=None, sock_connect=10, sock_read=self.config.request_timeout
-            )
+            ),
         )
 
     async def __aenter__(self) -> Self:
@@ -161,7 +164,10 @@ class SignalAdapter(TrackedSends):
                 self._http = None
 
     async def _check(self) -> str:
-        version = await self._call("version", {}, doing="version", account=False)
+        try:
+            version = await self._call("version", {}, doing="version", account=False)
+        except RpcError as err:
+            raise NotReady(f"signal: version: {err}") from err
         found = version.get("version") if isinstance(version, Mapping) else None
         number = self.config.number
         try:
@@ -229,6 +235,10 @@ class SignalAdapter(TrackedSends):
                 async with self._connected().post(url, json=body) as response:
                     if response.status >= 500 or response.status == 429:
                         raise NotReady(f"signal: {doing}: HTTP {response.status}")
+                    if response.status in (401, 403):
+                        raise AuthError(
+                            f"signal: {doing}: HTTP {response.status} (check auth_token)"
+                        )
                     if response.status != 200:
                         raise NotReady(f"signal: {doing}: HTTP {response.status} from the daemon")
                     answer = await response.json(content_type=None)
@@ -285,6 +295,8 @@ class SignalAdapter(TrackedSends):
             async with self._connected().get(url, params=query, timeout=timeout) as response:
                 if response.status == 400 and self.config.multi_account:
                     raise AuthError(f"signal: the daemon does not serve {self.config.number}")
+                if response.status in (401, 403):
+                    raise AuthError(f"signal: event stream: HTTP {response.status}")
                 if response.status != 200:
                     raise NotReady(f"signal: event stream: HTTP {response.status}")
                 self._streaming = True

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from gateway.contracts.config import (
     EditedMessages,
@@ -14,6 +14,7 @@ from gateway.contracts.config import (
     PlatformSection,
     ReactionRule,
     http_url,
+    not_empty,
 )
 
 E164 = re.compile(r"^\+[1-9][0-9]{6,14}$")
@@ -41,6 +42,9 @@ class SignalConfig(PlatformSection):
     """The account's registered number, E.164 (`+15551234567`)."""
     url: str = "http://127.0.0.1:8080"
     """The daemon's HTTP base (`--http=HOST:PORT`), without `/api/v1/…`."""
+    auth_token: SecretStr | None = None
+    """Sent as `Authorization: Bearer …` with every request, for a proxy in front of the
+    daemon (signal-cli itself has no authentication); `auth_token_file` reads it from a file."""
     multi_account: bool = False
     """The daemon was started without `-a` (it serves several accounts): every request names
     `number` as its `account`."""
@@ -78,6 +82,8 @@ class SignalConfig(PlatformSection):
     @classmethod
     def _number(cls, value: str) -> str:
         return e164(value)
+
+    _auth_token = field_validator("auth_token")(not_empty)
 
     @field_validator("url")
     @classmethod

@@ -35,6 +35,15 @@ SHAPES: dict[str, Shape] = {
     ),
     # matrix-nio keeps the body's `error` in its ErrorResponse (a 502: the adapter retries).
     "matrix": lambda echo: (502, {"errcode": "M_UNKNOWN", "error": f"upstream refused {echo}"}),
+    # signal-cli's JSON-RPC errors carry a message (here from a proxy in front of it).
+    "signal": lambda echo: (
+        200,
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "error": {"code": -32603, "message": f"upstream refused {echo}"},
+        },
+    ),
     # openai's APIStatusError carries the error's message.
     "llm": lambda echo: (401, {"error": {"message": f"Incorrect API key: {echo}"}}),
 }
