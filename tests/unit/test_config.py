@@ -586,8 +586,8 @@ def test_an_unknown_key_suggests_a_close_known_one(tmp_path: Path) -> None:
         "  platforms.telegram.allowd_users: unknown key; did you mean 'allowed_users'?" in message
     )
     assert (
-        "  platforms.tset: unknown key (known: telegram, slack, twilio, discord, email, matrix)"
-        in message
+        "  platforms.tset: unknown key (known: telegram, slack, twilio, discord, email, matrix, "
+        "signal)" in message
     )
 
 
