@@ -272,13 +272,15 @@ class SignalAdapter(TrackedSends):
         tries = 0
         while True:
             got = False
+            opened = time.monotonic()
             async with contextlib.aclosing(self._events()) as events:
                 async for event in events:
                     got = True
                     tries = 0
                     await self._handle(event, sink)
             self._streaming = False
-            if got:
+            if got or time.monotonic() - opened > KEEPALIVE_GRACE:
+                tries = 0
                 continue
             if tries >= len(RECONNECT_PAUSES):
                 raise NotReady("signal: the daemon's event stream keeps ending")
