@@ -46,6 +46,8 @@ MENTION = "\ufffc"
 MAX_ID = 200
 """The longest author or group id taken from an envelope (they are a number, a uuid or 44
 base64 characters; anything longer would only make a key too long to index)."""
+MAX_QUOTE = 500
+"""Characters of a quoted message's text shown to the agent."""
 DEFAULT_RETRY_AFTER = 60.0
 """Seconds to wait after a rate-limit failure that names no time."""
 
@@ -256,6 +258,9 @@ def to_event(  # noqa: C901, PLR0912 - one envelope, every kind of it
                 quoted = config.number
                 addressed = True
             reply_to = message_id(chat, quoted, int(quote["id"]))
+        said = quote.get("text")
+        if isinstance(said, str) and said.strip():
+            text = f"[replying to: {said.strip()[:MAX_QUOTE]}]\n{text}"
     if not direct and not addressed and chat not in config.groups:
         return Skipped(NOT_ADDRESSED)
     key = message_id(chat, author, timestamp)

@@ -107,6 +107,7 @@ def test_a_quote_of_the_bot_is_a_reply_to_its_message() -> None:
     message = incoming("quote.json").message
     assert message.reply_to == f"{ANN}:{ME}:{T - 60000}"
     assert message.mentions_bot
+    assert message.text == "[replying to: Today: nothing planned.]\nand tomorrow?"
 
 
 def test_an_edit_names_the_message_it_changes() -> None:
