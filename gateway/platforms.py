@@ -22,6 +22,7 @@ import adapters.email
 import adapters.loopback
 import adapters.matrix
 import adapters.mattermost
+import adapters.signal
 import adapters.slack
 import adapters.telegram
 import adapters.twilio
@@ -40,6 +41,7 @@ BUILT_IN: tuple[AnySpec, ...] = (
     adapters.email.SPEC,
     adapters.matrix.SPEC,
     adapters.mattermost.SPEC,
+    adapters.signal.SPEC,
 )
 """The platforms that ship with Herald."""
 

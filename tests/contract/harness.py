@@ -39,6 +39,8 @@ from adapters.matrix.adapter import MatrixAdapter
 from adapters.matrix.config import MatrixConfig
 from adapters.mattermost.adapter import MattermostAdapter
 from adapters.mattermost.config import MattermostConfig
+from adapters.signal.adapter import SignalAdapter
+from adapters.signal.config import SignalConfig
 from adapters.slack.adapter import SlackAdapter
 from adapters.slack.config import SlackConfig
 from adapters.telegram.adapter import TelegramAdapter
@@ -58,6 +60,7 @@ from tests.fakes.matrix_people import open_direct_chat, person_client, say, say_
 from tests.fakes.matrix_proxy import MatrixProxy
 from tests.fakes.mattermost_server import TOKEN as MATTERMOST_TOKEN
 from tests.fakes.mattermost_server import FakeMattermostServer
+from tests.fakes.signal_cli import FakeSignalCli
 from tests.fakes.slack import DEFAULT_APP_TOKEN, DEFAULT_BOT_TOKEN, FakeSlackServer
 from tests.fakes.slack import Injected as SlackInjected
 from tests.fakes.smtp_server import SmtpServer
@@ -956,6 +959,84 @@ class MattermostHarness(PlatformHarness):
         return len(self.mm.edits)
 
 
+class SignalHarness(PlatformHarness):
+    """Signal through the fake signal-cli daemon (`tests/fakes/signal_cli.py`), a
+    multi-account one (each request names the account, so a number it does not serve is
+    refused on entering); a person's direct chat id is their number."""
+
+    platform = "signal"
+    people = ("+15551230001", "+15551230002")
+    stranger = "+15551230666"
+
+    cannot: ClassVar[dict[str, str]] = {
+        "stream_edits": "Herald does not stream answers by edits on Signal: each edit would "
+        "notify the phone again, and the apps mark every edited message",
+    }
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[str, dict[str, Any]] = {}
+
+    async def _start(self, stack: contextlib.AsyncExitStack) -> None:
+        self.signal = await stack.enter_async_context(FakeSignalCli(multi_account=True))
+
+    @property
+    def fake(self) -> Waitable:
+        return self.signal
+
+    def section(self, api_port: int) -> dict[str, Any]:
+        return {
+            "number": self.signal.number,
+            "url": self.signal.url,
+            "multi_account": True,
+            "allowed_users": list(self.people),
+            "min_send_interval": 0,
+        }
+
+    async def send(self, herald: Herald, person: str, text: str) -> None:
+        self._last[person] = self.signal.push(self.signal.message(person, text))
+
+    def texts_to(self, person: str) -> list[str]:
+        return self.signal.texts_to(person)
+
+    def adapter(self, files: Path, *, bad_token: bool = False) -> Adapter:
+        section = self.section(ADAPTER_PORT)
+        if bad_token:
+            section["number"] = "+15550000001"  # not an account of this daemon
+        return SignalAdapter(SignalConfig.model_validate(section), files)
+
+    def chat_of(self, person: str) -> str:
+        return person
+
+    async def inject(self, adapter: Adapter, sink: InboundSink, person: str, text: str) -> Ref:
+        return self.signal.say(person, text)
+
+    async def acknowledged(self, ref: Ref) -> bool:
+        """signal-cli has no acknowledgement (it forgets a message once written to the
+        stream): what stands for one is the read receipt Herald sends after the commit."""
+        return any(self.signal.read(p, ref) for p in (*self.people, self.stranger))
+
+    async def duplicate(self, herald: Herald, person: str) -> None:
+        """The same envelope (same author and timestamp) on the stream again."""
+        self.signal.push(self._last[person])
+
+    def rate_limit(self, person: str, retry_after: int) -> None:
+        self.signal.rate_limit(person, float(retry_after))
+
+    def server_error(self, count: int) -> None:
+        self.signal.fail(count, status=503)
+
+    def block(self, person: str) -> None:
+        self.signal.block(person)
+
+    async def send_file(self, herald: Herald, person: str, content: bytes) -> None:
+        files = [(content, "application/pdf", "d.pdf")]
+        self.signal.push(self.signal.message(person, "look", files=files))
+
+    def downloads(self) -> int:
+        return len(self.signal.downloads)
+
+
 HARNESSES: dict[str, type[PlatformHarness]] = {
     "telegram": TelegramHarness,
     "slack": SlackHarness,
@@ -966,6 +1047,7 @@ HARNESSES: dict[str, type[PlatformHarness]] = {
     "loopback": LoopbackHarness,
     "matrix": MatrixHarness,
     "mattermost": MattermostHarness,
+    "signal": SignalHarness,
 }
 """Every platform's harness by test id."""
 

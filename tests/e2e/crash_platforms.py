@@ -32,6 +32,12 @@ acknowledged, what it stored once, what it answered once.
   moves only after the inbox stored the post. Each person says hello first. A reply resent
   after a crash carries the same `pending_post_id` and is looked for among the channel's
   posts (its `herald_send` prop) before it is posted again.
+- signal: the fake signal-cli daemon in `on-connection` mode. signal-cli has no redelivery: a
+  message written to the event stream of a process that is then killed is gone unless that
+  process stored it first. Herald reads one event at a time and stores it before reading the
+  next, so the scenario checks that every message is stored once and answered once, except
+  only messages written to a killed process's stream; what arrives while Herald is down waits
+  for the next stream.
 - matrix: a real Synapse; Herald stores its `/sync` token only after the batch's events are
   in the inbox, so a killed process is given them again; a reply resent after a crash keeps
   its transaction id, and Synapse makes it the same event.
@@ -75,6 +81,8 @@ from tests.fakes.matrix_proxy import MatrixProxy
 from tests.fakes.matrix_proxy import Sent as MatrixSent
 from tests.fakes.mattermost_server import TOKEN as MATTERMOST_TOKEN
 from tests.fakes.mattermost_server import FakeMattermostServer
+from tests.fakes.signal_cli import FakeSignalCli
+from tests.fakes.signal_cli import Sent as SignalSent
 from tests.fakes.slack import (
     DEFAULT_APP_TOKEN,
     DEFAULT_BOT_TOKEN,
@@ -883,6 +891,89 @@ class MatrixCrash(CrashScenario):
         check_deliveries(chunks, answered, received, chat="room")
 
 
+class SignalCrash(CrashScenario):
+    """Signal through the fake signal-cli daemon: direct chats with a few people. What the
+    daemon wrote to a killed process's stream may be lost (signal-cli forgets a message once
+    written); everything else is stored once and answered once."""
+
+    section_name = "signal"
+    messages = 60
+    kills = 3
+    seed = 20261130
+    delays_seed = 17
+    settle_timeout = 90.0
+    USERS = 6
+
+    @staticmethod
+    def number(n: int) -> str:
+        return f"+1555124{n:04d}"
+
+    async def start(self, stack: contextlib.AsyncExitStack) -> None:
+        self.signal = await stack.enter_async_context(FakeSignalCli())
+        self.injected: dict[str, tuple[str, str]] = {}
+        """platform_message_id -> (chat, text)."""
+        self._section = {
+            "number": self.signal.number,
+            "url": self.signal.url,
+            "allowed_users": ["*"],
+            "min_send_interval": 0,
+        }
+
+    def section(self) -> dict[str, Any]:
+        return self._section
+
+    async def burst(self, round_: int) -> None:
+        for i in range(self.per_round):
+            n = round_ * self.per_round + i
+            person = self.number(n % self.USERS)
+            text = f"message {n}"
+            stamp = self.signal.say(person, text)
+            self.injected[f"{person}:{person}:{stamp}"] = (person, text)
+            await asyncio.sleep(self.rng.uniform(0.0, 0.05))
+
+    def lost(self) -> set[str]:
+        """The messages written to a stream whose process was killed (they may be gone)."""
+        return {
+            f"{e['envelope']['sourceNumber']}:{e['envelope']['sourceNumber']}:"
+            f"{e['envelope']['timestamp']}"
+            for e in self.signal.lost_with_client
+        }
+
+    async def _stored(self, store: Store) -> set[str]:
+        async with store.read() as conn:
+            found = await conn.execute(
+                select(inbox.c.platform_message_id).where(inbox.c.platform == "signal")
+            )
+        return {str(r[0]) for r in found}
+
+    async def settle(self, store: Store, daemon: Daemon) -> None:
+        try:
+            async with asyncio.timeout(self.settle_timeout):
+                while set(self.injected) - await self._stored(store) - self.lost():
+                    await asyncio.sleep(0.2)
+            await settle(store, lambda: self.signal.pending == 0, self.settle_timeout)
+        except TimeoutError:
+            missing = set(self.injected) - await self._stored(store) - self.lost()
+            pytest.fail(
+                f"not settled in {self.settle_timeout}s ({len(missing)} missing):\n"
+                f"{daemon.output()[-5000:]}"
+            )
+
+    async def check(self, store: Store) -> None:
+        rows, turn_status, chunks = await read_results(store, "signal")
+        assert len(self.injected) == self.messages
+        stored = {str(r["platform_message_id"]) for r in rows}
+        gone = set(self.injected) - stored
+        assert gone <= self.lost(), "a message not written to a killed process is missing"
+        kept = {k: v for k, v in self.injected.items() if k not in gone}
+        check_accepted_once(rows, kept, kills=self.kills)
+        answered, _ = check_turns_once(rows, turn_status)
+        received: defaultdict[tuple[str, str], list[SignalSent]] = defaultdict(list)
+        for sent in self.signal.sent:
+            received[sent.chat, sent.text].append(sent)
+        check_deliveries(chunks, answered, received, chat="chat")
+
+
 CRASHES: dict[str, type[CrashScenario]] = {
     "loopback": LoopbackCrash,
     "telegram": TelegramCrash,
@@ -892,5 +983,6 @@ CRASHES: dict[str, type[CrashScenario]] = {
     "twilio": TwilioCrash,
     "matrix": MatrixCrash,
     "mattermost": MattermostCrash,
+    "signal": SignalCrash,
 }
 """Every platform's crash scenario by test id."""

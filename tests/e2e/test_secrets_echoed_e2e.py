@@ -29,6 +29,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 SID = "AC" + "2e" * 16
 MATRIX_TOKEN = "syt_aGVyYWxk_e2eSecretMatrixToken_0a1b2c"
 MATTERMOST_TOKEN = "e2esecretmattermosttoken9z"
+SIGNAL_TOKEN = "signal-proxy-e2eSecretToken-7f3a9c"
 
 
 def section(platform: str, port: int) -> tuple[dict[str, Any], str, str]:
@@ -67,6 +68,12 @@ def section(platform: str, port: int) -> tuple[dict[str, Any], str, str]:
         )
     if platform == "mattermost":
         return ({"url": url, "token": MATTERMOST_TOKEN}, MATTERMOST_TOKEN, "upstream refused")
+    if platform == "signal":
+        return (
+            {"number": "+15550009999", "url": url, "auth_token": SIGNAL_TOKEN},
+            SIGNAL_TOKEN,
+            "upstream refused",
+        )
     assert platform == "email"
     return (
         {
@@ -88,6 +95,7 @@ def section(platform: str, port: int) -> tuple[dict[str, Any], str, str]:
 @pytest.mark.parametrize(
     "platform", ["slack", "discord", "twilio", "email", "matrix", "mattermost"]
 )
+@pytest.mark.parametrize("platform", ["slack", "discord", "twilio", "email", "matrix", "signal"])
 async def test_a_secret_echoed_by_the_platform_stays_out_of_the_log(
     tmp_path: Path, platform: str
 ) -> None:

@@ -41,6 +41,15 @@ SHAPES: dict[str, Shape] = {
         500,
         {"id": "app.error", "message": f"upstream refused {echo}", "status_code": 500},
     ),
+    # signal-cli's JSON-RPC errors carry a message (here from a proxy in front of it).
+    "signal": lambda echo: (
+        200,
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "error": {"code": -32603, "message": f"upstream refused {echo}"},
+        },
+    ),
     # openai's APIStatusError carries the error's message.
     "llm": lambda echo: (401, {"error": {"message": f"Incorrect API key: {echo}"}}),
 }

@@ -25,6 +25,7 @@ from tests.fakes.dovecot import Dovecot
 from tests.fakes.llm import FakeLLM
 from tests.fakes.mattermost_server import BOT_ID, BOT_NAME, FakeMattermostServer
 from tests.fakes.mattermost_server import TOKEN as MATTERMOST_TOKEN
+from tests.fakes.signal_cli import FakeSignalCli
 from tests.fakes.slack import DEFAULT_APP_TOKEN, DEFAULT_BOT_TOKEN, FakeSlackServer
 from tests.fakes.smtp_server import SmtpServer
 from tests.fakes.synapse import shared_synapse
@@ -445,3 +446,23 @@ async def test_mattermost_is_checked_through_users_me(tmp_path: Path) -> None:
     data = yaml.safe_load(read(tmp_path / "herald.yaml"))
     assert read(data["platforms"]["mattermost"]["token_file"]) == f"{MATTERMOST_TOKEN}\n"
     assert data["platforms"]["mattermost"]["allowed_users"] == ["annannannannannannannanna1"]
+
+
+async def test_signal_is_checked_against_the_daemon(tmp_path: Path) -> None:
+    """The fake signal-cli daemon: a number it does not serve is refused (nothing written),
+    the registered one is described and kept, its people read as E.164."""
+    async with FakeSignalCli(multi_account=True) as signal:
+        args = ("--platform", "signal", "--url", signal.url, "--allowed-users", "+1 555 123 0001")
+        bad = await script(
+            tmp_path, *args, "--number", "+15550000001", "--set", "multi_account=true"
+        )
+        assert bad.exit_code == 1
+        assert "credentials refused: signal" in bad.stderr
+        assert listing(tmp_path) == []
+        good = await script(
+            tmp_path, *args, "--number", signal.number, "--set", "multi_account=true"
+        )
+        assert good.exit_code == 0, good.output
+        assert f"signal: {signal.number} on signal-cli" in good.stdout
+    section = load_config(tmp_path / "herald.yaml").platforms.sections()["signal"]
+    assert section.allowed_users == ("+15551230001",)

@@ -587,7 +587,7 @@ def test_an_unknown_key_suggests_a_close_known_one(tmp_path: Path) -> None:
     )
     assert (
         "  platforms.tset: unknown key (known: telegram, slack, twilio, discord, email, matrix, "
-        "mattermost)" in message
+        "mattermost, signal)" in message
     )
 
 

@@ -59,6 +59,7 @@ def test_each_adapter_package_registers_one_spec() -> None:
         "email",
         "matrix",
         "mattermost",
+        "signal",
     )
     prefixes = platforms.target_prefixes()
     assert len(prefixes) == len(set(prefixes))
