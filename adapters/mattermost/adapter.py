@@ -50,6 +50,7 @@ from adapters.mattermost.convert import (
     embedded,
     error_from,
     event_of,
+    json_of,
     mentions_of,
     pending_post_id,
     post_time,
@@ -212,8 +213,7 @@ class MattermostAdapter(TrackedSends):
                     text = await response.text()
                     answer = event_of(text) if text.startswith("{") else None
                     if answer is None and text.startswith("["):
-                        with contextlib.suppress(ValueError):
-                            answer = json.loads(text)
+                        answer = json_of(text)
                     if response.status >= 300:
                         raise error_from(response.status, answer, response.headers, doing)
                     return answer
@@ -384,6 +384,8 @@ class MattermostAdapter(TrackedSends):
                     logger.info("mattermost: channel %s not read back: %s", channel, err)
                     continue
                 posts = page.get("posts") if isinstance(page, Mapping) else None
+                if not isinstance(posts, Mapping):
+                    logger.warning("mattermost: channel %s: its posts could not be read", channel)
                 found = [
                     p
                     for p in (posts.values() if isinstance(posts, Mapping) else ())

@@ -60,17 +60,28 @@ def _str(value: Any) -> str | None:
 
 
 def _ms(value: Any) -> datetime | None:
+    """Milliseconds as a time; None for none, and for one no datetime holds (a reaction's
+    `create_at` is the client's to choose)."""
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         return None
-    return datetime.fromtimestamp(value / 1000, UTC)
+    try:
+        return datetime.fromtimestamp(value / 1000, UTC)
+    except (OverflowError, ValueError, OSError):
+        return None
+
+
+def json_of(text: str) -> Any:
+    """`text` parsed; None when it is not JSON, or nests deeper than Python parses (a user's
+    post props may nest thousands deep, which the server keeps and sends)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
 
 
 def event_of(text: str) -> dict[str, Any] | None:
     """A websocket frame's JSON object, None when it is not one."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
+    value = json_of(text)
     return value if isinstance(value, dict) else None
 
 
@@ -89,10 +100,7 @@ def mentions_of(data: Any) -> tuple[str, ...]:
     """The user ids a `posted` event says the post mentions (`data.mentions`, a JSON list)."""
     raw = data.get("mentions") if isinstance(data, Mapping) else None
     if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            return ()
+        raw = json_of(raw)
     return tuple(v for v in raw if isinstance(v, str)) if isinstance(raw, list) else ()
 
 

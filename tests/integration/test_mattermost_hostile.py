@@ -1,0 +1,120 @@
+"""The Mattermost adapter under attack: hostile channel members, careless operators.
+
+The real MattermostAdapter against the fake Mattermost (tests/fakes/mattermost_server.py), as
+in test_mattermost.py; each test is one attack that once got through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from adapters.mattermost.adapter import MattermostAdapter
+from gateway.checkpoints import MemoryCheckpoints
+from gateway.contracts.adapter import AdapterState
+from tests.fakes.mattermost_server import DEEP, FakeMattermostServer, dumps
+from tests.fakes.sink import ListSink, receiving
+from tests.integration.test_mattermost import (
+    ANN,
+    BOB,
+    DM,
+    TOWN,
+    WAIT,
+    adapter_for,
+    chunk,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+async def mm() -> AsyncIterator[FakeMattermostServer]:
+    async with FakeMattermostServer() as server:
+        server.add_user(ANN, "ann")
+        server.add_user(BOB, "bob")
+        server.add_channel(DM, "D")
+        server.add_channel(TOWN, "O", "town-square")
+        yield server
+
+
+async def stored_or_ended(task: asyncio.Task[None], sink: ListSink, count: int) -> None:
+    """Wait until `sink` holds `count` messages; if the receive loop ends first, raise its
+    error (an adapter that died must fail here, not time out)."""
+    waiter = asyncio.ensure_future(sink.until_stored(count))
+    try:
+        await asyncio.wait({waiter, task}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not waiter.done():
+            waiter.cancel()
+    if task.done():
+        await task
+        raise AssertionError("the receive loop ended")
+    await waiter
+
+
+async def until_receiving(adapter: MattermostAdapter, task: asyncio.Task[None]) -> None:
+    async with asyncio.timeout(WAIT):
+        while adapter.liveness() is not AdapterState.RECEIVING:
+            if task.done():
+                await task
+            await asyncio.sleep(0.02)
+
+
+async def test_a_post_with_deeply_nested_props_on_the_stream_stops_nothing(
+    mm: FakeMattermostServer, tmp_path: Path
+) -> None:
+    """A channel member's post whose props nest thousands deep (the server keeps them) made
+    json.loads raise RecursionError out of the receive loop."""
+    sink = ListSink()
+    async with adapter_for(mm, tmp_path) as adapter, receiving(adapter, sink) as task:
+        await until_receiving(adapter, task)
+        mm.inject_post(TOWN, "nothing for the bot", user=BOB, props={"x": DEEP})
+        mm.inject_post(TOWN, "@herald hi", user=BOB, props={"x": DEEP}, mention=True)
+        mm.inject_post(DM, "still there?", user=ANN)
+        await stored_or_ended(task, sink, 1)
+    assert sink.texts == ["still there?"]
+
+
+async def test_a_deeply_nested_post_in_the_read_back_does_not_loop_the_adapter(
+    mm: FakeMattermostServer, tmp_path: Path
+) -> None:
+    """The same post read back after a reconnect made every new connection fail before its
+    first event: the adapter restarted forever and nothing reached Herald again."""
+    checkpoints = MemoryCheckpoints()
+    sink = ListSink()
+    async with adapter_for(mm, tmp_path, checkpoints) as first, receiving(first, sink) as task:
+        await until_receiving(first, task)
+        mm.inject_post(TOWN, "@herald one", user=BOB, mention=True)
+        await stored_or_ended(task, sink, 1)
+    mm.inject_post(TOWN, "poison", user=BOB, props={"x": DEEP})  # while Herald is away
+    async with adapter_for(mm, tmp_path, checkpoints) as second, receiving(second, sink) as task:
+        await until_receiving(second, task)
+        mm.inject_post(DM, "two", user=ANN)
+        await stored_or_ended(task, sink, 2)
+    assert sink.texts == ["one", "two"]
+
+
+async def test_a_reaction_with_a_time_past_year_9999_stops_nothing(
+    mm: FakeMattermostServer, tmp_path: Path
+) -> None:
+    """A client's `POST /reactions` may carry its own `create_at` (the server keeps it):
+    one far in the future made datetime raise out of the receive loop."""
+    sink = ListSink()
+    async with adapter_for(mm, tmp_path) as adapter, receiving(adapter, sink) as task:
+        await until_receiving(adapter, task)
+        await adapter.send(chunk(DM, "an answer"))
+        mm.react(mm.posted[0]["id"], "+1", user=ANN, create_at=10**17)
+        mm.inject_post(DM, "after the reaction", user=ANN)
+        await stored_or_ended(task, sink, 1)
+        await sink.until(lambda: len(sink.reactions) == 1)
+    assert sink.texts == ["after the reaction"]
+    assert sink.reactions[0].emoji == "+1"
+
+
+def test_fake_deep_payload_really_is_too_deep_for_python() -> None:
+    with pytest.raises(RecursionError):
+        json.loads(dumps({"x": DEEP}))
