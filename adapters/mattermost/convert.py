@@ -371,7 +371,7 @@ def slash_command(
     except (UnicodeDecodeError, ValueError):
         return Skipped("not a form")
     given = form.get("token", "")
-    if not hmac.compare_digest(given.encode(), token.encode()):
+    if not token or not hmac.compare_digest(given.encode(), token.encode()):
         return Skipped("a command whose token does not match")
     user, channel = _str(form.get("user_id")), _str(form.get("channel_id"))
     trigger = _str(form.get("trigger_id"))

@@ -12,11 +12,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
+from adapters.inbound import Skipped
 from adapters.mattermost.adapter import MattermostAdapter
+from adapters.mattermost.convert import Me, slash_command
 from gateway.checkpoints import MemoryCheckpoints
 from gateway.contracts.adapter import AdapterState
-from tests.fakes.mattermost_server import DEEP, FakeMattermostServer, dumps
+from gateway.contracts.ids import AccountId
+from tests.fakes.mattermost_server import BOT_ID, DEEP, FakeMattermostServer, dumps
 from tests.fakes.sink import ListSink, receiving
 from tests.integration.test_mattermost import (
     ANN,
@@ -26,6 +30,7 @@ from tests.integration.test_mattermost import (
     WAIT,
     adapter_for,
     chunk,
+    config,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -113,6 +118,23 @@ async def test_a_reaction_with_a_time_past_year_9999_stops_nothing(
         await sink.until(lambda: len(sink.reactions) == 1)
     assert sink.texts == ["after the reaction"]
     assert sink.reactions[0].emoji == "+1"
+
+
+@pytest.mark.parametrize("key", ["token", "action_secret", "command_token"])
+@pytest.mark.parametrize("blank", ["", "  "])
+async def test_a_blank_secret_is_refused_by_the_config(
+    mm: FakeMattermostServer, key: str, blank: str
+) -> None:
+    """`command_token: ""` (or an empty env var) made a slash command with no token at all
+    pass the check: any web page could post `/approve` as anyone to the public endpoint."""
+    with pytest.raises(ValidationError, match="must not be empty"):
+        config(mm, **{key: blank})
+
+
+def test_a_slash_command_without_a_token_never_matches_an_empty_one() -> None:
+    body = b"user_id=" + ANN.encode() + b"&channel_id=" + DM.encode() + b"&trigger_id=t&text=hi"
+    refused = slash_command(body, token="", me=Me(BOT_ID, "herald"), account=AccountId("a"))
+    assert isinstance(refused, Skipped)
 
 
 def test_fake_deep_payload_really_is_too_deep_for_python() -> None:
