@@ -55,6 +55,7 @@ from adapters.mattermost.convert import (
     pending_post_id,
     post_time,
     pressed,
+    quiet_mentions,
     reaction_from,
     send_mark,
     slash_command,
@@ -540,7 +541,7 @@ class MattermostAdapter(TrackedSends):
             )
         body: dict[str, Any] = {
             "channel_id": channel,
-            "message": message.text,
+            "message": quiet_mentions(message.text),
             "root_id": str(message.thread_id or ""),
             "file_ids": file_ids,
             "props": props,
@@ -596,7 +597,7 @@ class MattermostAdapter(TrackedSends):
             await self._api(
                 "PUT",
                 f"/posts/{quote(post, safe='')}/patch",
-                body={"message": message.text},
+                body={"message": quiet_mentions(message.text)},
                 doing="editing a post",
             )
         return DeliveryReceipt(target)

@@ -280,6 +280,21 @@ def pending_post_id(me: Me, idempotency_key: str) -> str:
     return f"{me.user_id}:{digest % 10**13:013d}"
 
 
+_CHANNEL_WIDE = re.compile(
+    r"(```.*?(?:```|\Z)|`[^`\n]*`)|(?<![\w.@-])@(channel|here|all)(?![\w-])", re.I | re.S
+)
+
+
+def quiet_mentions(text: str) -> str:
+    """`text` with `@channel`, `@here` and `@all` defused (a word joiner after the `@`, which
+    the server's mention parser does not take): an answer repeating them at a member's
+    request would notify everyone in the channel. Code spans and people's mentions are kept.
+    """
+    return _CHANNEL_WIDE.sub(
+        lambda m: m.group(1) if m.group(1) is not None else f"@\u2060{m.group(2)}", text
+    )
+
+
 def send_mark(idempotency_key: str) -> str:
     """What `SEND_MARK` holds for a chunk: a digest of its outbox key."""
     return hashlib.sha256(idempotency_key.encode()).hexdigest()[:32]

@@ -137,6 +137,23 @@ def test_a_slash_command_without_a_token_never_matches_an_empty_one() -> None:
     assert isinstance(refused, Skipped)
 
 
+async def test_an_answer_never_pings_the_whole_channel(
+    mm: FakeMattermostServer, tmp_path: Path
+) -> None:
+    """A member asks the agent to repeat `@channel` (or `@all`, `@here`): the bot's post
+    notified everyone in the channel. Channel-wide mentions are defused (a word joiner after
+    the @), in posts and in edits; code and people's mentions are left alone."""
+    text = "@channel look, @ALL and @here: see `@all` and @ann, mail a@here.org"
+    async with adapter_for(mm, tmp_path) as adapter:
+        receipt = await adapter.send(chunk(TOWN, text))
+        assert receipt.platform_message_id is not None
+        assert mm.texts_in(TOWN) == [
+            "@\u2060channel look, @\u2060ALL and @\u2060here: see `@all` and @ann, mail a@here.org"
+        ]
+        await adapter.edit(receipt.platform_message_id, chunk(TOWN, "again @channel"))
+    assert mm.shown_in(TOWN) == ["again @\u2060channel"]
+
+
 def test_fake_deep_payload_really_is_too_deep_for_python() -> None:
     with pytest.raises(RecursionError):
         json.loads(dumps({"x": DEEP}))
