@@ -176,7 +176,8 @@ def to_inbound(
         platform=PLATFORM,
         account=account,
         chat_id=ChatId(channel_id),
-        sender=Sender(ExternalUserId(user), _str(props.get("override_username")) or user),
+        # Not `props.override_username`: any user may set it on their own post.
+        sender=Sender(ExternalUserId(user), user),
         text=text,
         platform_message_id=key if edited_at is None else PlatformMessageId(f"{key}:e{stamp}"),
         is_direct=is_direct,
