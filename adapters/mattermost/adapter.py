@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import replace
@@ -80,6 +81,8 @@ from gateway.contracts.messages import (
 )
 
 logger = logging.getLogger(__name__)
+
+_POST_ID = re.compile(r"^[a-z0-9]{26}$")
 
 REQUEST_TIMEOUT = 20.0
 MAX_CHUNK = 16000
@@ -608,8 +611,9 @@ class MattermostAdapter(TrackedSends):
         await self._api("POST", "/users/me/typing", body=body, doing="typing")
 
     async def working(self, chat_id: ChatId, message: PlatformMessageId) -> None:
-        """Put the working reaction on the post being answered. Raises like `send`."""
-        _, _, post = str(message).rpartition(":")
+        """Put the working reaction on the post being answered (an edit's: the post edited;
+        a slash command has none). Raises like `send`."""
+        post = _post_of(message)
         if not self.config.working_reaction or not post:
             return
         body = {
@@ -622,7 +626,7 @@ class MattermostAdapter(TrackedSends):
 
     async def done(self, chat_id: ChatId, message: PlatformMessageId) -> None:
         """Take the working reaction off again. Raises like `send`."""
-        _, _, post = str(message).rpartition(":")
+        post = _post_of(message)
         if not self.config.working_reaction or not post:
             return
         path = (
@@ -630,3 +634,10 @@ class MattermostAdapter(TrackedSends):
             f"/reactions/{quote(self.config.working_reaction, safe='')}"
         )
         await self._api("DELETE", path, doing="removing a reaction")
+
+
+def _post_of(message: PlatformMessageId) -> str | None:
+    """The post a message id names (`<channel>:<post>[:e<at>|:b<press>]`); None for a slash
+    command's (`<channel>:s<trigger>`)."""
+    parts = str(message).split(":")
+    return parts[1] if len(parts) > 1 and _POST_ID.match(parts[1]) else None

@@ -19,7 +19,7 @@ from adapters.mattermost.adapter import MattermostAdapter
 from adapters.mattermost.convert import Me, slash_command
 from gateway.checkpoints import MemoryCheckpoints
 from gateway.contracts.adapter import AdapterState
-from gateway.contracts.ids import AccountId
+from gateway.contracts.ids import AccountId, ChatId, PlatformMessageId
 from tests.fakes.mattermost_server import BOT_ID, DEEP, FakeMattermostServer, dumps
 from tests.fakes.sink import ListSink, receiving
 from tests.integration.test_mattermost import (
@@ -171,3 +171,21 @@ async def test_a_posts_override_username_does_not_name_its_sender(
 def test_fake_deep_payload_really_is_too_deep_for_python() -> None:
     with pytest.raises(RecursionError):
         json.loads(dumps({"x": DEEP}))
+
+
+async def test_the_working_mark_goes_on_the_post_of_an_edit_and_nowhere_for_a_command(
+    mm: FakeMattermostServer, tmp_path: Path
+) -> None:
+    """An edit's id (`<channel>:<post>:e<at>`) put the mark on a post named `e<at>`, and a
+    slash command's (`<channel>:s<digest>`) on one named `s<digest>`: requests refused by
+    the server, for every turn answering an edit or a command."""
+    post = mm.inject_post(DM, "hi", user=ANN)
+    async with adapter_for(mm, tmp_path) as adapter:
+        edit = PlatformMessageId(f"{DM}:{post['id']}:e{post['create_at'] + 5}")
+        await adapter.working(ChatId(DM), edit)
+        await adapter.done(ChatId(DM), edit)
+        command = PlatformMessageId(f"{DM}:s0123456789abcdef0123456789abcdef")
+        await adapter.working(ChatId(DM), command)
+        await adapter.done(ChatId(DM), command)
+    assert [r["post_id"] for r in mm.reactions] == [post["id"]]
+    assert mm.removed_reactions == [(post["id"], "eyes")]
