@@ -43,6 +43,7 @@ from adapters.mattermost.config import MattermostConfig
 from adapters.mattermost.convert import (
     ACTION_PATH,
     COMMAND_PATH,
+    DIRECT,
     NOT_ADDRESSED,
     OWN_POST,
     SEND_MARK,
@@ -69,7 +70,7 @@ from gateway.contracts.adapter import (
     ReactionSink,
     WebhookResponse,
 )
-from gateway.contracts.errors import AuthError, NotReady, PermanentSendError
+from gateway.contracts.errors import AuthError, NotReady, PermanentSendError, RateLimited
 from gateway.contracts.ids import AccountId, ChatId, Platform, PlatformMessageId, ThreadId
 from gateway.contracts.messages import (
     Attachment,
@@ -360,12 +361,32 @@ class MattermostAdapter(TrackedSends):
             if not fresh:
                 self._channels.remove(channel)
             self._channels.append(channel)
-            del self._channels[: max(0, len(self._channels) - self.config.backfill_channels)]
+            await self._trim()
             if fresh:
                 await self.checkpoints.set(CHANNELS, json.dumps(self._channels))
         if at > self._last.get(channel, 0):
             self._last[channel] = at
             await self.checkpoints.set(LAST_PREFIX + channel, f"{at}:{post_id}")
+
+    async def _trim(self) -> None:
+        """Keep `backfill_channels` channels, dropping the least recently heard first, but
+        direct chats and `channels` only when nothing else is left: anyone may create
+        channels and add the bot, and their chatter must not push the operator's direct
+        chat out of what is read back."""
+        excess = len(self._channels) - self.config.backfill_channels
+        for channel in list(self._channels):
+            if excess <= 0:
+                return
+            if channel in self.config.channels:
+                continue
+            try:
+                kind = await self._channel_type(channel)
+            except (NotReady, RateLimited):
+                kind = None
+            if kind != DIRECT:
+                self._channels.remove(channel)
+                excess -= 1
+        del self._channels[: max(0, excess)]
 
     async def _catch_up(self, sink: InboundSink) -> None:
         """Read back every heard-from channel's posts since its checkpoint, oldest first."""

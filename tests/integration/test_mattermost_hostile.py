@@ -189,3 +189,40 @@ async def test_the_working_mark_goes_on_the_post_of_an_edit_and_nowhere_for_a_co
         await adapter.done(ChatId(DM), command)
     assert [r["post_id"] for r in mm.reactions] == [post["id"]]
     assert mm.removed_reactions == [(post["id"], "eyes")]
+
+
+async def test_chatter_in_many_channels_does_not_push_a_direct_chat_out_of_the_read_back(
+    mm: FakeMattermostServer, tmp_path: Path
+) -> None:
+    """Anyone may create channels and add the bot: a few lines of chatter in more channels
+    than `backfill_channels` pushed the operator's direct chat (and listed channels) out of
+    the channels read back, so what they wrote while Herald was away was never answered.
+    Direct chats and `channels` are kept; other channels go first."""
+    noisy = [f"noisy{i}noisynoisynoisynoisyno"[:26] for i in range(3)]
+    for channel in noisy:
+        mm.add_channel(channel, "O", channel)
+    checkpoints = MemoryCheckpoints()
+    sink = ListSink()
+    settings = {"backfill_channels": 2, "channels": [TOWN]}
+    async with (
+        adapter_for(mm, tmp_path, checkpoints, **settings) as first,
+        receiving(first, sink) as task,
+    ):
+        await until_receiving(first, task)
+        mm.inject_post(DM, "one", user=ANN)
+        mm.inject_post(TOWN, "town", user=BOB)
+        await stored_or_ended(task, sink, 2)
+        for channel in noisy:
+            mm.inject_post(channel, "chatter", user=BOB)
+        mm.inject_post(noisy[-1], "@herald two", user=BOB, mention=True)  # after the chatter
+        await stored_or_ended(task, sink, 3)
+    mm.inject_post(DM, "while Herald was away", user=ANN)
+    mm.inject_post(TOWN, "in the listed channel", user=BOB)
+    async with (
+        adapter_for(mm, tmp_path, checkpoints, **settings) as second,
+        receiving(second, sink) as task,
+    ):
+        await until_receiving(second, task)
+        await stored_or_ended(task, sink, 5)
+    assert sink.texts[:3] == ["one", "town", "two"]
+    assert sorted(sink.texts[3:]) == ["in the listed channel", "while Herald was away"]
