@@ -79,6 +79,28 @@ def json_of(text: str) -> Any:
         return None
 
 
+MAX_DEPTH = 64
+"""The deepest nesting a post may have (real ones nest a few levels; a user's props may nest
+900 deep, which parses here but not where the store writes the post again)."""
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether `value` nests deeper than `limit` (walked without recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
 def event_of(text: str) -> dict[str, Any] | None:
     """A websocket frame's JSON object, None when it is not one."""
     value = json_of(text)
@@ -129,8 +151,8 @@ def to_inbound(
     mention the bot — `mentions` of the event, or `@username` in the text — or posts in
     `config.channels` pass). A post with `root_id` is in that thread's session.
     """
-    if not isinstance(post, Mapping):
-        return Skipped("not a post")
+    if not isinstance(post, Mapping) or too_deep(post):
+        return Skipped(f"not a post, or one nested more than {MAX_DEPTH} deep")
     post_id, channel_id = _str(post.get("id")), _str(post.get("channel_id"))
     user = _str(post.get("user_id"))
     if post_id is None or channel_id is None or user is None:

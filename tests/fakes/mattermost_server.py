@@ -27,9 +27,9 @@ Faults: `rate_limit(channel, reset, times)` (429 with `X-Ratelimit-Limit`, `-Rem
 close frame), `lose_next_event()` (its seq is used, the event never sent: a gap),
 `duplicate_next_event()`, `remove_channel(id)` (404 after).
 
-Hostile payloads: a prop whose value is `DEEP` goes out (on the stream and read back) as JSON
-nested `DEEP_LEVELS` deep, as the real server keeps and sends a user's props (Go's decoder
-takes 10000 levels; Python's stops near 1000).
+Hostile payloads: a prop whose value is `DEEP` (or `DEEPISH`) goes out (on the stream and
+read back) as JSON nested `DEEP_LEVELS` (`DEEPISH_LEVELS`) deep, as the real server keeps and
+sends a user's props (Go's decoder takes 10000 levels; Python's stops near 1000).
 """
 
 from __future__ import annotations
@@ -61,11 +61,19 @@ SERVER_VERSION = "9.11.0.9.11.0.abc.false"
 
 DEEP = "\x00deep\x00"
 DEEP_LEVELS = 5000
+DEEPISH = "\x00deepish\x00"
+DEEPISH_LEVELS = 900
+"""Less deep than Python's parser stops at, deeper than it writes again further down."""
 
 
 def dumps(value: Any) -> str:
-    """JSON as the server writes it: a `DEEP` string becomes `DEEP_LEVELS` nested lists."""
-    return json.dumps(value).replace(json.dumps(DEEP), "[" * DEEP_LEVELS + "]" * DEEP_LEVELS)
+    """JSON as the server writes it: a `DEEP` string becomes `DEEP_LEVELS` nested lists, a
+    `DEEPISH` one `DEEPISH_LEVELS`."""
+    return (
+        json.dumps(value)
+        .replace(json.dumps(DEEP), "[" * DEEP_LEVELS + "]" * DEEP_LEVELS)
+        .replace(json.dumps(DEEPISH), "[" * DEEPISH_LEVELS + "]" * DEEPISH_LEVELS)
+    )
 
 
 def new_id() -> str:

@@ -20,7 +20,13 @@ from adapters.mattermost.convert import Me, slash_command
 from gateway.checkpoints import MemoryCheckpoints
 from gateway.contracts.adapter import AdapterState
 from gateway.contracts.ids import AccountId, ChatId, PlatformMessageId
-from tests.fakes.mattermost_server import BOT_ID, DEEP, FakeMattermostServer, dumps
+from tests.fakes.mattermost_server import (
+    BOT_ID,
+    DEEP,
+    DEEPISH,
+    FakeMattermostServer,
+    dumps,
+)
 from tests.fakes.sink import ListSink, receiving
 from tests.integration.test_mattermost import (
     ANN,
@@ -226,3 +232,19 @@ async def test_chatter_in_many_channels_does_not_push_a_direct_chat_out_of_the_r
         await stored_or_ended(task, sink, 5)
     assert sink.texts[:3] == ["one", "town", "two"]
     assert sorted(sink.texts[3:]) == ["in the listed channel", "while Herald was away"]
+
+
+async def test_a_post_nested_almost_too_deep_to_parse_is_passed_over(
+    mm: FakeMattermostServer, tmp_path: Path
+) -> None:
+    """Props nested 900 deep parse at the adapter's depth, but not where the store writes
+    the post's raw JSON again, frames further down: the inbox insert raised RecursionError
+    out of the receive loop, and the read-back offered the post again on every restart.
+    A post nested deeper than any real one is passed over."""
+    sink = ListSink()
+    async with adapter_for(mm, tmp_path) as adapter, receiving(adapter, sink) as task:
+        await until_receiving(adapter, task)
+        mm.inject_post(TOWN, "@herald hi", user=BOB, props={"x": DEEPISH}, mention=True)
+        mm.inject_post(DM, "still there?", user=ANN)
+        await stored_or_ended(task, sink, 1)
+    assert sink.texts == ["still there?"]
