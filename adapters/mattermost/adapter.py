@@ -515,7 +515,13 @@ class MattermostAdapter(TrackedSends):
         kind = await self._channel_type(str(message.chat_id))
         message = replace(message, is_direct=kind == "D")
         await sink.accept(message)
-        answer = {"response_type": "ephemeral", "text": f"Herald got: {message.text}"}
+        # The command's name alone: the words go no further than the inbox (they are not
+        # redacted here).
+        said = message.text.split(None, 1)[0] if message.text.startswith("/") else None
+        answer = {
+            "response_type": "ephemeral",
+            "text": f"Herald got {said}." if said else "Herald got your message.",
+        }
         return WebhookResponse(200, json.dumps(answer).encode(), "application/json")
 
     async def _placed(self, message: InboundMessage, post_id: str) -> InboundMessage:

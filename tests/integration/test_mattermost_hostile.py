@@ -10,6 +10,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 from pydantic import ValidationError
@@ -248,3 +249,26 @@ async def test_a_post_nested_almost_too_deep_to_parse_is_passed_over(
         mm.inject_post(DM, "still there?", user=ANN)
         await stored_or_ended(task, sink, 1)
     assert sink.texts == ["still there?"]
+
+
+async def test_a_slash_commands_answer_does_not_echo_its_words(
+    mm: FakeMattermostServer, tmp_path: Path
+) -> None:
+    """The ephemeral answer said "Herald got: <the words>": whatever was typed (a password
+    pasted by mistake) went back out past the redactor. It names the command alone."""
+    sink = ListSink()
+    form = {"channel_id": DM, "trigger_id": "t1", "user_id": ANN, "token": "cmd-token-1"}
+    async with adapter_for(mm, tmp_path, command_token="cmd-token-1") as adapter:
+        words = await adapter.handle_webhook(
+            "command", {}, urlencode({**form, "text": "my password is hunter2"}).encode(), sink
+        )
+        command = await adapter.handle_webhook(
+            "command",
+            {},
+            urlencode({**form, "trigger_id": "t2", "text": "steer hunter2"}).encode(),
+            sink,
+        )
+    assert (words.status, command.status) == (200, 200)
+    assert json.loads(words.body)["text"] == "Herald got your message."
+    assert json.loads(command.body)["text"] == "Herald got /steer."
+    assert sink.texts == ["my password is hunter2", "/steer hunter2"]
