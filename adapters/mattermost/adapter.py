@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import replace
@@ -42,6 +43,7 @@ from adapters.mattermost.config import MattermostConfig
 from adapters.mattermost.convert import (
     ACTION_PATH,
     COMMAND_PATH,
+    DIRECT,
     NOT_ADDRESSED,
     OWN_POST,
     SEND_MARK,
@@ -50,10 +52,12 @@ from adapters.mattermost.convert import (
     embedded,
     error_from,
     event_of,
+    json_of,
     mentions_of,
     pending_post_id,
     post_time,
     pressed,
+    quiet_mentions,
     reaction_from,
     send_mark,
     slash_command,
@@ -66,7 +70,7 @@ from gateway.contracts.adapter import (
     ReactionSink,
     WebhookResponse,
 )
-from gateway.contracts.errors import AuthError, NotReady, PermanentSendError
+from gateway.contracts.errors import AuthError, NotReady, PermanentSendError, RateLimited
 from gateway.contracts.ids import AccountId, ChatId, Platform, PlatformMessageId, ThreadId
 from gateway.contracts.messages import (
     Attachment,
@@ -78,6 +82,8 @@ from gateway.contracts.messages import (
 )
 
 logger = logging.getLogger(__name__)
+
+_POST_ID = re.compile(r"^[a-z0-9]{26}$")
 
 REQUEST_TIMEOUT = 20.0
 MAX_CHUNK = 16000
@@ -212,8 +218,7 @@ class MattermostAdapter(TrackedSends):
                     text = await response.text()
                     answer = event_of(text) if text.startswith("{") else None
                     if answer is None and text.startswith("["):
-                        with contextlib.suppress(ValueError):
-                            answer = json.loads(text)
+                        answer = json_of(text)
                     if response.status >= 300:
                         raise error_from(response.status, answer, response.headers, doing)
                     return answer
@@ -356,12 +361,32 @@ class MattermostAdapter(TrackedSends):
             if not fresh:
                 self._channels.remove(channel)
             self._channels.append(channel)
-            del self._channels[: max(0, len(self._channels) - self.config.backfill_channels)]
+            await self._trim()
             if fresh:
                 await self.checkpoints.set(CHANNELS, json.dumps(self._channels))
         if at > self._last.get(channel, 0):
             self._last[channel] = at
             await self.checkpoints.set(LAST_PREFIX + channel, f"{at}:{post_id}")
+
+    async def _trim(self) -> None:
+        """Keep `backfill_channels` channels, dropping the least recently heard first, but
+        direct chats and `channels` only when nothing else is left: anyone may create
+        channels and add the bot, and their chatter must not push the operator's direct
+        chat out of what is read back."""
+        excess = len(self._channels) - self.config.backfill_channels
+        for channel in list(self._channels):
+            if excess <= 0:
+                return
+            if channel in self.config.channels:
+                continue
+            try:
+                kind = await self._channel_type(channel)
+            except (NotReady, RateLimited):
+                kind = None
+            if kind != DIRECT:
+                self._channels.remove(channel)
+                excess -= 1
+        del self._channels[: max(0, excess)]
 
     async def _catch_up(self, sink: InboundSink) -> None:
         """Read back every heard-from channel's posts since its checkpoint, oldest first."""
@@ -384,6 +409,8 @@ class MattermostAdapter(TrackedSends):
                     logger.info("mattermost: channel %s not read back: %s", channel, err)
                     continue
                 posts = page.get("posts") if isinstance(page, Mapping) else None
+                if not isinstance(posts, Mapping):
+                    logger.warning("mattermost: channel %s: its posts could not be read", channel)
                 found = [
                     p
                     for p in (posts.values() if isinstance(posts, Mapping) else ())
@@ -488,7 +515,13 @@ class MattermostAdapter(TrackedSends):
         kind = await self._channel_type(str(message.chat_id))
         message = replace(message, is_direct=kind == "D")
         await sink.accept(message)
-        answer = {"response_type": "ephemeral", "text": f"Herald got: {message.text}"}
+        # The command's name alone: the words go no further than the inbox (they are not
+        # redacted here).
+        said = message.text.split(None, 1)[0] if message.text.startswith("/") else None
+        answer = {
+            "response_type": "ephemeral",
+            "text": f"Herald got {said}." if said else "Herald got your message.",
+        }
         return WebhookResponse(200, json.dumps(answer).encode(), "application/json")
 
     async def _placed(self, message: InboundMessage, post_id: str) -> InboundMessage:
@@ -538,7 +571,7 @@ class MattermostAdapter(TrackedSends):
             )
         body: dict[str, Any] = {
             "channel_id": channel,
-            "message": message.text,
+            "message": quiet_mentions(message.text),
             "root_id": str(message.thread_id or ""),
             "file_ids": file_ids,
             "props": props,
@@ -594,7 +627,7 @@ class MattermostAdapter(TrackedSends):
             await self._api(
                 "PUT",
                 f"/posts/{quote(post, safe='')}/patch",
-                body={"message": message.text},
+                body={"message": quiet_mentions(message.text)},
                 doing="editing a post",
             )
         return DeliveryReceipt(target)
@@ -605,8 +638,9 @@ class MattermostAdapter(TrackedSends):
         await self._api("POST", "/users/me/typing", body=body, doing="typing")
 
     async def working(self, chat_id: ChatId, message: PlatformMessageId) -> None:
-        """Put the working reaction on the post being answered. Raises like `send`."""
-        _, _, post = str(message).rpartition(":")
+        """Put the working reaction on the post being answered (an edit's: the post edited;
+        a slash command has none). Raises like `send`."""
+        post = _post_of(message)
         if not self.config.working_reaction or not post:
             return
         body = {
@@ -619,7 +653,7 @@ class MattermostAdapter(TrackedSends):
 
     async def done(self, chat_id: ChatId, message: PlatformMessageId) -> None:
         """Take the working reaction off again. Raises like `send`."""
-        _, _, post = str(message).rpartition(":")
+        post = _post_of(message)
         if not self.config.working_reaction or not post:
             return
         path = (
@@ -627,3 +661,10 @@ class MattermostAdapter(TrackedSends):
             f"/reactions/{quote(self.config.working_reaction, safe='')}"
         )
         await self._api("DELETE", path, doing="removing a reaction")
+
+
+def _post_of(message: PlatformMessageId) -> str | None:
+    """The post a message id names (`<channel>:<post>[:e<at>|:b<press>]`); None for a slash
+    command's (`<channel>:s<trigger>`)."""
+    parts = str(message).split(":")
+    return parts[1] if len(parts) > 1 and _POST_ID.match(parts[1]) else None

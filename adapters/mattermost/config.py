@@ -13,6 +13,7 @@ from gateway.contracts.config import (
     PlatformSection,
     ReactionRule,
     http_url,
+    not_empty,
 )
 
 
@@ -63,6 +64,8 @@ class MattermostConfig(PlatformSection):
     """Larger files are not downloaded (the agent is told about them)."""
     attachment_types: tuple[str, ...] = ("*",)
     """MIME type patterns (`image/*`, `application/pdf`) of files that are downloaded."""
+
+    _secrets = field_validator("token", "action_secret", "command_token")(not_empty)
 
     @field_validator("url")
     @classmethod

@@ -60,17 +60,50 @@ def _str(value: Any) -> str | None:
 
 
 def _ms(value: Any) -> datetime | None:
+    """Milliseconds as a time; None for none, and for one no datetime holds (a reaction's
+    `create_at` is the client's to choose)."""
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         return None
-    return datetime.fromtimestamp(value / 1000, UTC)
+    try:
+        return datetime.fromtimestamp(value / 1000, UTC)
+    except (OverflowError, ValueError, OSError):
+        return None
+
+
+def json_of(text: str) -> Any:
+    """`text` parsed; None when it is not JSON, or nests deeper than Python parses (a user's
+    post props may nest thousands deep, which the server keeps and sends)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+MAX_DEPTH = 64
+"""The deepest nesting a post may have (real ones nest a few levels; a user's props may nest
+900 deep, which parses here but not where the store writes the post again)."""
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether `value` nests deeper than `limit` (walked without recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def event_of(text: str) -> dict[str, Any] | None:
     """A websocket frame's JSON object, None when it is not one."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
+    value = json_of(text)
     return value if isinstance(value, dict) else None
 
 
@@ -89,10 +122,7 @@ def mentions_of(data: Any) -> tuple[str, ...]:
     """The user ids a `posted` event says the post mentions (`data.mentions`, a JSON list)."""
     raw = data.get("mentions") if isinstance(data, Mapping) else None
     if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            return ()
+        raw = json_of(raw)
     return tuple(v for v in raw if isinstance(v, str)) if isinstance(raw, list) else ()
 
 
@@ -121,8 +151,8 @@ def to_inbound(
     mention the bot — `mentions` of the event, or `@username` in the text — or posts in
     `config.channels` pass). A post with `root_id` is in that thread's session.
     """
-    if not isinstance(post, Mapping):
-        return Skipped("not a post")
+    if not isinstance(post, Mapping) or too_deep(post):
+        return Skipped(f"not a post, or one nested more than {MAX_DEPTH} deep")
     post_id, channel_id = _str(post.get("id")), _str(post.get("channel_id"))
     user = _str(post.get("user_id"))
     if post_id is None or channel_id is None or user is None:
@@ -168,7 +198,8 @@ def to_inbound(
         platform=PLATFORM,
         account=account,
         chat_id=ChatId(channel_id),
-        sender=Sender(ExternalUserId(user), _str(props.get("override_username")) or user),
+        # Not `props.override_username`: any user may set it on their own post.
+        sender=Sender(ExternalUserId(user), user),
         text=text,
         platform_message_id=key if edited_at is None else PlatformMessageId(f"{key}:e{stamp}"),
         is_direct=is_direct,
@@ -272,6 +303,21 @@ def pending_post_id(me: Me, idempotency_key: str) -> str:
     return f"{me.user_id}:{digest % 10**13:013d}"
 
 
+_CHANNEL_WIDE = re.compile(
+    r"(```.*?(?:```|\Z)|`[^`\n]*`)|(?<![\w.@-])@(channel|here|all)(?![\w-])", re.I | re.S
+)
+
+
+def quiet_mentions(text: str) -> str:
+    """`text` with `@channel`, `@here` and `@all` defused (a word joiner after the `@`, which
+    the server's mention parser does not take): an answer repeating them at a member's
+    request would notify everyone in the channel. Code spans and people's mentions are kept.
+    """
+    return _CHANNEL_WIDE.sub(
+        lambda m: m.group(1) if m.group(1) is not None else f"@\u2060{m.group(2)}", text
+    )
+
+
 def send_mark(idempotency_key: str) -> str:
     """What `SEND_MARK` holds for a chunk: a digest of its outbox key."""
     return hashlib.sha256(idempotency_key.encode()).hexdigest()[:32]
@@ -363,7 +409,7 @@ def slash_command(
     except (UnicodeDecodeError, ValueError):
         return Skipped("not a form")
     given = form.get("token", "")
-    if not hmac.compare_digest(given.encode(), token.encode()):
+    if not token or not hmac.compare_digest(given.encode(), token.encode()):
         return Skipped("a command whose token does not match")
     user, channel = _str(form.get("user_id")), _str(form.get("channel_id"))
     trigger = _str(form.get("trigger_id"))

@@ -26,6 +26,10 @@ Faults: `rate_limit(channel, reset, times)` (429 with `X-Ratelimit-Limit`, `-Rem
 `-Reset` on posts to that channel), `fail_posts(status, times)`, `drop_connections()` (no
 close frame), `lose_next_event()` (its seq is used, the event never sent: a gap),
 `duplicate_next_event()`, `remove_channel(id)` (404 after).
+
+Hostile payloads: a prop whose value is `DEEP` (or `DEEPISH`) goes out (on the stream and
+read back) as JSON nested `DEEP_LEVELS` (`DEEPISH_LEVELS`) deep, as the real server keeps and
+sends a user's props (Go's decoder takes 10000 levels; Python's stops near 1000).
 """
 
 from __future__ import annotations
@@ -53,6 +57,23 @@ BOT_ID = "b0tb0tb0tb0tb0tb0tb0tb0t0a"
 BOT_NAME = "herald"
 DEDUPE_SECONDS = 30.0
 SERVER_VERSION = "9.11.0.9.11.0.abc.false"
+
+
+DEEP = "\x00deep\x00"
+DEEP_LEVELS = 5000
+DEEPISH = "\x00deepish\x00"
+DEEPISH_LEVELS = 900
+"""Less deep than Python's parser stops at, deeper than it writes again further down."""
+
+
+def dumps(value: Any) -> str:
+    """JSON as the server writes it: a `DEEP` string becomes `DEEP_LEVELS` nested lists, a
+    `DEEPISH` one `DEEPISH_LEVELS`."""
+    return (
+        json.dumps(value)
+        .replace(json.dumps(DEEP), "[" * DEEP_LEVELS + "]" * DEEP_LEVELS)
+        .replace(json.dumps(DEEPISH), "[" * DEEPISH_LEVELS + "]" * DEEPISH_LEVELS)
+    )
 
 
 def new_id() -> str:
@@ -235,12 +256,14 @@ class FakeMattermostServer(Served, Waitable):
         root_id: str = "",
         files: tuple[str, ...] = (),
         mention: bool = False,
+        props: JSON | None = None,
     ) -> JSON:
         """`user` posts `text` in `channel_id`: stored, and sent as `posted` to the sockets
         (`mention`: the event's `mentions` names the bot)."""
         channel = self.channels[channel_id]
         post = self._store(
-            channel, self._new_post(channel_id, user, text, root_id=root_id, file_ids=files)
+            channel,
+            self._new_post(channel_id, user, text, root_id=root_id, file_ids=files, props=props),
         )
         self._posted(channel, post, mentions=[BOT_ID] if mention else None)
         return post
@@ -256,13 +279,15 @@ class FakeMattermostServer(Served, Waitable):
         self._broadcast("post_edited", {"post": json.dumps(post)}, post["channel_id"])
         return post
 
-    def react(self, post_id: str, emoji: str, *, user: str) -> None:
+    def react(self, post_id: str, emoji: str, *, user: str, create_at: int | None = None) -> None:
+        """`user` reacts (`create_at`: what the client put in its `POST /reactions`, which
+        the server keeps when it is not 0)."""
         post = self.posts[post_id]
         reaction = {
             "user_id": user,
             "post_id": post_id,
             "emoji_name": emoji,
-            "create_at": now_ms(),
+            "create_at": create_at or now_ms(),
             "channel_id": post["channel_id"],
         }
         self._broadcast("reaction_added", {"reaction": json.dumps(reaction)}, post["channel_id"])
@@ -273,7 +298,7 @@ class FakeMattermostServer(Served, Waitable):
             "channel_display_name": channel.name,
             "channel_name": channel.name,
             "channel_type": channel.type,
-            "post": json.dumps(post),
+            "post": dumps(post),
             "sender_name": f"@{user.get('username', '')}",
             "set_online": True,
             "team_id": "",
@@ -443,7 +468,8 @@ class FakeMattermostServer(Served, Waitable):
                 "posts": {p["id"]: self._stored(p) for p in posts},
                 "next_post_id": "",
                 "prev_post_id": "",
-            }
+            },
+            dumps=dumps,
         )
 
     async def _post(self, request: web.Request) -> web.Response:
@@ -452,7 +478,7 @@ class FakeMattermostServer(Served, Waitable):
         post = self.posts.get(request.match_info["id"])
         if post is None:
             return self._error(404, "Unable to find the existing post.")
-        return web.json_response(self._stored(post))
+        return web.json_response(self._stored(post), dumps=dumps)
 
     async def _create_post(self, request: web.Request) -> web.Response:
         if (refused := self._refuse(request)) is not None:

@@ -5,6 +5,7 @@ context; a press is the presser's own /approve (another person's press is refuse
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,10 @@ from tests.fakes.llm import FakeLLM
 from tests.fakes.mattermost_server import TOKEN, FakeMattermostServer
 from tests.integration.button_rig import MCP, mcp_ready, responder, tool_runs
 from tests.integration.inproc import running_daemon
+
+PRESS = re.compile(r":b[0-9a-f]{32}$")
+"""A button press's message id (`<channel>:<post>:b<digest>`); not `:b` anywhere: a post
+id may start with b."""
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -70,7 +75,8 @@ async def test_approval_buttons_on_mattermost(tmp_path: Path) -> None:
             assert done["channel_id"] == TOWN
             assert tool_runs(llm) == 1
             rows = await herald.rows()
-            assert [r["text"] for r in rows if ":b" in str(r["platform_message_id"])] == [
+            presses = [r for r in rows if PRESS.search(str(r["platform_message_id"]))]
+            assert [r["text"] for r in presses] == [
                 "/approve 1",
                 "/approve 1",
             ]
