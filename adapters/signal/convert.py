@@ -389,6 +389,23 @@ def retry_after_of(data: Any) -> float | None:
 
 
 def error_from(code: int, message: str, data: Any, doing: str) -> HeraldError:
+def _results_of(data: Any) -> list[Mapping[str, Any]]:
+    response = data.get("response") if isinstance(data, Mapping) else None
+    results = response.get("results") if isinstance(response, Mapping) else None
+    return [r for r in results or () if isinstance(r, Mapping)] if isinstance(results, list) else []
+
+
+def challenge_of(data: Any) -> str | None:
+    """The captcha challenge token of a proof-required failure (signal-cli writes it as the
+    `token` of a RATE_LIMIT_FAILURE result), or None."""
+    tokens = [r.get("token") for r in _results_of(data) if isinstance(r.get("token"), str)]
+    return str(tokens[0]) if tokens else None
+
+
+TRANSIENT = frozenset({"NETWORK_FAILURE", "RATE_LIMIT_FAILURE"})
+"""Send result types that say nothing about the message or the recipient: try again later."""
+
+
     """The Herald error for a JSON-RPC error of a send (or another call to one chat)."""
     what = f"signal: {doing}: {message} ({code})"
     if code == RATE_LIMIT_ERROR:
@@ -404,6 +421,10 @@ def error_from(code: int, message: str, data: Any, doing: str) -> HeraldError:
 
 
 def failed_results(result: Any) -> list[str]:
+    kinds = {str(r.get("type")) for r in _results_of(data)}
+    if code == USER_ERROR and kinds and kinds <= TRANSIENT:
+        # "Failed to send message" because Signal's servers could not be reached.
+        return NotReady(f"{what}: {', '.join(sorted(kinds))}")
     """The failure types of a send's per-recipient `results` (empty when all succeeded)."""
     results = result.get("results") if isinstance(result, Mapping) else None
     return [

@@ -1,0 +1,38 @@
+"""Signal under attack and misuse, converted without I/O: JSON-RPC failures whose cause is
+not the message (a network failure to every recipient, a captcha challenge) and envelopes a
+daemon should not write but might (odd mention fields)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from adapters.inbound import Incoming
+from adapters.signal.config import SignalConfig
+from adapters.signal.convert import error_from, to_event
+from gateway.contracts.errors import NotReady, RateLimited
+from gateway.contracts.ids import AccountId
+
+ME = "+15550009999"
+ANN = "+15551230001"
+T = 1764392400000
+NOW = datetime.fromtimestamp(T / 1000, UTC) + timedelta(seconds=2)
+CONFIG = SignalConfig(number=ME, allowed_users=(ANN,))
+
+
+def failure(*kinds: str, **extra: Any) -> dict[str, Any]:
+    """A JSON-RPC error's `data` as signal-cli writes it after a send failed everywhere."""
+    results = [
+        {"recipientAddress": {"number": f"+1555123000{i}"}, "type": kind, **extra}
+        for i, kind in enumerate(kinds)
+    ]
+    return {"response": {"timestamp": T, "results": results}}
+
+
+def test_a_send_that_failed_on_the_network_everywhere_is_retried_not_given_up() -> None:
+    # signal-cli answers -1 "Failed to send message" when no recipient got it, whatever
+    # the reason: Signal's servers being unreachable is no reason to drop the message.
+    found = error_from(-1, "Failed to send message", failure("NETWORK_FAILURE"), "send")
+    assert isinstance(found, NotReady)
+    mixed = failure("NETWORK_FAILURE", "RATE_LIMIT_FAILURE")
+    assert isinstance(error_from(-1, "Failed to send message", mixed, "send"), NotReady)
