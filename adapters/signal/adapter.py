@@ -37,7 +37,9 @@ from adapters.signal.convert import (
     METHOD_NOT_FOUND,
     NOT_ADDRESSED,
     OWN,
+    RATE_LIMIT_ERROR,
     AttachmentRef,
+    challenge_of,
     data_uri,
     error_from,
     failed_results,
@@ -116,6 +118,7 @@ class SignalAdapter(TrackedSends):
         self._streaming = False
         self._last_byte: float | None = None
         self._uuid: str | None = None
+        self._challenges: set[str] = set()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -262,7 +265,12 @@ class SignalAdapter(TrackedSends):
         try:
             return await self._call(method, params, doing=doing)
         except RpcError as err:
-            raise error_from(err.code, err.message, err.data, doing) from err
+            found = error_from(err.code, err.message, err.data, doing)
+            challenge = challenge_of(err.data) if err.code == RATE_LIMIT_ERROR else None
+            if challenge is not None and challenge not in self._challenges:
+                self._challenges.add(challenge)  # once per challenge, not once per retry
+                logger.warning("%s", found)
+            raise found from err
 
     # -- receiving --------------------------------------------------------------------------
 

@@ -388,7 +388,6 @@ def retry_after_of(data: Any) -> float | None:
     return max(waits) if waits else None
 
 
-def error_from(code: int, message: str, data: Any, doing: str) -> HeraldError:
 def _results_of(data: Any) -> list[Mapping[str, Any]]:
     response = data.get("response") if isinstance(data, Mapping) else None
     results = response.get("results") if isinstance(response, Mapping) else None
@@ -406,13 +405,25 @@ TRANSIENT = frozenset({"NETWORK_FAILURE", "RATE_LIMIT_FAILURE"})
 """Send result types that say nothing about the message or the recipient: try again later."""
 
 
+def error_from(code: int, message: str, data: Any, doing: str) -> HeraldError:
     """The Herald error for a JSON-RPC error of a send (or another call to one chat)."""
     what = f"signal: {doing}: {message} ({code})"
     if code == RATE_LIMIT_ERROR:
         wait = retry_after_of(data)
+        challenge = challenge_of(data)
+        if challenge is not None:
+            what += (
+                ": Signal asks for a captcha before this account sends more; solve one at "
+                "https://signalcaptchas.org/challenge/generate.html and run `signal-cli "
+                f"submitRateLimitChallenge --challenge {challenge} --captcha CAPTCHA_TOKEN`"
+            )
         return RateLimited(DEFAULT_RETRY_AFTER if wait is None else wait, what)
     if code in (IO_ERROR, INTERNAL_ERROR):
         return NotReady(what)
+    kinds = {str(r.get("type")) for r in _results_of(data)}
+    if code == USER_ERROR and kinds and kinds <= TRANSIENT:
+        # "Failed to send message" because Signal's servers could not be reached.
+        return NotReady(f"{what}: {', '.join(sorted(kinds))}")
     if code == UNTRUSTED_KEY_ERROR:
         return PermanentSendError(
             f"{what}: the person's safety number changed; trust it with `signal-cli trust`"
@@ -421,10 +432,6 @@ TRANSIENT = frozenset({"NETWORK_FAILURE", "RATE_LIMIT_FAILURE"})
 
 
 def failed_results(result: Any) -> list[str]:
-    kinds = {str(r.get("type")) for r in _results_of(data)}
-    if code == USER_ERROR and kinds and kinds <= TRANSIENT:
-        # "Failed to send message" because Signal's servers could not be reached.
-        return NotReady(f"{what}: {', '.join(sorted(kinds))}")
     """The failure types of a send's per-recipient `results` (empty when all succeeded)."""
     results = result.get("results") if isinstance(result, Mapping) else None
     return [

@@ -36,3 +36,11 @@ def test_a_send_that_failed_on_the_network_everywhere_is_retried_not_given_up() 
     assert isinstance(found, NotReady)
     mixed = failure("NETWORK_FAILURE", "RATE_LIMIT_FAILURE")
     assert isinstance(error_from(-1, "Failed to send message", mixed, "send"), NotReady)
+
+
+def test_a_captcha_challenge_tells_the_operator_how_to_answer_it() -> None:
+    data = failure("RATE_LIMIT_FAILURE", token="tok-123", retryAfterSeconds=86400)
+    found = error_from(-5, "Failed to send message due to rate limiting", data, "send")
+    assert isinstance(found, RateLimited)
+    assert found.retry_after == 86400
+    assert "submitRateLimitChallenge --challenge tok-123" in str(found)
