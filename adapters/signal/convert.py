@@ -138,7 +138,8 @@ def _text(data: Mapping[str, Any], number: str, my_uuid: str | None) -> tuple[st
     mentions = [m for m in found if isinstance(m, Mapping)] if isinstance(found, list) else []
     addressed = False
     units = text.encode("utf-16-le", "surrogatepass")
-    for mention in sorted(mentions, key=lambda m: -int(m.get("start") or 0)):
+    mentions = [m for m in mentions if isinstance(m.get("start"), int)]
+    for mention in sorted(mentions, key=lambda m: -int(m["start"])):
         who = _id(mention.get("number")) or _id(mention.get("uuid")) or "someone"
         if _is_me(who, _id(mention.get("uuid")), number, my_uuid):
             addressed = True

@@ -44,3 +44,25 @@ def test_a_captcha_challenge_tells_the_operator_how_to_answer_it() -> None:
     assert isinstance(found, RateLimited)
     assert found.retry_after == 86400
     assert "submitRateLimitChallenge --challenge tok-123" in str(found)
+
+
+def test_mentions_with_odd_fields_are_read_without_failing() -> None:
+    event = {
+        "account": ME,
+        "envelope": {
+            "sourceNumber": ANN,
+            "timestamp": T,
+            "dataMessage": {
+                "timestamp": T,
+                "message": "\ufffc hi \ufffc",
+                "mentions": [
+                    {"number": ME, "start": "zero", "length": 1},
+                    {"number": ANN, "start": {"x": 1}, "length": 1},
+                    {"number": ME, "start": 0, "length": 1},
+                ],
+            },
+        },
+    }
+    found = to_event(event, config=CONFIG, account=AccountId("default"), now=NOW)
+    assert isinstance(found, Incoming)
+    assert found.message.text.startswith(f"@{ME} hi")
