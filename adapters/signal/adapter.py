@@ -26,6 +26,7 @@ from typing import Any, Self
 from urllib.parse import urlsplit
 
 import aiohttp
+from aiohttp.http_exceptions import LineTooLong
 
 from adapters.files import keep, with_files
 from adapters.inbound import Incoming, Skipped, log_skipped
@@ -72,6 +73,9 @@ SEND_FILE_MAX_BYTES = 100 * 1024 * 1024
 KEEPALIVE_GRACE = 45.0
 """Seconds without a byte on the event stream (signal-cli writes a comment every 15) before
 the stream counts as lost."""
+MAX_EVENT_BYTES = 4 * 1024 * 1024
+"""The largest event read from the stream (Signal's servers take envelopes of a few hundred
+KiB); a larger one is skipped, the stream read on."""
 RECONNECT_PAUSES = (0.2, 0.5, 1.0, 2.0)
 """Pauses before reopening an event stream that ended; past the last, NotReady."""
 
@@ -313,22 +317,32 @@ class SignalAdapter(TrackedSends):
                 self._last_byte = time.monotonic()
                 kind = ""
                 data: list[str] = []
-                async for raw in response.content:
+                size = 0
+                dropped = False  # the event being read is over MAX_EVENT_BYTES: skipped
+                async for raw in _lines(response.content):
                     self._last_byte = time.monotonic()
+                    if raw is None or size + len(raw) > MAX_EVENT_BYTES:
+                        dropped, data, size = True, [], 0
+                        continue
                     line = raw.decode("utf-8", "replace").rstrip("\r\n")
                     if line:
                         field, _, value = line.partition(":")
                         value = value.removeprefix(" ")
                         if field == "event":
                             kind = value
-                        elif field == "data":
+                        elif field == "data" and not dropped:
                             data.append(value)
+                            size += len(raw)
                         continue
-                    if data and kind in ("", "receive"):
+                    if dropped:
+                        logger.warning(
+                            "signal: an event over %d bytes was skipped", MAX_EVENT_BYTES
+                        )
+                    elif data and kind in ("", "receive"):
                         event = _parse(data)
                         if event is not None:
                             yield event
-                    kind, data = "", []
+                    kind, data, size, dropped = "", [], 0, False
         except (aiohttp.ClientError, TimeoutError) as err:
             if self._streaming:
                 logger.info("signal: event stream lost: %s: %s", type(err).__name__, err)
@@ -479,6 +493,26 @@ def is_partial(result: Any) -> bool:
     """Whether a send reached some of its recipients (a group where one member failed)."""
     results = result.get("results") if isinstance(result, Mapping) else None
     return any(isinstance(r, Mapping) and r.get("type") == "SUCCESS" for r in results or ())
+
+
+async def _lines(reader: aiohttp.StreamReader) -> AsyncGenerator[bytes | None]:
+    """The stream's lines (with their `\n`; the last may lack it), None in place of each
+    line longer than MAX_EVENT_BYTES (read past, never held whole), until the stream ends."""
+    long = False
+    while True:
+        try:
+            raw = await reader.readuntil(b"\n", max_size=MAX_EVENT_BYTES)
+        except LineTooLong:
+            long = True
+            continue
+        if not raw:
+            return
+        if long:
+            if raw.endswith(b"\n"):
+                long = False
+                yield None
+            continue
+        yield raw
 
 
 def _parse(data: list[str]) -> Mapping[str, Any] | None:

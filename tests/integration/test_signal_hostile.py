@@ -1,0 +1,61 @@
+"""Signal under attack and misuse, through the fake signal-cli daemon: a stranger's huge
+message on the event stream, a daemon that serves other accounts besides Herald's, a file
+the daemon answers larger than it was announced."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from adapters.signal.adapter import SignalAdapter
+from adapters.signal.config import SignalConfig
+from gateway.contracts.adapter import AdapterState
+from gateway.contracts.ids import AccountId, ChatId
+from gateway.contracts.messages import OutboundMessage
+from tests.fakes.signal_cli import FakeSignalCli
+from tests.fakes.sink import ListSink, receiving, until_or_ended
+
+pytestmark = pytest.mark.timeout(60)
+WAIT = 30.0
+ANN = "+15551230001"
+EVE = "+15551230666"
+OTHER = "+15550008888"
+
+
+def adapter_of(signal: FakeSignalCli, tmp_path: Path, **changes: object) -> SignalAdapter:
+    section = {"number": signal.number, "url": signal.url, "allowed_users": [ANN]}
+    config = SignalConfig.model_validate({**section, **changes})
+    return SignalAdapter(config, tmp_path / "files")
+
+
+def outbound(chat: str, text: str) -> OutboundMessage:
+    return OutboundMessage(
+        platform=SignalAdapter.platform,
+        account=AccountId("default"),
+        chat_id=ChatId(chat),
+        text=text,
+        idempotency_key=f"test:{chat}:{text}",
+    )
+
+
+async def test_a_strangers_huge_message_is_skipped_and_the_stream_goes_on(
+    tmp_path: Path,
+) -> None:
+    # signal-cli writes each event as one `data:` line. A line past aiohttp's line limit
+    # must not end the stream (and what is read behind it) or the adapter.
+    sink = ListSink()
+    async with FakeSignalCli() as signal, adapter_of(signal, tmp_path) as adapter:
+        async with receiving(adapter, sink) as task:
+            await until_or_ended(signal, task, lambda: signal.open_streams == 1)
+            # 100,000 control characters: 600 KB of `\u0001` escapes in the event's JSON,
+            # past aiohttp's 512 KiB line limit, from a message Signal carries.
+            signal.say(EVE, "\x01" * 100_000)
+            signal.say(EVE, "y" * 5_000_000)  # past any event Signal carries: skipped
+            signal.say(ANN, "still there?")
+            await until_or_ended(signal, task, lambda: len(signal.written) == 3)
+            await sink.until(lambda: any(m.text == "still there?" for m in sink.messages))
+            assert not task.done()
+            assert signal.streams_opened == 1  # the same stream: nothing lost with it
+            assert adapter.liveness() is AdapterState.RECEIVING
+        assert [len(m.text) for m in sink.messages] == [100_000, len("still there?")]
