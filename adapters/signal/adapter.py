@@ -123,6 +123,7 @@ class SignalAdapter(TrackedSends):
         self._last_byte: float | None = None
         self._uuid: str | None = None
         self._challenges: set[str] = set()
+        self._multi = config.multi_account
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -184,6 +185,10 @@ class SignalAdapter(TrackedSends):
                 raise NotReady(f"signal: listAccounts: {err}") from err
             accounts = None  # a single-account daemon: it answers as its account
         if accounts is not None:
+            # A multi-account daemon, whatever the config says: name the account in every
+            # request and stream (without it the stream carries every account's messages,
+            # and requests fail once the daemon holds a second account).
+            self._multi = True
             numbers = [a.get("number") for a in accounts or () if isinstance(a, Mapping)]
             if number not in numbers:
                 raise AuthError(
@@ -232,7 +237,7 @@ class SignalAdapter(TrackedSends):
         NotReady (no answer, a 5xx, something that is not JSON-RPC)."""
         body: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "id": next(self._ids)}
         sent = dict(params)
-        if account and self.config.multi_account:
+        if account and self._multi:
             sent["account"] = self.config.number
         if sent:
             body["params"] = sent
@@ -303,11 +308,11 @@ class SignalAdapter(TrackedSends):
         """The `receive` events of one stream, each read only when the previous one was
         handled, until the stream ends. Raises NotReady when it cannot be opened or stalls."""
         url = f"{self.config.url}/api/v1/events"
-        query = {"account": self.config.number} if self.config.multi_account else {}
+        query = {"account": self.config.number} if self._multi else {}
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=KEEPALIVE_GRACE)
         try:
             async with self._connected().get(url, params=query, timeout=timeout) as response:
-                if response.status == 400 and self.config.multi_account:
+                if response.status == 400 and self._multi:
                     raise AuthError(f"signal: the daemon does not serve {self.config.number}")
                 if response.status in (401, 403):
                     raise AuthError(f"signal: event stream: HTTP {response.status}")

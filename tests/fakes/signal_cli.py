@@ -114,9 +114,14 @@ class FakeSignalCli(Served, Waitable):
         registered: bool = True,
         keepalive: float = 15.0,
         port: int = 0,
+        others: Sequence[str] = (),
     ) -> None:
         self.number = number
         self.multi_account = multi_account
+        self.others = tuple(others)
+        """Further accounts of a multi-account daemon (their events go to streams opened
+        without `?account=`; a request naming no account is refused, as signal-cli does
+        once it holds more than one)."""
         self.registered = registered
         self.keepalive = keepalive
         self.uuid = str(uuid.uuid4())
@@ -309,7 +314,8 @@ class FakeSignalCli(Served, Waitable):
         servers hold it until the daemon receives again)."""
         open_streams = [s for s in self._streams if not s.closed]
         for stream in open_streams:
-            stream.queue.append(event)
+            if stream.account in (None, event.get("account")):
+                stream.queue.append(event)
         if not open_streams:
             self._pending.append(event)
         self._changes.notify()
@@ -385,7 +391,7 @@ class FakeSignalCli(Served, Waitable):
             return web.Response(status=400)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        stream = _Stream(list(self._pending))
+        stream = _Stream(list(self._pending), account=account)
         self._pending.clear()
         self._streams.append(stream)
         self.streams_opened += 1
@@ -452,6 +458,8 @@ class FakeSignalCli(Served, Waitable):
             account = params.pop("account", None)
             if account is not None and account != self.number:
                 return _answer(ident, error=(-32602, "Specified account does not exist"))
+            if account is None and self.others:
+                return _answer(ident, error=(-32602, "Method requires valid account parameter"))
         elif "account" in params:
             return _answer(ident, error=(-32602, 'Unrecognized field "account"'))
         try:
@@ -467,7 +475,8 @@ class FakeSignalCli(Served, Waitable):
         if method == "listAccounts":
             if not self.multi_account:
                 raise _RpcFailure(-32601, "Method not implemented")
-            return [{"number": self.number}] if self.registered else []
+            mine = [{"number": self.number}] if self.registered else []
+            return mine + [{"number": n} for n in self.others]
         if method == "getUserStatus":
             if not self.registered:
                 raise _RpcFailure(-1, "User is not registered")
@@ -557,6 +566,8 @@ class _Stream:
 
     queue: list[JSON]
     closed: bool = False
+    account: str | None = None
+    """The account named in `?account=` (None: every account's events)."""
     written: list[JSON] = field(default_factory=list)
 
 

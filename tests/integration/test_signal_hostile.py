@@ -59,3 +59,26 @@ async def test_a_strangers_huge_message_is_skipped_and_the_stream_goes_on(
             assert signal.streams_opened == 1  # the same stream: nothing lost with it
             assert adapter.liveness() is AdapterState.RECEIVING
         assert [len(m.text) for m in sink.messages] == [100_000, len("still there?")]
+
+
+async def test_a_daemon_with_another_account_is_named_the_account_in_every_request(
+    tmp_path: Path,
+) -> None:
+    # The operator left multi_account false; the daemon (started without -a) also holds
+    # another account. Its messages are never Herald's, and Herald's requests still work.
+    sink = ListSink()
+    async with (
+        FakeSignalCli(multi_account=True, others=(OTHER,)) as signal,
+        adapter_of(signal, tmp_path) as adapter,
+    ):
+        async with receiving(adapter, sink) as task:
+            await until_or_ended(signal, task, lambda: signal.open_streams == 1)
+            theirs = signal.message(EVE, "for the other account")
+            signal.push({**theirs, "account": OTHER})
+            signal.say(ANN, "for Herald")
+            await sink.until(lambda: len(sink.messages) == 1)
+            await signal.wait_for(lambda: signal.read(ANN, sink.messages[0].raw["timestamp"]))
+            assert not task.done()
+        await adapter.send(outbound(ANN, "answer"))
+    assert [m.text for m in sink.messages] == ["for Herald"]
+    assert signal.texts_to(ANN) == ["answer"]
