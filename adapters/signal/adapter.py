@@ -76,8 +76,26 @@ the stream counts as lost."""
 MAX_EVENT_BYTES = 4 * 1024 * 1024
 """The largest event read from the stream (Signal's servers take envelopes of a few hundred
 KiB); a larger one is skipped, the stream read on."""
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+"""The longest JSON-RPC answer read (but a file's, which `attachment_max_bytes` bounds)."""
 RECONNECT_PAUSES = (0.2, 0.5, 1.0, 2.0)
 """Pauses before reopening an event stream that ended; past the last, NotReady."""
+
+
+class TooLarge(NotReady):
+    """An answer longer than the caller would read (it was not read further)."""
+
+
+async def _read_at_most(response: aiohttp.ClientResponse, limit: int, doing: str) -> bytes:
+    """The response's body, or TooLarge once more than `limit` bytes arrived (or would)."""
+    if response.content_length is not None and response.content_length > limit:
+        raise TooLarge(f"signal: {doing}: the answer is over {limit} bytes")
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(65536):
+        body += chunk
+        if len(body) > limit:
+            raise TooLarge(f"signal: {doing}: the answer is over {limit} bytes")
+    return bytes(body)
 
 
 class RpcError(Exception):
@@ -231,10 +249,17 @@ class SignalAdapter(TrackedSends):
     # -- JSON-RPC ---------------------------------------------------------------------------
 
     async def _call(
-        self, method: str, params: Mapping[str, Any], *, doing: str, account: bool = True
+        self,
+        method: str,
+        params: Mapping[str, Any],
+        *,
+        doing: str,
+        account: bool = True,
+        max_bytes: int = MAX_ANSWER_BYTES,
     ) -> Any:
-        """One JSON-RPC request; its `result`. Raises RpcError (the daemon's error) or
-        NotReady (no answer, a 5xx, something that is not JSON-RPC)."""
+        """One JSON-RPC request; its `result`. Raises RpcError (the daemon's error),
+        TooLarge (an answer over `max_bytes`, not read further) or NotReady (no answer, a
+        5xx, something that is not JSON-RPC)."""
         body: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "id": next(self._ids)}
         sent = dict(params)
         if account and self._multi:
@@ -253,7 +278,7 @@ class SignalAdapter(TrackedSends):
                         )
                     if response.status != 200:
                         raise NotReady(f"signal: {doing}: HTTP {response.status} from the daemon")
-                    answer = await response.json(content_type=None)
+                    answer = json.loads(await _read_at_most(response, max_bytes, doing))
         except (aiohttp.ClientError, TimeoutError, ValueError) as err:
             raise NotReady(f"signal: {doing}: {type(err).__name__}: {err}") from err
         if not isinstance(answer, Mapping):
@@ -268,11 +293,18 @@ class SignalAdapter(TrackedSends):
             )
         return answer.get("result")
 
-    async def _act(self, method: str, params: Mapping[str, Any], *, doing: str) -> Any:
+    async def _act(
+        self,
+        method: str,
+        params: Mapping[str, Any],
+        *,
+        doing: str,
+        max_bytes: int = MAX_ANSWER_BYTES,
+    ) -> Any:
         """A call on a chat's behalf: its result, or the error that says what to do next
-        (RateLimited, PermanentSendError, NotReady)."""
+        (RateLimited, PermanentSendError, NotReady; TooLarge past `max_bytes`)."""
         try:
-            return await self._call(method, params, doing=doing)
+            return await self._call(method, params, doing=doing, max_bytes=max_bytes)
         except RpcError as err:
             found = error_from(err.code, err.message, err.data, doing)
             challenge = challenge_of(err.data) if err.code == RATE_LIMIT_ERROR else None
@@ -407,7 +439,13 @@ class SignalAdapter(TrackedSends):
         """Fetch one file from the daemon (`getAttachment`) into `files_dir/<chat>/`."""
         params: dict[str, Any] = {"id": ref.id}
         params.update({"groupId": chat} if is_group(chat) else {"recipient": chat})
-        result = await self._act("getAttachment", params, doing=f"file {index}")
+        limit = self.config.attachment_max_bytes
+        try:
+            result = await self._act(
+                "getAttachment", params, doing=f"file {index}", max_bytes=limit * 4 // 3 + 4096
+            )
+        except TooLarge as err:
+            raise PermanentSendError(f"larger than {limit} bytes") from err
         encoded = result.get("data") if isinstance(result, Mapping) else None
         if not isinstance(encoded, str):
             raise PermanentSendError("the daemon returned no data")

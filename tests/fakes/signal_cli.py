@@ -138,6 +138,7 @@ class FakeSignalCli(Served, Waitable):
         self.uuids: dict[str, str] = {}
         self._pending: list[JSON] = []
         self._files: dict[str, bytes] = {}
+        self._endless: set[str] = set()
         self._streams: list[_Stream] = []
         self._last_stamp = 0
         self._changes = Changes()
@@ -207,6 +208,13 @@ class FakeSignalCli(Served, Waitable):
                 **body,
             },
         }
+
+    def add_endless_file(self) -> str:
+        """An attachment whose `getAttachment` answer never ends (base64 written until the
+        client goes away); its id."""
+        ident = f"{uuid.uuid4().hex[:20]}.endless"
+        self._endless.add(ident)
+        return ident
 
     def add_file(self, data: bytes) -> str:
         """Keep `data` as an attachment the daemon has; its id."""
@@ -440,7 +448,7 @@ class FakeSignalCli(Served, Waitable):
             await response.write_eof()
         return response
 
-    async def _rpc(self, request: web.Request) -> web.Response:
+    async def _rpc(self, request: web.Request) -> web.StreamResponse:
         if not request.content_type.startswith("application/json"):
             return web.Response(status=415)
         try:
@@ -462,12 +470,29 @@ class FakeSignalCli(Served, Waitable):
                 return _answer(ident, error=(-32602, "Method requires valid account parameter"))
         elif "account" in params:
             return _answer(ident, error=(-32602, 'Unrecognized field "account"'))
+        if method == "getAttachment" and params.get("id") in self._endless:
+            self.downloads.append(str(params["id"]))
+            return await self._endless_answer(request, ident)
         try:
             result = self._method(method, params)
         except _RpcFailure as failure:
             return _answer(ident, error=(failure.code, failure.message), data=failure.data)
         self._changes.notify()
         return _answer(ident, result=result)
+
+    async def _endless_answer(self, request: web.Request, ident: Any) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        head = json.dumps({"jsonrpc": "2.0", "id": ident})[:-1]
+        await response.write(f'{head}, "result": {{"data": "'.encode())
+        chunk = b"A" * 65536
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            while not self._changes.stopping.is_set():
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    break
+                await response.write(chunk)
+        return response
 
     def _method(self, method: str, params: JSON) -> Any:
         if method == "version":

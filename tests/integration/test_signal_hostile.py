@@ -12,7 +12,7 @@ from adapters.signal.adapter import SignalAdapter
 from adapters.signal.config import SignalConfig
 from gateway.contracts.adapter import AdapterState
 from gateway.contracts.ids import AccountId, ChatId
-from gateway.contracts.messages import OutboundMessage
+from gateway.contracts.messages import InboundMessage, OutboundMessage
 from tests.fakes.signal_cli import FakeSignalCli
 from tests.fakes.sink import ListSink, receiving, until_or_ended
 
@@ -82,3 +82,45 @@ async def test_a_daemon_with_another_account_is_named_the_account_in_every_reque
         await adapter.send(outbound(ANN, "answer"))
     assert [m.text for m in sink.messages] == ["for Herald"]
     assert signal.texts_to(ANN) == ["answer"]
+
+
+class AllowAll(ListSink):
+    async def may_fetch(self, message: InboundMessage) -> bool:
+        return True
+
+
+async def test_a_file_larger_than_announced_is_not_read_whole(tmp_path: Path) -> None:
+    # The envelope's `size` is what the sender's client claimed; what the daemon answers
+    # to getAttachment is the real file. Past attachment_max_bytes it is not kept.
+    sink = AllowAll()
+    async with (
+        FakeSignalCli() as signal,
+        adapter_of(signal, tmp_path, attachment_max_bytes=1000) as adapter,
+    ):
+        event = signal.message(ANN, "a small file", files=[(b"x" * 50_000, "text/plain", "a.txt")])
+        event["envelope"]["dataMessage"]["attachments"][0]["size"] = 10
+        async with receiving(adapter, sink):
+            signal.push(event)
+            await sink.until(lambda: len(sink.messages) == 1)
+        assert sink.messages[0].attachments == ()
+        assert "a.txt" in sink.messages[0].text
+        assert not list((tmp_path / "files").rglob("*.txt"))
+
+
+async def test_a_file_the_daemon_never_finishes_is_given_up_at_the_cap(tmp_path: Path) -> None:
+    # Whatever the envelope claimed, reading stops once past attachment_max_bytes: memory
+    # holds no more than that, and the message goes on without the file.
+    sink = AllowAll()
+    async with (
+        FakeSignalCli() as signal,
+        adapter_of(signal, tmp_path, attachment_max_bytes=100_000) as adapter,
+    ):
+        event = signal.message(ANN, "look", files=[(b"x", "image/png", "a.png")])
+        attachment = event["envelope"]["dataMessage"]["attachments"][0]
+        attachment["id"] = signal.add_endless_file()
+        async with receiving(adapter, sink):
+            signal.push(event)
+            await sink.until(lambda: len(sink.messages) == 1)
+        assert sink.messages[0].attachments == ()
+        assert "a.png unavailable" in sink.messages[0].text
+        assert "100000 bytes" in sink.messages[0].text
