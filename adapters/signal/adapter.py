@@ -211,7 +211,7 @@ class SignalAdapter(TrackedSends):
             if number not in numbers:
                 raise AuthError(
                     f"signal: {number} is not registered in the signal-cli daemon at "
-                    f"{self.config.url} (it has {', '.join(map(str, numbers)) or 'none'}); "
+                    f"{_host(self.config.url)} (it has {', '.join(map(str, numbers)) or 'none'}); "
                     "register or link it with signal-cli, or fix platforms.signal.number"
                 )
         try:
@@ -230,7 +230,7 @@ class SignalAdapter(TrackedSends):
             raise AuthError(f"signal: {number} is not registered with Signal")
         uuid = mine[0].get("uuid")
         self._uuid = uuid if isinstance(uuid, str) and uuid else None
-        return f"{number} on signal-cli {found or '?'} at {urlsplit(self.config.url).netloc}"
+        return f"{number} on signal-cli {found or '?'} at {_host(self.config.url)}"
 
     def liveness(self) -> AdapterState:
         """RECEIVING while the event stream is open and its keep-alives arrive."""
@@ -530,6 +530,11 @@ class SignalAdapter(TrackedSends):
             params["remove"] = True
         async with self._inflight.track():
             await self._act("sendReaction", params, doing="reaction")
+
+
+def _host(url: str) -> str:
+    """A URL's host and port, without the user and password it may carry."""
+    return urlsplit(url).netloc.rpartition("@")[2]
 
 
 def is_partial(result: Any) -> bool:

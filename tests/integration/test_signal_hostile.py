@@ -124,3 +124,15 @@ async def test_a_file_the_daemon_never_finishes_is_given_up_at_the_cap(tmp_path:
         assert sink.messages[0].attachments == ()
         assert "a.png unavailable" in sink.messages[0].text
         assert "100000 bytes" in sink.messages[0].text
+
+
+async def test_a_password_in_the_daemons_url_is_not_echoed_by_the_check(tmp_path: Path) -> None:
+    # A careless operator writes a proxy's basic-auth password into `url`; the check's
+    # answer (printed by `herald doctor` and logged at start) names the host alone.
+    async with FakeSignalCli() as signal:
+        url = signal.url.replace("http://", "http://herald:hunter2secret@")
+        adapter = adapter_of(signal, tmp_path, url=url)
+        said = await adapter.check()
+        host = f"127.0.0.1:{signal.port}"
+    assert "hunter2secret" not in said
+    assert host in said
