@@ -34,7 +34,9 @@ from adapters.inflight import InFlight, TrackedSends
 from adapters.signal import PLATFORM
 from adapters.signal.config import SignalConfig
 from adapters.signal.convert import (
+    INTERNAL_ERROR,
     INVALID_PARAMS,
+    IO_ERROR,
     METHOD_NOT_FOUND,
     NOT_ADDRESSED,
     OWN,
@@ -221,6 +223,9 @@ class SignalAdapter(TrackedSends):
         except RpcError as err:
             if err.code == INVALID_PARAMS:
                 raise AuthError(f"signal: the daemon does not serve {number}: {err}") from err
+            if err.code in (RATE_LIMIT_ERROR, IO_ERROR, INTERNAL_ERROR):
+                # Signal's servers (contact discovery) busy or unreachable: try again later.
+                raise NotReady(f"signal: getUserStatus: {err}") from err
             raise AuthError(
                 f"signal: the daemon could not use {number}'s registration: {err} "
                 "(register or link it with signal-cli)"

@@ -83,6 +83,7 @@ class _Faults:
     failing: list[int] = field(default_factory=list)
     blocked: set[str] = field(default_factory=set)
     twice: int = 0
+    lookups: list[tuple[int, str]] = field(default_factory=list)
 
 
 def _parse_data_uri(uri: str) -> File:
@@ -371,6 +372,11 @@ class FakeSignalCli(Served, Waitable):
     def fail(self, count: int, status: int = 503) -> None:
         self.faults.failing.extend([status] * count)
 
+    def fail_lookups(self, code: int, message: str, count: int = 1) -> None:
+        """The next `count` getUserStatus requests fail with JSON-RPC error `code` (-5: a
+        rate limit of Signal's contact discovery, -3: Signal's servers unreachable)."""
+        self.faults.lookups.extend([(code, message)] * count)
+
     def block(self, to: str) -> None:
         self.faults.blocked.add(to)
 
@@ -503,6 +509,8 @@ class FakeSignalCli(Served, Waitable):
             mine = [{"number": self.number}] if self.registered else []
             return mine + [{"number": n} for n in self.others]
         if method == "getUserStatus":
+            if self.faults.lookups:
+                raise _RpcFailure(*self.faults.lookups.pop(0))
             if not self.registered:
                 raise _RpcFailure(-1, "User is not registered")
             return [

@@ -11,6 +11,7 @@ import pytest
 from adapters.signal.adapter import SignalAdapter
 from adapters.signal.config import SignalConfig
 from gateway.contracts.adapter import AdapterState
+from gateway.contracts.errors import AuthError, NotReady
 from gateway.contracts.ids import AccountId, ChatId
 from gateway.contracts.messages import InboundMessage, OutboundMessage
 from tests.fakes.signal_cli import FakeSignalCli
@@ -136,3 +137,25 @@ async def test_a_password_in_the_daemons_url_is_not_echoed_by_the_check(tmp_path
         host = f"127.0.0.1:{signal.port}"
     assert "hunter2secret" not in said
     assert host in said
+
+
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [
+        (-5, "Rate limit exceeded: 60"),
+        (-3, "Unable to check if users are registered: timeout (SocketTimeoutException)"),
+    ],
+)
+async def test_a_lookup_that_fails_for_now_is_retried_not_taken_for_refused_credentials(
+    tmp_path: Path, code: int, message: str
+) -> None:
+    # getUserStatus asks Signal's servers (contact discovery, strictly rate-limited). Its
+    # failing now is NotReady (the supervisor retries), not AuthError (stopped for good).
+    async with FakeSignalCli() as signal:
+        signal.fail_lookups(code, message)
+        with pytest.raises(NotReady) as caught:
+            async with adapter_of(signal, tmp_path):
+                pass
+        assert not isinstance(caught.value, AuthError)
+        async with adapter_of(signal, tmp_path) as adapter:  # the next try gets through
+            assert adapter.liveness() is AdapterState.RECONNECTING
