@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 
 from adapters.inbound import Incoming, Skipped, file_refusal
 from adapters.markdown import (
@@ -287,10 +288,15 @@ def to_event(  # noqa: C901, PLR0912 - one envelope, every kind of it
 
 
 def data_uri(attachment: Attachment, data: bytes) -> str:
-    """A file as signal-cli takes it in `attachments`: an RFC 2397 data URI with its name."""
-    name = (attachment.filename or attachment.path.name).replace(";", "_").replace(",", "_")
+    """A file as signal-cli takes it in `attachments`: an RFC 2397 data URI with its name.
+
+    signal-cli URL-decodes the name (a bare `%` would fail the send, a `+` become a space)
+    and reads one parameter only (its pattern is greedy): the name is percent-encoded and
+    the type goes without its own parameters."""
+    name = quote(attachment.filename or attachment.path.name, safe="")
+    mime = attachment.mime_type.split(";", 1)[0].strip() or "application/octet-stream"
     encoded = base64.b64encode(data).decode()
-    return f"data:{attachment.mime_type};filename={name};base64,{encoded}"
+    return f"data:{mime};filename={name};base64,{encoded}"
 
 
 # -- outbound text ---------------------------------------------------------------------------

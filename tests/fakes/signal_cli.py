@@ -34,6 +34,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote_plus
 
 from aiohttp import web
 
@@ -91,6 +92,7 @@ def _parse_data_uri(uri: str) -> File:
     parts = head.removeprefix("data:").split(";")
     mime = parts[0] or "application/octet-stream"
     name = next((p.removeprefix("filename=") for p in parts if p.startswith("filename=")), "")
+    name = unquote_plus(name, errors="strict")  # as signal-cli's URLDecoder reads it
     return File(mime, name, base64.b64decode(payload))
 
 

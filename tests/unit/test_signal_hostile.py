@@ -4,14 +4,21 @@ daemon should not write but might (odd mention fields)."""
 
 from __future__ import annotations
 
+import base64
+import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote_plus
+
+import pytest
 
 from adapters.inbound import Incoming
 from adapters.signal.config import SignalConfig
-from adapters.signal.convert import error_from, to_event
+from adapters.signal.convert import data_uri, error_from, to_event
 from gateway.contracts.errors import NotReady, RateLimited
 from gateway.contracts.ids import AccountId
+from gateway.contracts.messages import Attachment
 
 ME = "+15550009999"
 ANN = "+15551230001"
@@ -66,3 +73,28 @@ def test_mentions_with_odd_fields_are_read_without_failing() -> None:
     found = to_event(event, config=CONFIG, account=AccountId("default"), now=NOW)
     assert isinstance(found, Incoming)
     assert found.message.text.startswith(f"@{ME} hi")
+
+
+SIGNAL_CLI_DATA_URI = re.compile(
+    r"\Adata:(?P<type>.+?/.+?)?(?P<parameters>;.+?=.+?)?(?P<base64>;base64)?,(?P<data>.+)\Z",
+    re.IGNORECASE | re.DOTALL,
+)
+"""signal-cli's DataURI.DATA_URI_PATTERN; its parameters are read with `\\G;(.+)=(.+)`
+(greedy) and URL-decoded (Java's URLDecoder: `+` is a space, a stray `%` an error)."""
+
+
+@pytest.mark.parametrize(
+    "name", ["100% sure.pdf", "a+b.txt", "semi;colon,comma.txt", "%zz.txt", "plain.png"]
+)
+def test_a_sent_files_name_reaches_signal_cli_as_it_is(name: str, tmp_path: Path) -> None:
+    # An agent's file may be named anything; signal-cli URL-decodes the name of a data URI.
+    attachment = Attachment(tmp_path / "x", "text/plain; charset=utf-8", 3, filename=name)
+    uri = data_uri(attachment, b"abc")
+    found = SIGNAL_CLI_DATA_URI.match(uri)
+    assert found is not None
+    parameters = found.group("parameters")
+    key, _, value = parameters.removeprefix(";").rpartition("=")
+    assert key == "filename"
+    assert unquote_plus(value, errors="strict") == name
+    assert found.group("type") == "text/plain"
+    assert base64.b64decode(found.group("data")) == b"abc"
