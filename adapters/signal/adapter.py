@@ -26,6 +26,7 @@ from typing import Any, Self
 from urllib.parse import urlsplit
 
 import aiohttp
+from aiohttp.http_exceptions import LineTooLong
 
 from adapters.files import keep, with_files
 from adapters.inbound import Incoming, Skipped, log_skipped
@@ -33,11 +34,15 @@ from adapters.inflight import InFlight, TrackedSends
 from adapters.signal import PLATFORM
 from adapters.signal.config import SignalConfig
 from adapters.signal.convert import (
+    INTERNAL_ERROR,
     INVALID_PARAMS,
+    IO_ERROR,
     METHOD_NOT_FOUND,
     NOT_ADDRESSED,
     OWN,
+    RATE_LIMIT_ERROR,
     AttachmentRef,
+    challenge_of,
     data_uri,
     error_from,
     failed_results,
@@ -70,8 +75,29 @@ SEND_FILE_MAX_BYTES = 100 * 1024 * 1024
 KEEPALIVE_GRACE = 45.0
 """Seconds without a byte on the event stream (signal-cli writes a comment every 15) before
 the stream counts as lost."""
+MAX_EVENT_BYTES = 4 * 1024 * 1024
+"""The largest event read from the stream (Signal's servers take envelopes of a few hundred
+KiB); a larger one is skipped, the stream read on."""
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+"""The longest JSON-RPC answer read (but a file's, which `attachment_max_bytes` bounds)."""
 RECONNECT_PAUSES = (0.2, 0.5, 1.0, 2.0)
 """Pauses before reopening an event stream that ended; past the last, NotReady."""
+
+
+class TooLarge(NotReady):
+    """An answer longer than the caller would read (it was not read further)."""
+
+
+async def _read_at_most(response: aiohttp.ClientResponse, limit: int, doing: str) -> bytes:
+    """The response's body, or TooLarge once more than `limit` bytes arrived (or would)."""
+    if response.content_length is not None and response.content_length > limit:
+        raise TooLarge(f"signal: {doing}: the answer is over {limit} bytes")
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(65536):
+        body += chunk
+        if len(body) > limit:
+            raise TooLarge(f"signal: {doing}: the answer is over {limit} bytes")
+    return bytes(body)
 
 
 class RpcError(Exception):
@@ -116,6 +142,8 @@ class SignalAdapter(TrackedSends):
         self._streaming = False
         self._last_byte: float | None = None
         self._uuid: str | None = None
+        self._challenges: set[str] = set()
+        self._multi = config.multi_account
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -177,11 +205,15 @@ class SignalAdapter(TrackedSends):
                 raise NotReady(f"signal: listAccounts: {err}") from err
             accounts = None  # a single-account daemon: it answers as its account
         if accounts is not None:
+            # A multi-account daemon, whatever the config says: name the account in every
+            # request and stream (without it the stream carries every account's messages,
+            # and requests fail once the daemon holds a second account).
+            self._multi = True
             numbers = [a.get("number") for a in accounts or () if isinstance(a, Mapping)]
             if number not in numbers:
                 raise AuthError(
                     f"signal: {number} is not registered in the signal-cli daemon at "
-                    f"{self.config.url} (it has {', '.join(map(str, numbers)) or 'none'}); "
+                    f"{_host(self.config.url)} (it has {', '.join(map(str, numbers)) or 'none'}); "
                     "register or link it with signal-cli, or fix platforms.signal.number"
                 )
         try:
@@ -191,6 +223,9 @@ class SignalAdapter(TrackedSends):
         except RpcError as err:
             if err.code == INVALID_PARAMS:
                 raise AuthError(f"signal: the daemon does not serve {number}: {err}") from err
+            if err.code in (RATE_LIMIT_ERROR, IO_ERROR, INTERNAL_ERROR):
+                # Signal's servers (contact discovery) busy or unreachable: try again later.
+                raise NotReady(f"signal: getUserStatus: {err}") from err
             raise AuthError(
                 f"signal: the daemon could not use {number}'s registration: {err} "
                 "(register or link it with signal-cli)"
@@ -200,7 +235,7 @@ class SignalAdapter(TrackedSends):
             raise AuthError(f"signal: {number} is not registered with Signal")
         uuid = mine[0].get("uuid")
         self._uuid = uuid if isinstance(uuid, str) and uuid else None
-        return f"{number} on signal-cli {found or '?'} at {urlsplit(self.config.url).netloc}"
+        return f"{number} on signal-cli {found or '?'} at {_host(self.config.url)}"
 
     def liveness(self) -> AdapterState:
         """RECEIVING while the event stream is open and its keep-alives arrive."""
@@ -219,13 +254,20 @@ class SignalAdapter(TrackedSends):
     # -- JSON-RPC ---------------------------------------------------------------------------
 
     async def _call(
-        self, method: str, params: Mapping[str, Any], *, doing: str, account: bool = True
+        self,
+        method: str,
+        params: Mapping[str, Any],
+        *,
+        doing: str,
+        account: bool = True,
+        max_bytes: int = MAX_ANSWER_BYTES,
     ) -> Any:
-        """One JSON-RPC request; its `result`. Raises RpcError (the daemon's error) or
-        NotReady (no answer, a 5xx, something that is not JSON-RPC)."""
+        """One JSON-RPC request; its `result`. Raises RpcError (the daemon's error),
+        TooLarge (an answer over `max_bytes`, not read further) or NotReady (no answer, a
+        5xx, something that is not JSON-RPC)."""
         body: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "id": next(self._ids)}
         sent = dict(params)
-        if account and self.config.multi_account:
+        if account and self._multi:
             sent["account"] = self.config.number
         if sent:
             body["params"] = sent
@@ -241,7 +283,7 @@ class SignalAdapter(TrackedSends):
                         )
                     if response.status != 200:
                         raise NotReady(f"signal: {doing}: HTTP {response.status} from the daemon")
-                    answer = await response.json(content_type=None)
+                    answer = json.loads(await _read_at_most(response, max_bytes, doing))
         except (aiohttp.ClientError, TimeoutError, ValueError) as err:
             raise NotReady(f"signal: {doing}: {type(err).__name__}: {err}") from err
         if not isinstance(answer, Mapping):
@@ -256,13 +298,25 @@ class SignalAdapter(TrackedSends):
             )
         return answer.get("result")
 
-    async def _act(self, method: str, params: Mapping[str, Any], *, doing: str) -> Any:
+    async def _act(
+        self,
+        method: str,
+        params: Mapping[str, Any],
+        *,
+        doing: str,
+        max_bytes: int = MAX_ANSWER_BYTES,
+    ) -> Any:
         """A call on a chat's behalf: its result, or the error that says what to do next
-        (RateLimited, PermanentSendError, NotReady)."""
+        (RateLimited, PermanentSendError, NotReady; TooLarge past `max_bytes`)."""
         try:
-            return await self._call(method, params, doing=doing)
+            return await self._call(method, params, doing=doing, max_bytes=max_bytes)
         except RpcError as err:
-            raise error_from(err.code, err.message, err.data, doing) from err
+            found = error_from(err.code, err.message, err.data, doing)
+            challenge = challenge_of(err.data) if err.code == RATE_LIMIT_ERROR else None
+            if challenge is not None and challenge not in self._challenges:
+                self._challenges.add(challenge)  # once per challenge, not once per retry
+                logger.warning("%s", found)
+            raise found from err
 
     # -- receiving --------------------------------------------------------------------------
 
@@ -291,11 +345,11 @@ class SignalAdapter(TrackedSends):
         """The `receive` events of one stream, each read only when the previous one was
         handled, until the stream ends. Raises NotReady when it cannot be opened or stalls."""
         url = f"{self.config.url}/api/v1/events"
-        query = {"account": self.config.number} if self.config.multi_account else {}
+        query = {"account": self.config.number} if self._multi else {}
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=KEEPALIVE_GRACE)
         try:
             async with self._connected().get(url, params=query, timeout=timeout) as response:
-                if response.status == 400 and self.config.multi_account:
+                if response.status == 400 and self._multi:
                     raise AuthError(f"signal: the daemon does not serve {self.config.number}")
                 if response.status in (401, 403):
                     raise AuthError(f"signal: event stream: HTTP {response.status}")
@@ -305,22 +359,32 @@ class SignalAdapter(TrackedSends):
                 self._last_byte = time.monotonic()
                 kind = ""
                 data: list[str] = []
-                async for raw in response.content:
+                size = 0
+                dropped = False  # the event being read is over MAX_EVENT_BYTES: skipped
+                async for raw in _lines(response.content):
                     self._last_byte = time.monotonic()
+                    if raw is None or size + len(raw) > MAX_EVENT_BYTES:
+                        dropped, data, size = True, [], 0
+                        continue
                     line = raw.decode("utf-8", "replace").rstrip("\r\n")
                     if line:
                         field, _, value = line.partition(":")
                         value = value.removeprefix(" ")
                         if field == "event":
                             kind = value
-                        elif field == "data":
+                        elif field == "data" and not dropped:
                             data.append(value)
+                            size += len(raw)
                         continue
-                    if data and kind in ("", "receive"):
+                    if dropped:
+                        logger.warning(
+                            "signal: an event over %d bytes was skipped", MAX_EVENT_BYTES
+                        )
+                    elif data and kind in ("", "receive"):
                         event = _parse(data)
                         if event is not None:
                             yield event
-                    kind, data = "", []
+                    kind, data, size, dropped = "", [], 0, False
         except (aiohttp.ClientError, TimeoutError) as err:
             if self._streaming:
                 logger.info("signal: event stream lost: %s: %s", type(err).__name__, err)
@@ -380,7 +444,13 @@ class SignalAdapter(TrackedSends):
         """Fetch one file from the daemon (`getAttachment`) into `files_dir/<chat>/`."""
         params: dict[str, Any] = {"id": ref.id}
         params.update({"groupId": chat} if is_group(chat) else {"recipient": chat})
-        result = await self._act("getAttachment", params, doing=f"file {index}")
+        limit = self.config.attachment_max_bytes
+        try:
+            result = await self._act(
+                "getAttachment", params, doing=f"file {index}", max_bytes=limit * 4 // 3 + 4096
+            )
+        except TooLarge as err:
+            raise PermanentSendError(f"larger than {limit} bytes") from err
         encoded = result.get("data") if isinstance(result, Mapping) else None
         if not isinstance(encoded, str):
             raise PermanentSendError("the daemon returned no data")
@@ -467,10 +537,35 @@ class SignalAdapter(TrackedSends):
             await self._act("sendReaction", params, doing="reaction")
 
 
+def _host(url: str) -> str:
+    """A URL's host and port, without the user and password it may carry."""
+    return urlsplit(url).netloc.rpartition("@")[2]
+
+
 def is_partial(result: Any) -> bool:
     """Whether a send reached some of its recipients (a group where one member failed)."""
     results = result.get("results") if isinstance(result, Mapping) else None
     return any(isinstance(r, Mapping) and r.get("type") == "SUCCESS" for r in results or ())
+
+
+async def _lines(reader: aiohttp.StreamReader) -> AsyncGenerator[bytes | None]:
+    """The stream's lines (with their `\n`; the last may lack it), None in place of each
+    line longer than MAX_EVENT_BYTES (read past, never held whole), until the stream ends."""
+    long = False
+    while True:
+        try:
+            raw = await reader.readuntil(b"\n", max_size=MAX_EVENT_BYTES)
+        except LineTooLong:
+            long = True
+            continue
+        if not raw:
+            return
+        if long:
+            if raw.endswith(b"\n"):
+                long = False
+                yield None
+            continue
+        yield raw
 
 
 def _parse(data: list[str]) -> Mapping[str, Any] | None:

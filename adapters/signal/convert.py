@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 
 from adapters.inbound import Incoming, Skipped, file_refusal
 from adapters.markdown import (
@@ -138,7 +139,8 @@ def _text(data: Mapping[str, Any], number: str, my_uuid: str | None) -> tuple[st
     mentions = [m for m in found if isinstance(m, Mapping)] if isinstance(found, list) else []
     addressed = False
     units = text.encode("utf-16-le", "surrogatepass")
-    for mention in sorted(mentions, key=lambda m: -int(m.get("start") or 0)):
+    mentions = [m for m in mentions if isinstance(m.get("start"), int)]
+    for mention in sorted(mentions, key=lambda m: -int(m["start"])):
         who = _id(mention.get("number")) or _id(mention.get("uuid")) or "someone"
         if _is_me(who, _id(mention.get("uuid")), number, my_uuid):
             addressed = True
@@ -286,10 +288,15 @@ def to_event(  # noqa: C901, PLR0912 - one envelope, every kind of it
 
 
 def data_uri(attachment: Attachment, data: bytes) -> str:
-    """A file as signal-cli takes it in `attachments`: an RFC 2397 data URI with its name."""
-    name = (attachment.filename or attachment.path.name).replace(";", "_").replace(",", "_")
+    """A file as signal-cli takes it in `attachments`: an RFC 2397 data URI with its name.
+
+    signal-cli URL-decodes the name (a bare `%` would fail the send, a `+` become a space)
+    and reads one parameter only (its pattern is greedy): the name is percent-encoded and
+    the type goes without its own parameters."""
+    name = quote(attachment.filename or attachment.path.name, safe="")
+    mime = attachment.mime_type.split(";", 1)[0].strip() or "application/octet-stream"
     encoded = base64.b64encode(data).decode()
-    return f"data:{attachment.mime_type};filename={name};base64,{encoded}"
+    return f"data:{mime};filename={name};base64,{encoded}"
 
 
 # -- outbound text ---------------------------------------------------------------------------
@@ -388,14 +395,42 @@ def retry_after_of(data: Any) -> float | None:
     return max(waits) if waits else None
 
 
+def _results_of(data: Any) -> list[Mapping[str, Any]]:
+    response = data.get("response") if isinstance(data, Mapping) else None
+    results = response.get("results") if isinstance(response, Mapping) else None
+    return [r for r in results or () if isinstance(r, Mapping)] if isinstance(results, list) else []
+
+
+def challenge_of(data: Any) -> str | None:
+    """The captcha challenge token of a proof-required failure (signal-cli writes it as the
+    `token` of a RATE_LIMIT_FAILURE result), or None."""
+    tokens = [r.get("token") for r in _results_of(data) if isinstance(r.get("token"), str)]
+    return str(tokens[0]) if tokens else None
+
+
+TRANSIENT = frozenset({"NETWORK_FAILURE", "RATE_LIMIT_FAILURE"})
+"""Send result types that say nothing about the message or the recipient: try again later."""
+
+
 def error_from(code: int, message: str, data: Any, doing: str) -> HeraldError:
     """The Herald error for a JSON-RPC error of a send (or another call to one chat)."""
     what = f"signal: {doing}: {message} ({code})"
     if code == RATE_LIMIT_ERROR:
         wait = retry_after_of(data)
+        challenge = challenge_of(data)
+        if challenge is not None:
+            what += (
+                ": Signal asks for a captcha before this account sends more; solve one at "
+                "https://signalcaptchas.org/challenge/generate.html and run `signal-cli "
+                f"submitRateLimitChallenge --challenge {challenge} --captcha CAPTCHA_TOKEN`"
+            )
         return RateLimited(DEFAULT_RETRY_AFTER if wait is None else wait, what)
     if code in (IO_ERROR, INTERNAL_ERROR):
         return NotReady(what)
+    kinds = {str(r.get("type")) for r in _results_of(data)}
+    if code == USER_ERROR and kinds and kinds <= TRANSIENT:
+        # "Failed to send message" because Signal's servers could not be reached.
+        return NotReady(f"{what}: {', '.join(sorted(kinds))}")
     if code == UNTRUSTED_KEY_ERROR:
         return PermanentSendError(
             f"{what}: the person's safety number changed; trust it with `signal-cli trust`"

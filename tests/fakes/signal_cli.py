@@ -34,6 +34,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote_plus
 
 from aiohttp import web
 
@@ -83,6 +84,7 @@ class _Faults:
     failing: list[int] = field(default_factory=list)
     blocked: set[str] = field(default_factory=set)
     twice: int = 0
+    lookups: list[tuple[int, str]] = field(default_factory=list)
 
 
 def _parse_data_uri(uri: str) -> File:
@@ -90,6 +92,7 @@ def _parse_data_uri(uri: str) -> File:
     parts = head.removeprefix("data:").split(";")
     mime = parts[0] or "application/octet-stream"
     name = next((p.removeprefix("filename=") for p in parts if p.startswith("filename=")), "")
+    name = unquote_plus(name, errors="strict")  # as signal-cli's URLDecoder reads it
     return File(mime, name, base64.b64decode(payload))
 
 
@@ -114,9 +117,14 @@ class FakeSignalCli(Served, Waitable):
         registered: bool = True,
         keepalive: float = 15.0,
         port: int = 0,
+        others: Sequence[str] = (),
     ) -> None:
         self.number = number
         self.multi_account = multi_account
+        self.others = tuple(others)
+        """Further accounts of a multi-account daemon (their events go to streams opened
+        without `?account=`; a request naming no account is refused, as signal-cli does
+        once it holds more than one)."""
         self.registered = registered
         self.keepalive = keepalive
         self.uuid = str(uuid.uuid4())
@@ -133,6 +141,7 @@ class FakeSignalCli(Served, Waitable):
         self.uuids: dict[str, str] = {}
         self._pending: list[JSON] = []
         self._files: dict[str, bytes] = {}
+        self._endless: set[str] = set()
         self._streams: list[_Stream] = []
         self._last_stamp = 0
         self._changes = Changes()
@@ -202,6 +211,13 @@ class FakeSignalCli(Served, Waitable):
                 **body,
             },
         }
+
+    def add_endless_file(self) -> str:
+        """An attachment whose `getAttachment` answer never ends (base64 written until the
+        client goes away); its id."""
+        ident = f"{uuid.uuid4().hex[:20]}.endless"
+        self._endless.add(ident)
+        return ident
 
     def add_file(self, data: bytes) -> str:
         """Keep `data` as an attachment the daemon has; its id."""
@@ -309,7 +325,8 @@ class FakeSignalCli(Served, Waitable):
         servers hold it until the daemon receives again)."""
         open_streams = [s for s in self._streams if not s.closed]
         for stream in open_streams:
-            stream.queue.append(event)
+            if stream.account in (None, event.get("account")):
+                stream.queue.append(event)
         if not open_streams:
             self._pending.append(event)
         self._changes.notify()
@@ -357,6 +374,11 @@ class FakeSignalCli(Served, Waitable):
     def fail(self, count: int, status: int = 503) -> None:
         self.faults.failing.extend([status] * count)
 
+    def fail_lookups(self, code: int, message: str, count: int = 1) -> None:
+        """The next `count` getUserStatus requests fail with JSON-RPC error `code` (-5: a
+        rate limit of Signal's contact discovery, -3: Signal's servers unreachable)."""
+        self.faults.lookups.extend([(code, message)] * count)
+
     def block(self, to: str) -> None:
         self.faults.blocked.add(to)
 
@@ -385,7 +407,7 @@ class FakeSignalCli(Served, Waitable):
             return web.Response(status=400)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        stream = _Stream(list(self._pending))
+        stream = _Stream(list(self._pending), account=account)
         self._pending.clear()
         self._streams.append(stream)
         self.streams_opened += 1
@@ -434,7 +456,7 @@ class FakeSignalCli(Served, Waitable):
             await response.write_eof()
         return response
 
-    async def _rpc(self, request: web.Request) -> web.Response:
+    async def _rpc(self, request: web.Request) -> web.StreamResponse:
         if not request.content_type.startswith("application/json"):
             return web.Response(status=415)
         try:
@@ -452,8 +474,13 @@ class FakeSignalCli(Served, Waitable):
             account = params.pop("account", None)
             if account is not None and account != self.number:
                 return _answer(ident, error=(-32602, "Specified account does not exist"))
+            if account is None and self.others:
+                return _answer(ident, error=(-32602, "Method requires valid account parameter"))
         elif "account" in params:
             return _answer(ident, error=(-32602, 'Unrecognized field "account"'))
+        if method == "getAttachment" and params.get("id") in self._endless:
+            self.downloads.append(str(params["id"]))
+            return await self._endless_answer(request, ident)
         try:
             result = self._method(method, params)
         except _RpcFailure as failure:
@@ -461,14 +488,31 @@ class FakeSignalCli(Served, Waitable):
         self._changes.notify()
         return _answer(ident, result=result)
 
+    async def _endless_answer(self, request: web.Request, ident: Any) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        head = json.dumps({"jsonrpc": "2.0", "id": ident})[:-1]
+        await response.write(f'{head}, "result": {{"data": "'.encode())
+        chunk = b"A" * 65536
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            while not self._changes.stopping.is_set():
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    break
+                await response.write(chunk)
+        return response
+
     def _method(self, method: str, params: JSON) -> Any:
         if method == "version":
             return {"version": VERSION}
         if method == "listAccounts":
             if not self.multi_account:
                 raise _RpcFailure(-32601, "Method not implemented")
-            return [{"number": self.number}] if self.registered else []
+            mine = [{"number": self.number}] if self.registered else []
+            return mine + [{"number": n} for n in self.others]
         if method == "getUserStatus":
+            if self.faults.lookups:
+                raise _RpcFailure(*self.faults.lookups.pop(0))
             if not self.registered:
                 raise _RpcFailure(-1, "User is not registered")
             return [
@@ -557,6 +601,8 @@ class _Stream:
 
     queue: list[JSON]
     closed: bool = False
+    account: str | None = None
+    """The account named in `?account=` (None: every account's events)."""
     written: list[JSON] = field(default_factory=list)
 
 
