@@ -276,7 +276,9 @@ class Setup:
 
     def _check(self, spec: AnySpec, values: Mapping[str, Any]) -> str | None:
         """Why the answers cannot be saved (invalid, or refused by the platform), or None."""
-        data = {**self.file.plain("platforms", spec.name), **values}
+        shared = self.file.plain("platforms", spec.name)
+        shared.pop("accounts", None)  # the keys beside `accounts` are every account's defaults
+        data = {**shared, **self.file.plain(*self.where), **values}
         try:
             section = spec.config.model_validate(data)
         except ValidationError as err:
@@ -285,7 +287,7 @@ class Setup:
                 + e["msg"].removeprefix("Value error, ")
                 for e in err.errors()
             )
-            return f"platforms.{spec.name}: {reasons}"
+            return f"{'.'.join(self.where)}: {reasons}"
         if not self.answers.check:
             return None
         self.console.print(f"Checking the {spec.name} credentials…")

@@ -419,3 +419,30 @@ async def test_matrix_is_checked_through_whoami(tmp_path: Path) -> None:
     data = yaml.safe_load(read(tmp_path / "herald.yaml"))
     assert read(data["platforms"]["matrix"]["access_token_file"]) == f"{bot.access_token}\n"
     assert data["platforms"]["matrix"]["allowed_users"] == ["@ann:herald.test"]
+
+
+async def test_a_second_account_moves_the_first_under_accounts(
+    tmp_path: Path, tg: FakeTelegramServer
+) -> None:
+    work_token = "654321:setup-work-token-abcdefghijklmnopqrstuvwxyz"
+    first = await script(
+        tmp_path, "--platform", "telegram", "--base-url", tg.base_url, "--token", TOKEN
+    )
+    assert first.exit_code == 0, first.stderr
+    async with FakeTelegramServer(work_token, bot_username="work_bot") as work:
+        args = ("--platform", "telegram", "--base-url", work.base_url, "--token", work_token)
+        second = await script(tmp_path, *args, "--account", "work", "--allowed-users", "7")
+        assert second.exit_code == 0, second.stderr
+        assert "@work_bot" in second.stdout
+        unnamed = await script(tmp_path, *args)
+    assert unnamed.exit_code == 2
+    assert "has accounts (default, work): name the one to set up with --account" in (unnamed.stderr)
+    written = yaml.safe_load(read(tmp_path / "herald.yaml"))
+    assert list(written["platforms"]["telegram"]) == ["accounts"]
+    assert list(written["platforms"]["telegram"]["accounts"]) == ["default", "work"]
+    loaded = load_config(tmp_path / "herald.yaml")
+    accounts = loaded.platforms.accounts()
+    assert list(accounts) == [("telegram", "default"), ("telegram", "work")]
+    assert accounts[("telegram", "work")].allowed_users == ("7",)
+    tokens = [s.token.get_secret_value() for s in accounts.values()]
+    assert tokens == [TOKEN, work_token]
