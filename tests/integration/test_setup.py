@@ -444,5 +444,4 @@ async def test_a_second_account_moves_the_first_under_accounts(
     accounts = loaded.platforms.accounts()
     assert list(accounts) == [("telegram", "default"), ("telegram", "work")]
     assert accounts[("telegram", "work")].allowed_users == ("7",)
-    tokens = [s.token.get_secret_value() for s in accounts.values()]
-    assert tokens == [TOKEN, work_token]
+    assert [s.identity for s in accounts.values()] == [("token", TOKEN), ("token", work_token)]
