@@ -327,7 +327,8 @@ class InboxReader(Protocol):
         ...
 
     async def last_received(self) -> dict[str, datetime]:
-        """When the newest inbound message of each platform was received (UTC)."""
+        """When the newest inbound message of each platform (`platform`) and of each of its
+        accounts (`platform:account`) was received (UTC)."""
         ...
 
 
