@@ -96,7 +96,8 @@ async def test_each_account_answers_its_own_chats_with_its_own_session_keys(
             health = (await client.get("/health")).json()
             console = await client.get("/console")
         assert console.status_code == 200
-        assert "telegram:family" in console.text and "telegram:work" in console.text
+        assert "telegram:family" in console.text
+        assert "telegram:work" in console.text
         assert health["adapters"] == {"telegram:family": "receiving", "telegram:work": "receiving"}
         leases = herald.supervisor.receiver_leases
         assert {key: lease.name for key, lease in leases.items()} == {
