@@ -43,7 +43,7 @@ async def instance(tmp: Path, name: str, url: str, llm: FakeLLM, telegram: dict[
     extra = {
         "database_url": url,
         "instance_id": name,
-        "cluster": {"lease_ttl": 3, "heartbeat_interval": 0.5, "scan_interval": 0.2},
+        "cluster": {"lease_ttl": 10, "heartbeat_interval": 0.5, "scan_interval": 0.2},
     }
     async with running_daemon(tmp / name, llm, "telegram", telegram, extra=extra) as herald:
         yield herald
