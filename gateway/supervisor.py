@@ -273,11 +273,15 @@ def adapter_context(
     links: FileLinks | None = None,
     *,
     menu: Callable[[], Sequence[tuple[str, str]]] | None = None,
+    webhook: str = "",
 ) -> AdapterContext:
     """What an adapter gets besides its section: received files go under
     `state_dir/files/<platform>/<account>/`; `links` signs media URLs of files it sends;
-    `menu`: the commands for a command menu."""
-    return AdapterContext(state_dir / "files" / name / section.account, checkpoints, links, menu)
+    `menu`: the commands for a command menu; `webhook`: its name under `/webhooks/` when
+    not the platform's."""
+    return AdapterContext(
+        state_dir / "files" / name / section.account, checkpoints, links, menu, webhook
+    )
 
 
 def adapter_factory(
@@ -846,11 +850,17 @@ class Supervisor:
         checkpoints: Checkpoints,
         sections: Mapping[tuple[str, str], PlatformSection],
     ) -> AdapterRunner:
+        label = adapter_name(name, section.account, sections)
         context = adapter_context(
-            name, section, self.config.state_dir, checkpoints, self.links, menu=self._menu
+            name,
+            section,
+            self.config.state_dir,
+            checkpoints,
+            self.links,
+            menu=self._menu,
+            webhook="" if label == name else label,
         )
         factory = adapter_factory(name, section, context)
-        label = adapter_name(name, section.account, sections)
         runner = AdapterRunner(label, factory, _NoSink(), self.metrics, limits=factory().limits)
         runner.key = (name, section.account)
         self.runners[label] = runner

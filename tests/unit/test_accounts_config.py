@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from adapters.twilio.config import TwilioConfig
 from gateway.access import Access
 from gateway.config import load_config, masked
 from gateway.contracts.errors import ConfigError
@@ -22,6 +23,7 @@ from gateway.cron.targets import (
     session_chat,
 )
 from gateway.store.outbox import Target
+from gateway.supervisor import adapter_name
 
 
 def load(tmp_path: Path, data: dict[str, Any]) -> Any:
@@ -204,3 +206,24 @@ def test_operators_are_of_every_account_unless_one_is_named(tmp_path: Path) -> N
     assert access.is_operator("telegram", "7", "work")
     assert not access.is_operator("telegram", "7", "family")
     assert not access.is_operator("telegram", "7")
+
+
+def test_adapters_are_named_by_platform_alone_while_it_has_one_account() -> None:
+    one: Any = {("telegram", "bot"): None, ("slack", "default"): None}
+    two: Any = {("telegram", "family"): None, ("telegram", "work"): None}
+    assert adapter_name("telegram", "bot", one) == "telegram"
+    assert adapter_name("telegram", "work", two) == "telegram:work"
+
+
+def test_twilio_signs_the_webhook_url_of_its_account() -> None:
+    shop = TwilioConfig(
+        account_sid="AC" + "0" * 32,
+        auth_token="t",
+        from_number="+15550000000",
+        public_url="https://herald.example.com",
+    )
+    assert shop.webhook_url("sms") == "https://herald.example.com/webhooks/twilio/sms"
+    assert (
+        shop.webhook_url("sms", "twilio:shop")
+        == "https://herald.example.com/webhooks/twilio:shop/sms"
+    )
