@@ -136,7 +136,7 @@ class Access:
             return Decision(Verdict.ALLOW)
         if not message.is_direct or not section.pairing:
             return Decision(Verdict.IGNORE, detail="sender not allowed")
-        if not self._may_reply(platform, sender):
+        if not self._may_reply(f"{platform}:{message.account}", sender):
             return Decision(
                 Verdict.IGNORE, detail="sender not allowed; pairing reply sent recently"
             )
@@ -144,7 +144,7 @@ class Access:
         await pairings_sql.lock_pairings(conn, platform)
         now = utcnow()
         await pairings_sql.expire_pairings(conn, now)
-        existing = await pairings_sql.pending_code(conn, platform, sender)
+        existing = await pairings_sql.pending_code(conn, platform, sender, str(message.account))
         if existing is not None:
             return Decision(
                 Verdict.PAIR, self._pair_text(existing), "sender not allowed; code resent"
@@ -213,7 +213,9 @@ class Access:
 
     @staticmethod
     async def _granted(conn: AsyncConnection, message: InboundMessage) -> bool:
-        return await pairings_sql.is_granted(conn, str(message.platform), str(message.sender.id))
+        return await pairings_sql.is_granted(
+            conn, str(message.platform), str(message.sender.id), str(message.account)
+        )
 
     def _pair_text(self, code: str) -> str:
         minutes = max(1, round(self.config.pairing_ttl / 60))

@@ -599,8 +599,10 @@ class PairingRepository(Protocol):
     """Pairing requests and grants, inside the caller's transaction.
     Module `gateway.store.pairings`."""
 
-    async def is_granted(self, conn: AsyncConnection, platform: str, external_id: str) -> bool:
-        """Whether the sender holds a grant."""
+    async def is_granted(
+        self, conn: AsyncConnection, platform: str, external_id: str, account: str | None = None
+    ) -> bool:
+        """Whether the sender holds a grant (with `account`: one reaching that account)."""
         ...
 
     async def grant(
@@ -622,9 +624,10 @@ class PairingRepository(Protocol):
         ...
 
     async def pending_code(
-        self, conn: AsyncConnection, platform: str, external_id: str
+        self, conn: AsyncConnection, platform: str, external_id: str, account: str | None = None
     ) -> str | None:
-        """The code of the sender's pending request; None when there is none."""
+        """The code of the sender's pending request (with `account`: on that account); None
+        when there is none."""
         ...
 
     async def count_pending(self, conn: AsyncConnection, platform: str) -> int:

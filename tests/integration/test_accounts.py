@@ -5,6 +5,7 @@ chats with their own session keys, access lists, busy modes, rate limits and tar
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.access import Pairings
 from tests.fakes.llm import FakeLLM
 from tests.fakes.telegram import FakeTelegramServer
 from tests.integration.inproc import Herald, running_daemon
@@ -20,6 +22,7 @@ from tests.integration.telegram_rig import ANN, BOB, TOKEN, running_herald
 pytestmark = pytest.mark.timeout(90)
 
 FAMILY_TOKEN = "111111:family-bot-token"
+CAROL = 333333333
 WORK_TOKEN = "222222:work-bot-token"
 
 
@@ -153,6 +156,22 @@ async def test_access_lists_and_busy_modes_are_per_account(
         }
         assert outcomes[("family", str(BOB), "hi family")] == "rejected"
         assert outcomes[("work", str(BOB), "hi work")] == "answered"
+
+        # A pairing approved on the family bot lets Bob in there, not on a bot he never
+        # asked (the work bot lets him in by its own list; Carol shows the rule).
+        code = re.search(r"code is ([A-Z0-9]{8})", refused.plain_text)
+        assert code is not None
+        await Pairings(herald.store).approve(code[1])
+        family.inject_message(BOB, "me again", sender_id=BOB)
+        await family.wait_for_sent(lambda s: s.plain_text == "You said: me again")
+        family.inject_message(CAROL, "hello", sender_id=CAROL)
+        [carols] = await family.wait_for_sent(lambda s: s.chat_id == CAROL)
+        carol_code = re.search(r"code is ([A-Z0-9]{8})", carols.plain_text)
+        assert carol_code is not None
+        await Pairings(herald.store).approve(carol_code[1])
+        work.inject_message(CAROL, "and here?", sender_id=CAROL)
+        [elsewhere] = await work.wait_for_sent(lambda s: s.chat_id == CAROL)
+        assert "pairing code" in elsewhere.plain_text
 
 
 async def test_a_target_naming_an_account_delivers_through_it(
