@@ -67,7 +67,7 @@ class Access:
     def __init__(
         self,
         store: Store,
-        sections: Mapping[str, PlatformSection],
+        sections: Mapping[tuple[str, str], PlatformSection],
         config: AccessConfig,
     ) -> None:
         self.store = store
@@ -77,14 +77,18 @@ class Access:
         self._told_full: dict[str, list[float]] = {}
         """Per platform, when strangers were last told that too many codes are pending."""
 
-    def is_operator(self, platform: str, external_id: str) -> bool:
-        """Whether this sender operates Herald: listed in `access.operators`, on a platform
-        that vouches for its senders' ids (a mail's `From` is only a claim unless its
-        authentication results are required)."""
-        section = self.sections.get(platform)
-        if section is not None and not section.verified_senders:
+    def is_operator(self, platform: str, external_id: str, account: str | None = None) -> bool:
+        """Whether this sender operates Herald: listed in `access.operators` (as
+        `platform:id`, any account of the platform, or as `platform:account:id` when the
+        account is known), on an account that vouches for its senders' ids (a mail's `From`
+        is only a claim unless its authentication results are required)."""
+        named = [s for (p, a), s in self.sections.items() if p == platform and account in (None, a)]
+        if any(not section.verified_senders for section in named):
             return False
-        return f"{platform}:{external_id}" in self.config.operators
+        operators = self.config.operators
+        if f"{platform}:{external_id}" in operators:
+            return True
+        return account is not None and f"{platform}:{account}:{external_id}" in operators
 
     async def is_operator_user(self, user_id: UserId | None) -> bool:
         """Whether this Herald user operates it: the local owner (the CLI and the API key
@@ -109,7 +113,7 @@ class Access:
 
     def governed(self, platform: str) -> bool:
         """Whether the platform's senders are subject to allowlists."""
-        return platform in self.sections
+        return any(p == platform for p, _ in self.sections)
 
     async def permits(self, message: InboundMessage) -> bool:
         """Whether `decide` would allow `message` now; reads only (no pairing row, no reply
@@ -126,13 +130,13 @@ class Access:
         if static is not None:
             return static
         platform = str(message.platform)
-        section = self.sections[platform]
+        section = self.sections[(platform, str(message.account))]
         sender = str(message.sender.id)
         if await self._granted(conn, message):
             return Decision(Verdict.ALLOW)
         if not message.is_direct or not section.pairing:
             return Decision(Verdict.IGNORE, detail="sender not allowed")
-        if not self._may_reply(platform, sender):
+        if not self._may_reply(f"{platform}:{message.account}", sender):
             return Decision(
                 Verdict.IGNORE, detail="sender not allowed; pairing reply sent recently"
             )
@@ -140,7 +144,7 @@ class Access:
         await pairings_sql.lock_pairings(conn, platform)
         now = utcnow()
         await pairings_sql.expire_pairings(conn, now)
-        existing = await pairings_sql.pending_code(conn, platform, sender)
+        existing = await pairings_sql.pending_code(conn, platform, sender, str(message.account))
         if existing is not None:
             return Decision(
                 Verdict.PAIR, self._pair_text(existing), "sender not allowed; code resent"
@@ -191,8 +195,10 @@ class Access:
     def _by_rules(self, message: InboundMessage) -> Decision | None:
         """The decision config alone makes (no section, refusal, allowlist, bot), or None
         when it depends on the grants in the database."""
-        section = self.sections.get(str(message.platform))
+        section = self.sections.get((str(message.platform), str(message.account)))
         if section is None:
+            if self.governed(str(message.platform)):  # an account not configured (now)
+                return Decision(Verdict.IGNORE, detail=f"account {message.account} not set up")
             return Decision(Verdict.ALLOW)
         refusal = section.refusal(message)
         if refusal is not None:
@@ -207,7 +213,9 @@ class Access:
 
     @staticmethod
     async def _granted(conn: AsyncConnection, message: InboundMessage) -> bool:
-        return await pairings_sql.is_granted(conn, str(message.platform), str(message.sender.id))
+        return await pairings_sql.is_granted(
+            conn, str(message.platform), str(message.sender.id), str(message.account)
+        )
 
     def _pair_text(self, code: str) -> str:
         minutes = max(1, round(self.config.pairing_ttl / 60))

@@ -428,33 +428,127 @@ class FilesConfig(Section):
 
 S = TypeVar("S", bound=PlatformSection)
 
+SINGLE = ""
+"""The key under which a platform written as one section (no `accounts:`) keeps it."""
+
+AccountKey = tuple[str, str]
+"""(platform, account): what every per-account thing is keyed by."""
+
+
+class PlatformAccounts(Section):
+    """A platform's accounts: `platforms.<name>` written as one section (its `account` key
+    names it, default `default`), or with `accounts:` (a mapping `{<account>: {…}}`, or a
+    list of sections each with `account:`), where the keys written beside `accounts:` are
+    defaults every account takes unless it sets them itself."""
+
+    accounts: Mapping[str, PlatformSection]
+    """The sections by account name (`SINGLE` for the one-section form)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _forms(cls, data: Any) -> Any:
+        data = _read_secret_files(data)
+        if not isinstance(data, Mapping):
+            return data
+        if "accounts" not in data:
+            return {"accounts": {SINGLE: data}}
+        defaults = {k: v for k, v in data.items() if k != "accounts"}
+        given = data["accounts"]
+        if isinstance(given, Mapping):
+            items = list(given.items())
+            for name, body in items:
+                if isinstance(body, Mapping) and body.get("account", name) != name:
+                    raise ValueError(
+                        f"accounts.{name}.account: {body['account']!r} differs from its key "
+                        f"{name!r}; leave `account` out (the key names the account)"
+                    )
+        elif isinstance(given, list | tuple):
+            items = []
+            for i, body in enumerate(given):
+                if not isinstance(body, Mapping) or not body.get("account"):
+                    raise ValueError(
+                        f"accounts[{i}]: each account of the list needs `account: <name>` "
+                        "(or write accounts as a mapping `{<name>: {…}}`)"
+                    )
+                name = str(body["account"])
+                if name in dict(items):
+                    raise ValueError(
+                        f"accounts[{i}].account: two accounts are named {name!r}; give each "
+                        "its own name"
+                    )
+                items.append((name, body))
+        else:
+            raise ValueError(
+                "accounts: a mapping {<account>: {<keys>}} or a list of sections with `account:`"
+            )
+        if not items:
+            raise ValueError("accounts: name at least one account, or write one section")
+        out: dict[str, Any] = {}
+        for name, body in items:
+            if not isinstance(body, Mapping):
+                out[str(name)] = body  # refused by the section's own validation
+                continue
+            out[str(name)] = {**defaults, **_read_secret_files(body), "account": str(name)}
+        return {"accounts": out}
+
+    @property
+    def sections(self) -> tuple[PlatformSection, ...]:
+        """Every account's section (enabled or not), in the order written."""
+        return tuple(self.accounts.values())
+
+    @property
+    def single(self) -> bool:
+        """Whether the platform is written as one section (no `accounts:`)."""
+        return SINGLE in self.accounts
+
 
 class PlatformsConfig(Section):
-    """One optional section per registered platform; a platform runs when its section is set.
+    """One optional entry per registered platform; a platform runs when it is set.
 
     The fields come from the registry (`gateway/platforms.py`): `_Platforms` below is this
-    class with a `<name>: <config> | None` field for each platform.
+    class with a `<name>: PlatformAccounts | None` field for each platform (whose sections
+    are of that platform's config type).
     """
 
-    def sections(self) -> dict[str, PlatformSection]:
-        """The configured and enabled platform sections by platform name."""
-        out: dict[str, PlatformSection] = {}
+    def accounts(self) -> dict[AccountKey, PlatformSection]:
+        """The configured and enabled accounts' sections by (platform, account)."""
+        out: dict[AccountKey, PlatformSection] = {}
         for name in type(self).model_fields:
             value = getattr(self, name)
-            if isinstance(value, PlatformSection) and value.enabled:
-                out[name] = value
+            if isinstance(value, PlatformAccounts):
+                for section in value.sections:
+                    if section.enabled:
+                        out[(name, section.account)] = section
         return out
 
+    def platform_names(self) -> list[str]:
+        """The platforms with at least one enabled account."""
+        return sorted({platform for platform, _ in self.accounts()})
+
     def section(self, kind: type[S]) -> S | None:
-        """The section of config type `kind` (enabled or not), or None when it is not set."""
+        """The first section of config type `kind` (enabled or not), or None when it is not
+        set."""
         for name in type(self).model_fields:
             value = getattr(self, name)
-            if isinstance(value, kind):
-                return value
+            if isinstance(value, PlatformAccounts):
+                for section in value.sections:
+                    if isinstance(section, kind):
+                        return section
         return None
 
 
-_FIELDS: dict[str, Any] = {spec.name: (spec.config | None, None) for spec in platforms.SPECS}
+def _accounts_model(config: type[PlatformSection]) -> type[PlatformAccounts]:
+    return create_model(
+        f"{config.__name__}Accounts",
+        __base__=PlatformAccounts,
+        __doc__=PlatformAccounts.__doc__,
+        accounts=(Mapping[str, config], ...),  # type: ignore[valid-type]
+    )
+
+
+_FIELDS: dict[str, Any] = {
+    spec.name: (_accounts_model(spec.config) | None, None) for spec in platforms.SPECS
+}
 _Platforms = create_model(
     "PlatformsConfig", __base__=PlatformsConfig, __doc__=PlatformsConfig.__doc__, **_FIELDS
 )
@@ -569,14 +663,19 @@ class HeraldConfig(BaseSettings):
     @model_validator(mode="after")
     def _platform_rules(self) -> HeraldConfig:
         host = Host(http_enabled=self.api.enabled)
-        sections = self.platforms.sections()
-        for name, section in sections.items():
+        sections = self.platforms.accounts()
+        for (name, _), section in sections.items():
             validate = platforms.spec(name).validate
             if validate is not None:
                 validate(section, host)
+        self._one_bot_each()
         for operator in self.access.operators:
-            vouching = sections.get(operator.partition(":")[0])
-            if vouching is not None and not vouching.verified_senders:
+            platform, _, rest = operator.partition(":")
+            account, sep, _ = rest.partition(":")
+            named = [
+                s for (p, a), s in sections.items() if p == platform and (not sep or a == account)
+            ]
+            if any(not section.verified_senders for section in named):
                 raise ValueError(
                     f"access.operators: {operator!r} is an identity its platform does not "
                     "vouch for (anyone can write a mail's From): turn on "
@@ -584,16 +683,35 @@ class HeraldConfig(BaseSettings):
                 )
         return self
 
+    def _one_bot_each(self) -> None:
+        """Two accounts of a platform logging in with the same credential are refused."""
+        for name in type(self.platforms).model_fields:
+            entry = getattr(self.platforms, name)
+            if not isinstance(entry, PlatformAccounts):
+                continue
+            seen: dict[tuple[str, str], str] = {}
+            for section in entry.sections:
+                identity = section.identity
+                if identity is None:
+                    continue
+                if identity in seen:
+                    raise ValueError(
+                        f"platforms.{name}.accounts.{section.account}.{identity[0]}: the "
+                        f"same as platforms.{name}.accounts.{seen[identity]}.{identity[0]} "
+                        "(one bot twice); give each account its own"
+                    )
+                seen[identity] = section.account
+
     @model_validator(mode="after")
     def _voice_rules(self) -> HeraldConfig:
         if self.speech.enabled:
             return self
-        for name, section in self.platforms.sections().items():
+        for (name, account), section in self.platforms.accounts().items():
             if section.voice.reply is VoiceReply.ALWAYS:
                 raise ValueError(
-                    f"platforms.{name}.voice.reply: 'always' needs a speech endpoint: set "
-                    "speech.base_url (an OpenAI-compatible /v1/audio/speech), or use "
-                    "'when_spoken_to' or 'never'"
+                    f"{section_key(self.platforms, name, account)}.voice.reply: 'always' needs a "
+                    "speech endpoint: set speech.base_url (an OpenAI-compatible "
+                    "/v1/audio/speech), or use 'when_spoken_to' or 'never'"
                 )
         return self
 
@@ -601,7 +719,7 @@ class HeraldConfig(BaseSettings):
     def _trigger_rules(self) -> HeraldConfig:
         for name in self.webhooks:
             check_name(name, "webhooks:")
-        configured = set(self.platforms.sections())
+        configured = set(self.platforms.accounts())
         for name, trigger in self.triggers.items():
             check_name(name, "triggers:")
             if trigger.owner != OPERATOR_CLI and trigger.owner not in self.access.operators:
@@ -639,9 +757,34 @@ class HeraldConfig(BaseSettings):
         return self.instance_id or f"{os.uname().nodename}-{os.getpid()}"
 
 
+def section_key(config: PlatformsConfig, platform: str, account: str) -> str:
+    """The config key of one account's section: `platforms.<name>` when the platform is
+    written as one section, else `platforms.<name>.accounts.<account>`."""
+    entry = getattr(config, platform, None)
+    if isinstance(entry, PlatformAccounts) and entry.single:
+        return f"platforms.{platform}"
+    return f"platforms.{platform}.accounts.{account}"
+
+
+def _plain_loc(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """An error's location as written: the one-section form's inner `accounts.""` left out."""
+    out: list[int | str] = []
+    skip = False
+    for i, part in enumerate(loc):
+        if skip:
+            skip = False
+            continue
+        if part == "accounts" and i + 1 < len(loc) and loc[i + 1] == SINGLE and i == 2:
+            skip = True
+            continue
+        out.append(part)
+    return tuple(out)
+
+
 def _format_error(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
+        e["loc"] = _plain_loc(e["loc"])
         key = ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
@@ -653,16 +796,32 @@ def _format_error(err: ValidationError) -> str:
 def _did_you_mean(loc: tuple[int | str, ...]) -> str:
     """`; did you mean 'x'?` when a known key of the same section is close to the unknown one."""
     model: type[BaseModel] = HeraldConfig
-    for part in loc[:-1]:
+    parts = list(loc[:-1])
+    while parts:
+        if issubclass(model, PlatformAccounts):
+            if parts[0] == "accounts":
+                del parts[:2]  # `accounts` and the account's name
+            model = _section_type(model)
+            continue
+        part = parts.pop(0)
         field = model.model_fields.get(str(part))
         inner = [] if field is None else [field.annotation, *get_args(field.annotation)]
         found = next((a for a in inner if _is_model(a)), None)
         if found is None:
             return ""
         model = found
+    if issubclass(model, PlatformAccounts):
+        model = _section_type(model)
     known = [k for k in model.model_fields if not _internal(model, k)]
     close = difflib.get_close_matches(str(loc[-1]).lower(), known, n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(known)})"
+
+
+def _section_type(model: type[PlatformAccounts]) -> type[BaseModel]:
+    """The section type of a platform's accounts model."""
+    annotation = model.model_fields["accounts"].annotation
+    found = next((a for a in get_args(annotation) if _is_model(a)), None)
+    return found if found is not None else PlatformSection
 
 
 def _internal(model: type[BaseModel], key: str) -> bool:
@@ -720,6 +879,10 @@ def masked(config: HeraldConfig) -> dict[str, Any]:
     """The effective configuration as plain data with every secret replaced by `***`."""
 
     def walk(value: Any) -> Any:
+        if isinstance(value, PlatformAccounts):
+            if value.single:
+                return walk(value.accounts[SINGLE])
+            return {"accounts": {k: walk(v) for k, v in value.accounts.items()}}
         if isinstance(value, SecretStr):
             return "***" if value.get_secret_value() else ""
         if isinstance(value, BaseModel):

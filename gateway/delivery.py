@@ -195,6 +195,11 @@ class DeliveryWorker:
             if chat in self._busy:
                 skipped = True
                 continue
+            if self.channels.known(chat[0], chat[1]) and not self.channels.adapter(*chat[:2]):
+                # Another account of a platform live here, its receiver elsewhere (or
+                # reconnecting): left to the instance that holds it.
+                skipped = True
+                continue
             if free <= 0:
                 skipped = True
                 break

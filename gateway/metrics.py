@@ -79,8 +79,8 @@ class Metrics:
         )
         self.inbound = Counter(
             "herald_inbound_messages",
-            "Inbound messages accepted, by platform",
-            ["platform"],
+            "Inbound messages accepted, by platform and account",
+            ["platform", "account"],
             registry=self.registry,
         )
         self.outcomes = Counter(

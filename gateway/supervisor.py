@@ -178,6 +178,8 @@ class AdapterRunner:
         self.clock = clock
         self.stable = stable
         self.failures = FailureLog(logger, f"adapter {name}", clock=clock)
+        self.key: tuple[str, str] = (name.partition(":")[0], name.partition(":")[2] or "default")
+        """(platform, account) of the adapter (set by the supervisor)."""
         self.state = AdapterState.STARTING
         self.adapter: Adapter | None = None
         self.last_error: str | None = None
@@ -252,6 +254,17 @@ class _NoSink:
         raise ShuttingDown("Herald is starting; the platform will redeliver")
 
 
+def adapter_name(
+    platform: str, account: str, sections: Mapping[tuple[str, str], PlatformSection]
+) -> str:
+    """How an account's adapter is named in `/health`, `/ready`, the console, logs, metrics
+    and its webhook path (`/webhooks/<name>`): the platform's name when it is the platform's
+    only account, else `platform:account`."""
+    if sum(1 for p, _ in sections if p == platform) == 1:
+        return platform
+    return f"{platform}:{account}"
+
+
 def adapter_context(
     name: str,
     section: PlatformSection,
@@ -260,11 +273,15 @@ def adapter_context(
     links: FileLinks | None = None,
     *,
     menu: Callable[[], Sequence[tuple[str, str]]] | None = None,
+    webhook: str = "",
 ) -> AdapterContext:
     """What an adapter gets besides its section: received files go under
     `state_dir/files/<platform>/<account>/`; `links` signs media URLs of files it sends;
-    `menu`: the commands for a command menu."""
-    return AdapterContext(state_dir / "files" / name / section.account, checkpoints, links, menu)
+    `menu`: the commands for a command menu; `webhook`: its name under `/webhooks/` when
+    not the platform's."""
+    return AdapterContext(
+        state_dir / "files" / name / section.account, checkpoints, links, menu, webhook
+    )
 
 
 def adapter_factory(
@@ -423,7 +440,8 @@ class _Core:
     """What the agent phase of `Supervisor.run` made, for the phases after it."""
 
     store: Store
-    sections: dict[str, PlatformSection]
+    sections: dict[tuple[str, str], PlatformSection]
+    """The enabled accounts' sections by (platform, account)."""
     provider: LLMProvider
     health: ModelHealth
     jobs: JobService
@@ -455,8 +473,11 @@ class Supervisor:
         self.metrics = Metrics()
         self.state = ServingState()
         self.runners: dict[str, AdapterRunner] = {}
-        self.receiver_leases: dict[str, Lease] = {}
-        """The leases of the platforms whose receiver runs on one instance at a time."""
+        """By adapter name (`adapter_name`: `platform`, or `platform:account` on a platform
+        with several accounts)."""
+        self.receiver_leases: dict[tuple[str, str], Lease] = {}
+        """By (platform, account): the leases of the accounts whose receiver runs on one
+        instance at a time (`adapter:<platform>:<account>`), each failing over alone."""
         self.exit_code = 0
         self.memory: ExternalMemory | None = None
         """The external memory provider, while running with one."""
@@ -546,7 +567,7 @@ class Supervisor:
         stack.push_async_callback(provider.aclose)
         if provider.name == "echo":
             logger.warning("*** %s ***", OFFLINE_WARNING.upper())
-        sections = cfg.platforms.sections()
+        sections = cfg.platforms.accounts()
         jobs = JobService(
             store, configured=sections, default_timezone=cfg.cron.timezone, clock=self.cron_clock
         )
@@ -597,15 +618,15 @@ class Supervisor:
         )
 
     def _channels(self, core: _Core, node: Node) -> None:
-        """A runner per configured platform, registered with the channels (and leased when
+        """A runner per configured account, registered with the channels (and leased when
         its receiver runs on one instance at a time)."""
-        for name, section in core.sections.items():
+        for (name, account), section in core.sections.items():
             runner = self._runner(
-                name, section, StoreCheckpoints(core.store, name, section.account)
+                name, section, StoreCheckpoints(core.store, name, account), core.sections
             )
-            core.channels.register(name, section.account, runner.limits, runner.live)
+            core.channels.register(name, account, runner.limits, runner.live)
             if section.singleton:
-                self.receiver_leases[name] = node.lease(f"adapter:{name}:{section.account}")
+                self.receiver_leases[(name, account)] = node.lease(f"adapter:{name}:{account}")
 
     def _delivery(self, core: _Core, node: Node) -> tuple[DeliveryWorker, Callable[[], None]]:
         """The delivery worker, and `on_outbox`: what everything that queues a chunk calls
@@ -823,14 +844,26 @@ class Supervisor:
             self._starting.cancel()
 
     def _runner(
-        self, name: str, section: PlatformSection, checkpoints: Checkpoints
+        self,
+        name: str,
+        section: PlatformSection,
+        checkpoints: Checkpoints,
+        sections: Mapping[tuple[str, str], PlatformSection],
     ) -> AdapterRunner:
+        label = adapter_name(name, section.account, sections)
         context = adapter_context(
-            name, section, self.config.state_dir, checkpoints, self.links, menu=self._menu
+            name,
+            section,
+            self.config.state_dir,
+            checkpoints,
+            self.links,
+            menu=self._menu,
+            webhook="" if label == name else label,
         )
         factory = adapter_factory(name, section, context)
-        runner = AdapterRunner(name, factory, _NoSink(), self.metrics, limits=factory().limits)
-        self.runners[name] = runner
+        runner = AdapterRunner(label, factory, _NoSink(), self.metrics, limits=factory().limits)
+        runner.key = (name, section.account)
+        self.runners[label] = runner
         return runner
 
     async def _serve(
@@ -866,7 +899,7 @@ class Supervisor:
                 logger.info("HTTP API listening on http://%s:%d", host, port)
             background.append(tg.create_task(self._member(node), name="cluster"))
             for name, runner in self.runners.items():
-                lease = self.receiver_leases.get(name)
+                lease = self.receiver_leases.get(runner.key)
                 work = runner.run() if lease is None else self._leased(node, runner, lease)
                 background.append(tg.create_task(work, name=f"adapter {name}"))
             sender = tg.create_task(delivery.run(), name="delivery")

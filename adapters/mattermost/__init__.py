@@ -18,7 +18,9 @@ _ID = re.compile(r"^[a-z0-9]{26}$")
 def _factory(section: MattermostConfig, context: AdapterContext) -> Callable[[], Adapter]:
     from adapters.mattermost.adapter import MattermostAdapter  # noqa: PLC0415
 
-    return lambda: MattermostAdapter(section, context.files, context.checkpoints)
+    return lambda: MattermostAdapter(
+        section, context.files, context.checkpoints, webhook=context.webhook
+    )
 
 
 def _parse_target(prefix: str, rest: str) -> ChatAddress:

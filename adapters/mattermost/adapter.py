@@ -115,8 +115,18 @@ class MattermostAdapter(TrackedSends):
 
     platform: Platform = PLATFORM
 
-    def __init__(self, config: MattermostConfig, files_dir: Path, checkpoints: Checkpoints) -> None:
+    def __init__(
+        self,
+        config: MattermostConfig,
+        files_dir: Path,
+        checkpoints: Checkpoints,
+        *,
+        webhook: str = "",
+    ) -> None:
         self.config = config
+        self.webhook = webhook or PLATFORM
+        """The name after `/webhooks/` of this account's button presses and slash commands
+        (`mattermost:<account>` on a platform with several accounts)."""
         self.files_dir = files_dir
         self.checkpoints = checkpoints
         self.account = AccountId(config.account)
@@ -565,7 +575,7 @@ class MattermostAdapter(TrackedSends):
             props.update(
                 button_props(
                     message.buttons,
-                    url=f"{public.rstrip('/')}/webhooks/{PLATFORM}/{ACTION_PATH}",
+                    url=f"{public.rstrip('/')}/webhooks/{self.webhook}/{ACTION_PATH}",
                     secret=secret.get_secret_value(),
                 )
             )

@@ -109,6 +109,11 @@ class SignalConfig(PlatformSection):
         return {**data, "allowed_users": users}
 
     @property
+    def identity(self) -> tuple[str, str] | None:
+        """The number: two accounts with one number would be one Signal account twice."""
+        return "number", self.number
+
+    @property
     def singleton(self) -> bool:
         """One event stream per account across instances (the daemon hands each message to
         every stream: two would answer it twice)."""

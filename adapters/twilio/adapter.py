@@ -102,6 +102,7 @@ class TwilioAdapter(TrackedSends):
         self.files_dir = context.files
         self.checkpoints = context.checkpoints
         self.links = context.links
+        self.webhook = context.webhook
         self.account = AccountId(config.account)
         self.limits = SendLimits(
             max_chunk=MAX_PART,
@@ -202,7 +203,7 @@ class TwilioAdapter(TrackedSends):
         except (UnicodeDecodeError, ValueError):
             return WebhookResponse(400, b"the body is not a form")
         if not self._validator.validate(
-            self.config.webhook_url(path), MultiDict(fields), signature
+            self.config.webhook_url(path, self.webhook), MultiDict(fields), signature
         ):
             return WebhookResponse(403, b"wrong X-Twilio-Signature")
         form = dict(fields)
@@ -303,7 +304,11 @@ class TwilioAdapter(TrackedSends):
             pieces = []  # a voice reply: no caption (WhatsApp shows none on audio)
         if not pieces and not media:
             raise PermanentSendError("twilio: nothing to send (no text)")
-        callback = self.config.webhook_url("status") if self.config.status_callbacks else None
+        callback = (
+            self.config.webhook_url("status", self.webhook)
+            if self.config.status_callbacks
+            else None
+        )
         first: str | None = None
         for i, piece in enumerate(pieces or [""]):
             # The files go with the last part, after the text they may be captioned by.

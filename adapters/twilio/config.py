@@ -105,6 +105,7 @@ class TwilioConfig(PlatformSection):
             raise ValueError("api_key and api_secret go together")
         return self
 
-    def webhook_url(self, path: str) -> str:
-        """The URL Twilio signs for `/webhooks/twilio/<path>`."""
-        return f"{self.public_url}/webhooks/twilio/{path}"
+    def webhook_url(self, path: str, name: str = "") -> str:
+        """The URL Twilio signs for `/webhooks/<name>/<path>` (`name`: `twilio`, or
+        `twilio:<account>` on several accounts)."""
+        return f"{self.public_url}/webhooks/{name or 'twilio'}/{path}"

@@ -57,7 +57,7 @@ def _with_jobs(
         async with Store.open(cfg.effective_database_url, create=create) as store:
             service = JobService(
                 store,
-                configured=cfg.platforms.sections(),
+                configured=cfg.platforms.accounts(),
                 default_timezone=cfg.cron.timezone,
                 homes=cfg.home.targets,
             )

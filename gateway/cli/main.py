@@ -38,7 +38,7 @@ from gateway.cli.skills import skills_app
 from gateway.cli.state import state_app
 from gateway.cli.triggers import triggers_app
 from gateway.commands import Command, parse_command
-from gateway.config import HeraldConfig, masked
+from gateway.config import HeraldConfig, masked, section_key
 from gateway.contracts.errors import HeraldError
 from gateway.contracts.ids import API_ACCOUNT, Origin, SessionKey
 from gateway.contracts.messages import utcnow
@@ -881,10 +881,10 @@ def doctor(config: ConfigOption = None) -> None:
     verdicts: list[tuple[str, str, str]] = [("config", "ok", "valid")]
     verdicts.append(_check_state_dir(cfg.state_dir))
     verdicts.extend(asyncio.run(_async_checks(cfg)))
-    if not cfg.platforms.sections():
+    if not cfg.platforms.accounts():
         verdicts.append(("platforms", "ok", "none configured (HTTP API and CLI only)"))
     if cfg.home.targets:
-        problems = home_problems(cfg.home.targets, cfg.platforms.sections())
+        problems = home_problems(cfg.home.targets, cfg.platforms.accounts())
         verdicts.append(
             ("home", "fail", "; ".join(problems))
             if problems
@@ -975,11 +975,13 @@ def _creatable(directory: Path) -> bool:
 
 
 async def _platform_checks(cfg: HeraldConfig) -> list[tuple[str, str, str]]:
-    """Each enabled platform's credentials, checked against the platform."""
+    """Each enabled account's credentials, checked against its platform (named by its
+    config key: `platforms.<name>`, or `platforms.<name>.accounts.<account>`)."""
     out: list[tuple[str, str, str]] = []
-    for name, section in cfg.platforms.sections().items():
+    for (name, account), section in cfg.platforms.accounts().items():
         verdict, detail = await check_platform(name, section, cfg.state_dir)
-        out.append((f"platforms.{name}", FAIL if verdict == REFUSED else verdict, detail))
+        key = section_key(cfg.platforms, name, account)
+        out.append((key, FAIL if verdict == REFUSED else verdict, detail))
     return out
 
 

@@ -32,7 +32,7 @@ from gateway.cli.setup_file import ConfigFile
 from gateway.config import config_path_from_env
 from gateway.contracts.errors import ConfigError
 from gateway.contracts.platform import AnySpec, SetupQuestion
-from gateway.cron.targets import home_problems
+from gateway.cron.targets import DEFAULT_ACCOUNT, home_problems
 
 DEFAULT_FILE = Path("herald.yaml")
 SKIP = "skip"
@@ -55,6 +55,8 @@ class Answers:
     """What the flags answered (None: not given)."""
 
     platform: str | None = None
+    account: str | None = None
+    """`--account`: the account of the platform to add or edit."""
     values: dict[str, str] = field(default_factory=dict)
     """Platform config keys → values (`--token`, `--set KEY=VALUE`, …)."""
     base_url: str | None = None
@@ -145,11 +147,15 @@ class Setup:
         self.console = console
         self.live = live
         """Interactive: a refused credential is asked again instead of ending the run."""
+        self.where: tuple[str, ...] = ()
+        """The config path of the section being set up: `platforms.<name>`, or
+        `platforms.<name>.accounts.<account>`."""
 
     def run(self) -> None:
         """Ask, check, and edit the file in memory (nothing is written here)."""
         name = self._platform()
         if name is not None:
+            self.where = self._place(name)
             self._credentials(platforms.spec(name))
             self._access(name)
         self._home()
@@ -183,6 +189,37 @@ class Setup:
             raise Stop(str(err), EXIT_BAD_INPUT) from err
         return name
 
+    def _place(self, name: str) -> tuple[str, ...]:
+        """Where the account being set up goes. A platform written as one section stays so
+        while it has one account; adding a second account (`--account`) moves the first
+        under `accounts:` and adds the new one beside it."""
+        account = self.answers.account
+        entry = self.file.section("platforms", name)
+        if "accounts" in entry:
+            names = [str(n) for n in self.file.section("platforms", name, "accounts")]
+            if account is None:
+                if not self.live:
+                    raise Stop(
+                        f"platforms.{name} has accounts ({', '.join(names)}): name the one "
+                        "to set up with --account",
+                        EXIT_BAD_INPUT,
+                    )
+                account = self.asker.text(f"Account ({', '.join(names)}, or a new name)", None)
+            _check_account(account)
+            return ("platforms", name, "accounts", account)
+        current = str(entry.get("account") or DEFAULT_ACCOUNT)
+        if account is None or account == current:
+            return ("platforms", name)
+        _check_account(account)
+        if not entry:
+            self.file.set("platforms", name, "account", value=account)
+            return ("platforms", name)
+        self.file.to_accounts(name, current)
+        self.console.print(
+            f"platforms.{name} now has accounts: {current} (as it was) and {account} (new)."
+        )
+        return ("platforms", name, "accounts", account)
+
     def _credentials(self, spec: AnySpec) -> None:
         given = dict(self.answers.values)
         while True:
@@ -205,13 +242,13 @@ class Setup:
                 continue
             if question.secret:
                 # A kept secret stays where it is (inline, or a file of the person's own).
-                if value != self.file.secret("platforms", spec.name, question.key):
-                    self.file.set_secret("platforms", spec.name, question.key, value=value)
+                if value != self.file.secret(*self.where, question.key):
+                    self.file.set_secret(*self.where, question.key, value=value)
             else:
-                self.file.set("platforms", spec.name, question.key, value=_typed(value, question))
+                self.file.set(*self.where, question.key, value=_typed(value, question))
         extra = {k: v for k, v in values.items() if k not in {q.key for q in questions(spec)}}
         for key, value in extra.items():
-            self.file.set("platforms", spec.name, key, value=value)
+            self.file.set(*self.where, key, value=value)
 
     def _ask_questions(self, spec: AnySpec, given: Mapping[str, str]) -> dict[str, Any]:
         values: dict[str, Any] = {k: v for k, v in given.items()}
@@ -219,9 +256,9 @@ class Setup:
             if question.key in values:
                 continue
             if question.secret:
-                current = self.file.secret("platforms", spec.name, question.key)
+                current = self.file.secret(*self.where, question.key)
             else:
-                found = self.file.get("platforms", spec.name, question.key)
+                found = self.file.get(*self.where, question.key)
                 current = question.default if found is None else str(found)
             if not self.live and not current:
                 flag = f"--{question.key.replace('_', '-')}"
@@ -239,7 +276,9 @@ class Setup:
 
     def _check(self, spec: AnySpec, values: Mapping[str, Any]) -> str | None:
         """Why the answers cannot be saved (invalid, or refused by the platform), or None."""
-        data = {**self.file.plain("platforms", spec.name), **values}
+        shared = self.file.plain("platforms", spec.name)
+        shared.pop("accounts", None)  # the keys beside `accounts` are every account's defaults
+        data = {**shared, **self.file.plain(*self.where), **values}
         try:
             section = spec.config.model_validate(data)
         except ValidationError as err:
@@ -248,7 +287,7 @@ class Setup:
                 + e["msg"].removeprefix("Value error, ")
                 for e in err.errors()
             )
-            return f"platforms.{spec.name}: {reasons}"
+            return f"{'.'.join(self.where)}: {reasons}"
         if not self.answers.check:
             return None
         self.console.print(f"Checking the {spec.name} credentials…")
@@ -259,8 +298,19 @@ class Setup:
             return None
         return f"{spec.name}: {detail}"
 
+    def _accounts(self) -> list[tuple[str, str]]:
+        """The (platform, account) pairs the file sets up."""
+        out: list[tuple[str, str]] = []
+        for name in platforms.names():
+            entry = self.file.section("platforms", name)
+            if "accounts" in entry:
+                out.extend((name, str(a)) for a in self.file.section("platforms", name, "accounts"))
+            elif entry:
+                out.append((name, str(entry.get("account") or DEFAULT_ACCOUNT)))
+        return out
+
     def _access(self, name: str) -> None:
-        current = self.file.get("platforms", name, "allowed_users")
+        current = self.file.get(*self.where, "allowed_users")
         shown = ", ".join(str(u) for u in current) if isinstance(current, list) else current
         users = self.answers.allowed_users
         if users is None:
@@ -270,10 +320,10 @@ class Setup:
                 "" if shown is None else str(shown),
             )
         listed = [u.strip() for u in users.split(",") if u.strip()]
-        self.file.set("platforms", name, "allowed_users", value=listed or None)
+        self.file.set(*self.where, "allowed_users", value=listed or None)
         pairing = self.answers.pairing
         if pairing is None:
-            now = self.file.get("platforms", name, "pairing")
+            now = self.file.get(*self.where, "pairing")
             default = (
                 bool(now)
                 if now is not None
@@ -282,7 +332,7 @@ class Setup:
             pairing = self.asker.confirm(
                 "Send unknown people a pairing code for you to approve?", default
             )
-        self.file.set("platforms", name, "pairing", value=pairing)
+        self.file.set(*self.where, "pairing", value=pairing)
 
     # -- home and model -----------------------------------------------------------------
 
@@ -299,7 +349,7 @@ class Setup:
                 "" if shown is None else str(shown),
             )
         targets = [t.strip() for t in home.split(",") if t.strip()]
-        configured = [n for n in platforms.names() if self.file.section("platforms", n)]
+        configured = self._accounts()
         while problems := home_problems(targets, configured):
             if not self.live:
                 raise Stop("; ".join(problems), EXIT_BAD_INPUT)
@@ -433,6 +483,15 @@ def _with_question_flags(command: Callable[..., None]) -> Callable[..., None]:
     return command
 
 
+def _check_account(name: str) -> None:
+    """An account name as config takes it (no colon, no space), or Stop."""
+    if not name or any(c == ":" or c.isspace() for c in name) or len(name) > 128:
+        raise Stop(
+            f"{name!r} is not an account name: a word without ':' or spaces, like 'work'",
+            EXIT_BAD_INPUT,
+        )
+
+
 def _typed(value: str, question: SetupQuestion) -> Any:
     """A number where the question's default is one (ports), else the text."""
     if question.default is not None and question.default.isdigit() and value.isdigit():
@@ -466,6 +525,13 @@ def setup(  # noqa: PLR0917 - one parameter per answer
     platform: Annotated[
         str | None,
         typer.Option(help=f"The platform to set up ({', '.join(choosable())}, or {SKIP})."),
+    ] = None,
+    account: Annotated[
+        str | None,
+        typer.Option(
+            help="The account of the platform to add or edit (a second one moves the first "
+            "under `accounts:`)."
+        ),
     ] = None,
     base_url: Annotated[
         str | None, typer.Option(help="The platform's API base URL (a proxy, a local server).")
@@ -505,6 +571,7 @@ def setup(  # noqa: PLR0917 - one parameter per answer
     named = {key: answered.get(key) for key in question_keys()}
     answers = Answers(
         platform=None if platform is None else platform.strip().lower(),
+        account=None if account is None else account.strip(),
         values={**{k: v for k, v in named.items() if v is not None}, **_pairs(set_ or [])},
         base_url=base_url,
         allowed_users=allowed_users,

@@ -119,6 +119,20 @@ class ConfigFile:
         elif node.get(key) != value:
             node[key] = value
 
+    def to_accounts(self, platform: str, account: str) -> None:
+        """Rewrite `platforms.<platform>`, a single section, as `accounts: {<account>: …}`
+        (its keys, comments and secret files kept), so that another account can be added."""
+        platforms = self._parent(("platforms",))
+        body = platforms.get(platform)
+        if not isinstance(body, CommentedMap):
+            body = CommentedMap()
+        body.pop("account", None)
+        accounts = CommentedMap()
+        accounts[account] = body
+        entry = CommentedMap()
+        entry["accounts"] = accounts
+        platforms[platform] = entry
+
     def secret_path(self, *path: str) -> Path:
         """Where the secret at `path` is kept: `<secrets dir>/<dotted path>`."""
         return (self.secrets_dir / ".".join(p for p in path if p != "platforms")).absolute()

@@ -6,6 +6,11 @@ held locally and never expire. PostgreSQL: the heartbeat and lease renewals run 
 `cluster.heartbeat_interval`; when the others have already counted this instance as gone
 (it was paused or cut off for longer than the TTL), `gone` is set and the supervisor stops
 the process so that it starts again clean.
+
+Receivers spread over the instances: one holding two or more receiver leases (accounts'
+pollers and connections, `adapter:<platform>:<account>`) while another live instance holds
+none hands its newest one over, so that several accounts are received on several instances
+and each fails over on its own.
 """
 
 from __future__ import annotations
@@ -31,11 +36,14 @@ from gateway.config import ClusterConfig
 from gateway.contracts.errors import InstanceConflict
 from gateway.contracts.messages import utcnow
 from gateway.store import Store
-from gateway.store.instances import Membership, Now
+from gateway.store.instances import Membership, Now, list_instances
 from gateway.store.lanes import SqlLanes
 from gateway.store.leases import Lease, Leases
 
 logger = logging.getLogger(__name__)
+
+RECEIVER_LEASE = "adapter:"
+"""The prefix of the leases of accounts' receivers (one instance at a time each)."""
 
 
 class Node:
@@ -72,6 +80,14 @@ class Node:
         self._beats = FailureLog(logger, "heartbeat")
         self._database_url = database_url
         self._lock: IO[bytes] | None = None
+        self._now = now
+        self._taken: dict[str, float] = {}
+        """When each receiver lease held was taken (monotonic): the newest is handed over."""
+        self._resting: dict[str, float] = {}
+        """Receiver leases handed over, left to the others until this monotonic time."""
+        self._handed: set[str] = set()
+        """Receiver leases handed over once: never again (no endless hand-over when the
+        instance without receivers does not want them)."""
 
     def lease(self, name: str) -> Lease:
         """The lease `name`, which this instance will try to hold while it runs."""
@@ -179,6 +195,7 @@ class Node:
                         await self._keep(lease, began)
                         if self._wanted.get(lease.name) is not lease:
                             await self._let_go(lease)  # forgotten while being renewed
+                    await self._share()
             except Exception as err:  # the database may be away; leases lapse on their own
                 self._beats.failed(err, expected=True)
             else:
@@ -215,12 +232,44 @@ class Node:
                 return
             logger.warning("lease %s was taken over by another instance", lease.name)
             lease.lost()
+        if time.monotonic() < self._resting.get(lease.name, 0.0):
+            lease.tried.set()  # handed over: left to the others for now
+            return
         token = await self.leases.acquire(lease.name)
         if token is not None:
             logger.info("holding lease %s (token %d)", lease.name, token)
             lease.granted(token, began)
+            self._taken[lease.name] = time.monotonic()
         else:
             lease.tried.set()  # another instance holds it: stand by
+
+    async def _share(self) -> None:
+        """Hand the newest receiver lease over when this instance holds two or more and
+        another live instance holds none (it takes it at its next beat)."""
+        mine = [
+            lease
+            for lease in self._wanted.values()
+            if lease.held() and lease.name.startswith(RECEIVER_LEASE)
+        ]
+        if len(mine) < 2:
+            return
+        async with self.store.read() as conn:
+            everyone = await list_instances(conn)
+        now, ttl = self._now(), self.config.lease_ttl
+        idle = [
+            info.id
+            for info in everyone
+            if info.id != self.id
+            and info.alive(now, ttl)
+            and not any(name.startswith(RECEIVER_LEASE) for name in info.holds)
+        ]
+        newest = max(mine, key=lambda lease: self._taken.get(lease.name, 0.0))
+        if not idle or newest.name in self._handed:
+            return
+        logger.info("handing lease %s over to one of %s", newest.name, ", ".join(sorted(idle)))
+        self._handed.add(newest.name)
+        self._resting[newest.name] = time.monotonic() + ttl
+        await self._let_go(newest)
 
     def _unlock(self) -> None:
         if self._lock is not None:

@@ -69,6 +69,9 @@ class AdapterContext:
     menu: Callable[[], Sequence[tuple[str, str]]] | None = None
     """The chat commands to show in the platform's command menu, as (name without the
     slash, description); read at each connection. None: leave the menu alone."""
+    webhook: str = ""
+    """The name after `/webhooks/` this account's requests arrive at: `<platform>:<account>`
+    on a platform with several accounts; empty: the platform's name."""
 
 
 class InboundSink(Protocol):

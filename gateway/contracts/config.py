@@ -193,6 +193,17 @@ class PlatformSection(Section):
         vouched-for id may carry operator rights."""
         return True
 
+    @property
+    def identity(self) -> tuple[str, str] | None:
+        """The credential that names the bot this section logs in as, `(key, value)`: two
+        accounts of a platform with the same one would be one bot twice (a config error).
+        By default its `token`, `bot_token` or `access_token`; None when it has none."""
+        for key in ("token", "bot_token", "access_token"):
+            value = getattr(self, key, None)
+            if isinstance(value, SecretStr):
+                return key, value.get_secret_value()
+        return None
+
     def admits(self, message: InboundMessage) -> bool:
         """Whether the section's own rules let this sender in: listed in `allowed_users` by
         id, or a platform's rule on top (mail domains, server roles)."""

@@ -118,7 +118,7 @@ class CronScheduler:
         config: CronConfig,
         *,
         homes: Sequence[str],
-        sections: Mapping[str, PlatformSection],
+        sections: Mapping[tuple[str, str], PlatformSection],
         state_dir: Path,
         channels: Channels,
         snapshot: SnapshotFactory,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +20,7 @@ from gateway.cron.targets import (
     HOME,
     HOME_SETTING,
     TargetError,
+    account_for,
     normalize_targets,
     parse_target,
     session_chat,
@@ -49,13 +50,13 @@ class JobSpec:
 
 
 class JobService:
-    """Validated job operations. `configured` are the platforms with a section."""
+    """Validated job operations. `configured` are the (platform, account) pairs set up."""
 
     def __init__(
         self,
         store: Store,
         *,
-        configured: Collection[str],
+        configured: Collection[tuple[str, str]],
         default_timezone: str = "UTC",
         clock: Clock | None = None,
         homes: Sequence[str] = (),
@@ -231,8 +232,10 @@ class JobService:
         """The jobs whose reports go to `chat` (`platform:chat[:thread]`) as things stand:
         named explicitly, or as the home (`home`: `sethome`, else the first of `homes`) or
         one of the homes (`all`)."""
-        here = _address(chat)
-        home_list = [a for a in map(_address, ([sethome] if sethome else []) + list(homes)) if a]
+        here = self._address(chat)
+        home_list = [
+            a for a in map(self._address, ([sethome] if sethome else []) + list(homes)) if a
+        ]
         first_home, any_home = home_list[:1] == [here], here in home_list
         found: list[Job] = []
         for job in await self.jobs.find():
@@ -241,7 +244,7 @@ class JobService:
                 if (
                     (kind == HOME and first_home)
                     or (kind == ALL and any_home)
-                    or (kind not in (HOME, ALL) and _address(target) == here)
+                    or (kind not in (HOME, ALL) and self._address(target) == here)
                 ):
                     found.append(job)
                     break
@@ -262,14 +265,20 @@ class JobService:
             return None
         return schedule.next_after(max(self.clock.now(), job.anchor_at), job.anchor_at)
 
-
-def _address(target: str) -> str | None:
-    """The chat a target names, normalized (an alias prefix becomes its platform), or None."""
-    try:
-        parsed = parse_target(target)
-    except TargetError:
-        return None
-    return None if isinstance(parsed, str) else str(parsed)
+    def _address(self, target: str) -> str | None:
+        """The chat a target names, normalized (an alias prefix becomes its platform, the
+        account is named), or None."""
+        try:
+            parsed = parse_target(target, self.configured)
+        except TargetError:
+            return None
+        if isinstance(parsed, str):
+            return None
+        try:
+            account = account_for(parsed.platform, parsed.account, self.configured)
+        except TargetError:
+            return str(parsed)
+        return str(replace(parsed, account=account))
 
 
 def _default_name(prompt: str) -> str:
@@ -309,7 +318,7 @@ class AgentJobs:
         else schedules for the chat they are in.
         """
         session = ctx.session
-        chat = session_chat(session.key) if session is not None else None
+        chat = session_chat(session.key, self.service.configured) if session is not None else None
         # The identity that asked (`platform:id`): a run's rights are computed from it, never
         # from a user it is linked to (`Access.job_operator`, `Store.unlink_identity`).
         created_by = ctx.sender or ctx.user_id or (session.key if session is not None else "agent")
@@ -367,7 +376,7 @@ class AgentJobs:
         """The jobs reporting to this chat; in a direct chat the user's own too (in a group
         everyone would read the list)."""
         session = ctx.session
-        chat = session_chat(session.key) if session is not None else None
+        chat = session_chat(session.key, self.service.configured) if session is not None else None
         user_id = None if ctx.group else ctx.user_id
         if user_id is None and chat is None:
             return []

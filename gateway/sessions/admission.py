@@ -121,7 +121,7 @@ class Admission:
             raise ShuttingDown("Herald is shutting down; the platform will redeliver")
         message = storable(message)
         platform = str(message.platform)
-        section = ctx.platforms.get(platform)
+        section = ctx.platforms.get((platform, str(message.account)))
         groups = section.group_sessions if section else GroupSessions.CHAT
         key = derive_session_key(message, groups)
         if message.edit_of is not None:
@@ -139,7 +139,7 @@ class Admission:
             logger.debug("duplicate delivery of %s ignored", message.platform_message_id)
             return
         ctx.cancel_review(key)  # the person is talking again: the review of their last turn stops
-        ctx.metrics.inbound.labels(platform=platform).inc()
+        ctx.metrics.inbound.labels(platform=platform, account=message.account).inc()
         if admitted.outcome is not None:
             ctx.metrics.outcomes.labels(outcome=str(admitted.outcome)).inc()
         if admitted.notices:
@@ -162,6 +162,7 @@ class Admission:
                     str(message.sender.id),
                     message.sender.display_name,
                     direct=message.is_direct,
+                    account=message.account,
                 )
                 running.steer.add(
                     admitted.row_id,
@@ -284,7 +285,7 @@ class Admission:
                 conn, message=message, key=key, target=target, text=message.text, forced=None
             )
         if not answering and (original.status is Status.DONE or original.kind != "message"):
-            section = self.ctx.platforms.get(str(message.platform))
+            section = self.ctx.platforms.get((str(message.platform), str(message.account)))
             rule = getattr(section, "edited_messages", EditRule.ANSWER)
             if rule is EditRule.IGNORE:
                 row_id = await inbox_sql.insert(
@@ -369,7 +370,7 @@ class Admission:
         """In the accept transaction: a message for a turn, and what its busy policy does
         when its session is answering already (here or on another instance)."""
         ctx = self.ctx
-        section = ctx.platforms.get(str(message.platform))
+        section = ctx.platforms.get((str(message.platform), str(message.account)))
         busy_policy = policy(forced or await ctx.mode(conn, key, section))
         lane = ctx.lanes.get(key)
         remote = LaneState(None, False)
@@ -428,7 +429,7 @@ class Admission:
         if not ctx.accepting:
             raise ShuttingDown("Herald is shutting down; the platform will redeliver")
         platform = str(reaction.platform)
-        section = ctx.platforms.get(platform)
+        section = ctx.platforms.get((platform, str(reaction.account)))
         rule = getattr(section, "reactions", ReactionRule.IGNORE)
         if section is None or rule is ReactionRule.IGNORE:
             return
@@ -484,7 +485,7 @@ class Admission:
             return self._note(conn, as_message, key, session_id, note)
 
         if await ctx.store.unit(noted) is not None:
-            ctx.metrics.inbound.labels(platform=platform).inc()
+            ctx.metrics.inbound.labels(platform=platform, account=reaction.account).inc()
 
     async def _may_decide(self, message: InboundMessage, approval_id: int) -> bool:
         """Whether the reactor could decide approval `approval_id` in its session now. A
@@ -492,7 +493,7 @@ class Admission:
         question already decided) is ignored quietly: a reaction is not a command the bot
         answers with a refusal in the chat. `/approve` itself makes the decision."""
         ctx = self.ctx
-        section = ctx.platforms.get(str(message.platform))
+        section = ctx.platforms.get((str(message.platform), str(message.account)))
         if section is None:
             return False
         key = derive_session_key(message, section.group_sessions)
@@ -505,7 +506,9 @@ class Admission:
             )
             return False
         sender = str(message.sender.id)
-        operator = ctx.access is not None and ctx.access.is_operator(str(message.platform), sender)
+        operator = ctx.access is not None and ctx.access.is_operator(
+            str(message.platform), sender, message.account
+        )
         if row.requester and row.requester != f"{message.platform}:{sender}" and not operator:
             logger.info(
                 "%s: a reaction to approval #%d by someone who may not decide it ignored",
@@ -546,14 +549,14 @@ class Admission:
         if not ctx.accepting:
             raise ShuttingDown("Herald is shutting down; the platform will redeliver")
         platform = str(message.platform)
-        section = ctx.platforms.get(platform)
+        section = ctx.platforms.get((platform, str(message.account)))
         key = derive_session_key(message, section.group_sessions if section else GroupSessions.CHAT)
         async with ctx.store.write() as conn:
             row_id = await inbox_sql.insert(
                 conn, message, key=key, user_id=None, outcome=Outcome.DROPPED, detail=detail
             )
         if row_id is not None:
-            ctx.metrics.inbound.labels(platform=platform).inc()
+            ctx.metrics.inbound.labels(platform=platform, account=message.account).inc()
             ctx.metrics.outcomes.labels(outcome=str(Outcome.DROPPED)).inc()
 
     async def may_fetch(self, message: InboundMessage) -> bool:

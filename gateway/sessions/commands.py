@@ -16,7 +16,7 @@ from gateway.contracts.config import BusyMode, PlatformSection
 from gateway.contracts.ids import SessionKey, UserId
 from gateway.contracts.messages import TextFormat
 from gateway.cron.service import JobService, describe
-from gateway.cron.targets import HOME_SETTING, chat_target
+from gateway.cron.targets import HOME_SETTING, chat_target, named_account
 from gateway.sessions.context import SessionContext
 from gateway.sessions.signals import ClusterSignals
 from gateway.sessions.state import Lane, Running
@@ -99,7 +99,9 @@ class Commands:
         if parsed is None:  # cannot happen for stored command rows; answer rather than crash
             answer = Answer(HELP_TEXT)
         else:
-            asked = Asked(row, parsed, lane, running, ctx.platforms.get(row.platform))
+            asked = Asked(
+                row, parsed, lane, running, ctx.platforms.get((row.platform, row.account))
+            )
             handler = HANDLERS.get(parsed.command, Commands._usage)
             answer = await handler(self, asked)
         target = Target(row.platform, row.account, row.chat_id, row.thread_id)
@@ -181,7 +183,7 @@ class Commands:
                 current = await ctx.mode(conn, key, asked.section)
             return Answer(f"Busy mode: {current}. Choose with /mode {'|'.join(BusyMode)}.")
         row = asked.row
-        if not row.is_direct and not ctx.is_operator(row.platform, row.sender_id):
+        if not row.is_direct and not ctx.is_operator(row.platform, row.sender_id, row.account):
             # Everyone in a group lives with its busy mode: steer mode lets one person's
             # words into another's running turn, so only an operator chooses it there.
             return Answer(
@@ -235,7 +237,12 @@ class Commands:
             if row.is_direct
             else None
         )
-        here = chat_target(row.platform, row.chat_id, row.thread_id)
+        here = chat_target(
+            row.platform,
+            row.chat_id,
+            row.thread_id,
+            named_account(row.platform, row.account, ctx.platforms),
+        )
         sethome = await ctx.store.get_setting(HOME_SETTING)
         reporting = {
             j.id for j in await service.delivering_to(here, homes=ctx.homes, sethome=sethome)
@@ -255,7 +262,9 @@ class Commands:
 
     async def _sethome(self, asked: Asked) -> Answer:
         ctx, row = self.ctx, asked.row
-        if ctx.access is not None and not ctx.access.is_operator(row.platform, row.sender_id):
+        if ctx.access is not None and not ctx.access.is_operator(
+            row.platform, row.sender_id, row.account
+        ):
             # The home channel receives the operator's reports: nobody else may redirect them.
             return Answer(
                 "🚫 Only Herald's operator can choose where scheduled reports go. "
@@ -263,7 +272,12 @@ class Commands:
                 outcome=Outcome.REJECTED,
                 detail="/sethome: not an operator",
             )
-        home = ":".join(p for p in (row.platform, row.chat_id, row.thread_id) if p)
+        home = chat_target(
+            row.platform,
+            row.chat_id,
+            row.thread_id,
+            named_account(row.platform, row.account, ctx.platforms),
+        )
         async with ctx.store.write() as conn:
             await set_setting(conn, HOME_SETTING, home)
         return Answer(f"🏠 Scheduled reports will come to this chat ({home}).")
@@ -280,7 +294,9 @@ class Commands:
         ctx, row = self.ctx, asked.row
         if ctx.approvals is None:
             return Answer("No tool here asks for approval.")
-        operator = ctx.access is not None and ctx.access.is_operator(row.platform, row.sender_id)
+        operator = ctx.access is not None and ctx.access.is_operator(
+            row.platform, row.sender_id, row.account
+        )
         decided = await ctx.approvals.decide(
             row.session_key,
             f"{row.platform}:{row.sender_id}",

@@ -55,7 +55,7 @@ class SessionContext:
     snapshot: SnapshotReader
     channels: Channels
     access: Access | None
-    platforms: dict[str, PlatformSection]
+    platforms: dict[tuple[str, str], PlatformSection]
     on_outbox: Callable[[], None]
     lane_store: Lanes
     bus: LocalBus
@@ -184,15 +184,18 @@ class SessionContext:
             return section.busy_mode
         return self.config.busy_mode
 
-    def is_operator(self, platform: str, sender_id: str) -> bool:
-        """Whether this sender operates Herald (no access rules: nobody does)."""
-        return self.access is not None and self.access.is_operator(platform, sender_id)
+    def is_operator(self, platform: str, sender_id: str, account: str | None = None) -> bool:
+        """Whether this sender (on `account`, when known) operates Herald (no access rules:
+        nobody does)."""
+        return self.access is not None and self.access.is_operator(platform, sender_id, account)
 
-    def speaker(self, platform: str, sender_id: str, name: str, *, direct: bool) -> Speaker:
+    def speaker(
+        self, platform: str, sender_id: str, name: str, *, direct: bool, account: str | None = None
+    ) -> Speaker:
         """Who wrote a message, as a message steered into a running turn carries it."""
         return Speaker(
             f"{platform}:{sender_id}",
-            self.is_operator(platform, sender_id),
+            self.is_operator(platform, sender_id, account),
             None if direct else (name or sender_id),
         )
 

@@ -107,7 +107,7 @@ class Feedback:
                     logger.debug("working indicator not removed: %s", err)
 
     async def preview(self, target: Target, turn_id: TurnId) -> Preview | None:
-        section = self.ctx.platforms.get(target.platform)
+        section = self.ctx.platforms.get((target.platform, target.account))
         live = self.ctx.channels.adapter(target.platform, target.account)
         editor: object = live
         if (

@@ -163,7 +163,9 @@ class LaneWorkers:
             rows = await inbox_sql.pending(conn, key)
             if not rows:
                 return rows, None
-            return rows, await ctx.mode(conn, key, ctx.platforms.get(rows[0].platform))
+            return rows, await ctx.mode(
+                conn, key, ctx.platforms.get((rows[0].platform, rows[0].account))
+            )
 
         rows, mode = await ctx.store.unit(look, write=False)
         if not rows or mode is None:

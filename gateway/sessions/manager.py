@@ -65,7 +65,7 @@ class SessionManager:
         *,
         channels: Channels | None = None,
         access: Access | None = None,
-        platforms: Mapping[str, PlatformSection] | None = None,
+        platforms: Mapping[tuple[str, str], PlatformSection] | None = None,
         on_outbox: Callable[[], None] | None = None,
         lanes: Lanes | None = None,
         bus: LocalBus | None = None,

@@ -181,7 +181,7 @@ class InboxTurns:
         started = time.monotonic()
         # The rights of a turn are those everyone whose words are in it has: it may reach
         # other chats only when all of them operate Herald (steered words narrow it later).
-        operator = all(self.ctx.is_operator(r.platform, r.sender_id) for r in batch)
+        operator = all(self.ctx.is_operator(r.platform, r.sender_id, r.account) for r in batch)
         sender = f"{batch[-1].platform}:{batch[-1].sender_id}"
         others = frozenset(f"{r.platform}:{r.sender_id}" for r in batch) - {sender}
         voice = self.voice_replies.job(target, batch)

@@ -109,7 +109,11 @@ class ClusterSignals:
         for row in rows:
             if row.steer and row.id not in known:
                 speaker = self.ctx.speaker(
-                    row.platform, row.sender_id, row.sender_name, direct=row.is_direct
+                    row.platform,
+                    row.sender_id,
+                    row.sender_name,
+                    direct=row.is_direct,
+                    account=row.account,
                 )
                 running.steer.add(row.id, row.text, speaker=speaker, files=bool(row.attachments))
         self.ctx.wake(key)

@@ -110,7 +110,7 @@ class VoiceReplies:
         """A job when this turn's answer is to be spoken, else None."""
         if self.synthesizer is None or self.ctx.files is None:
             return None
-        section = self.ctx.platforms.get(target.platform)
+        section = self.ctx.platforms.get((target.platform, target.account))
         if section is None or section.voice.reply is VoiceReply.NEVER:
             return None
         if not self._limits(target).voice:

@@ -327,7 +327,8 @@ class InboxReader(Protocol):
         ...
 
     async def last_received(self) -> dict[str, datetime]:
-        """When the newest inbound message of each platform was received (UTC)."""
+        """When the newest inbound message of each platform (`platform`) and of each of its
+        accounts (`platform:account`) was received (UTC)."""
         ...
 
 
@@ -598,8 +599,10 @@ class PairingRepository(Protocol):
     """Pairing requests and grants, inside the caller's transaction.
     Module `gateway.store.pairings`."""
 
-    async def is_granted(self, conn: AsyncConnection, platform: str, external_id: str) -> bool:
-        """Whether the sender holds a grant."""
+    async def is_granted(
+        self, conn: AsyncConnection, platform: str, external_id: str, account: str | None = None
+    ) -> bool:
+        """Whether the sender holds a grant (with `account`: one reaching that account)."""
         ...
 
     async def grant(
@@ -621,9 +624,10 @@ class PairingRepository(Protocol):
         ...
 
     async def pending_code(
-        self, conn: AsyncConnection, platform: str, external_id: str
+        self, conn: AsyncConnection, platform: str, external_id: str, account: str | None = None
     ) -> str | None:
-        """The code of the sender's pending request; None when there is none."""
+        """The code of the sender's pending request (with `account`: on that account); None
+        when there is none."""
         ...
 
     async def count_pending(self, conn: AsyncConnection, platform: str) -> int:

@@ -504,16 +504,24 @@ class Inbox:
         ]
 
     async def last_received(self) -> dict[str, datetime]:
-        """When the newest inbound message of each platform was received."""
+        """When the newest inbound message of each platform (`platform`) and of each of its
+        accounts (`platform:account`, as adapters are named) was received."""
         async with self.store.read() as conn:
             rows = (
                 await conn.execute(
-                    select(inbox.c.platform, func.max(inbox.c.received_at)).group_by(
-                        inbox.c.platform
-                    )
+                    select(
+                        inbox.c.platform, inbox.c.account, func.max(inbox.c.received_at)
+                    ).group_by(inbox.c.platform, inbox.c.account)
                 )
             ).all()
-        return {str(platform): aware(at) for platform, at in rows if at is not None}
+        out: dict[str, datetime] = {}
+        for platform, account, at in rows:
+            if at is None:
+                continue
+            when = aware(at)
+            out[f"{platform}:{account}"] = when
+            out[str(platform)] = max(when, out.get(str(platform), when))
+        return out
 
     async def counts(self) -> dict[str, int]:
         """Rows per outcome (`pending` / `running` for rows without one yet)."""

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import RowMapping, delete, func, select, update
+from sqlalchemy import RowMapping, delete, exists, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.contracts.messages import utcnow
@@ -34,13 +34,24 @@ class Pairing:
     expires_at: datetime
 
 
-async def is_granted(conn: AsyncConnection, platform: str, external_id: str) -> bool:
-    """Whether `platform:external_id` holds a grant."""
-    granted = await conn.scalar(
-        select(grants.c.id).where(
-            grants.c.platform == platform, grants.c.external_id == external_id
-        )
+async def is_granted(
+    conn: AsyncConnection, platform: str, external_id: str, account: str | None = None
+) -> bool:
+    """Whether `platform:external_id` holds a grant; with `account`, one that reaches that
+    account: given by the operator outright (every account of the platform), or by
+    approving a pairing code asked for on that account."""
+    query = select(grants.c.id).where(
+        grants.c.platform == platform, grants.c.external_id == external_id
     )
+    if account is not None:
+        approved_here = exists().where(
+            pairings.c.platform == platform,
+            pairings.c.external_id == external_id,
+            pairings.c.account == account,
+            pairings.c.status == "approved",
+        )
+        query = query.where(or_(~grants.c.via.like("pairing %"), approved_here))
+    granted = await conn.scalar(query)
     return granted is not None
 
 
@@ -79,15 +90,18 @@ async def expire_pairings(conn: AsyncConnection, now: datetime) -> None:
     )
 
 
-async def pending_code(conn: AsyncConnection, platform: str, external_id: str) -> str | None:
-    """The code of the sender's pending request, or None."""
-    code = await conn.scalar(
-        select(pairings.c.code).where(
-            pairings.c.platform == platform,
-            pairings.c.external_id == external_id,
-            pairings.c.status == "pending",
-        )
+async def pending_code(
+    conn: AsyncConnection, platform: str, external_id: str, account: str | None = None
+) -> str | None:
+    """The code of the sender's pending request (with `account`: on that account), or None."""
+    query = select(pairings.c.code).where(
+        pairings.c.platform == platform,
+        pairings.c.external_id == external_id,
+        pairings.c.status == "pending",
     )
+    if account is not None:
+        query = query.where(pairings.c.account == account)
+    code = await conn.scalar(query.limit(1))
     return None if code is None else str(code)
 
 

@@ -169,7 +169,7 @@ class ChatApprovals:
     def __init__(
         self,
         store: Store,
-        sections: Mapping[str, PlatformSection],
+        sections: Mapping[tuple[str, str], PlatformSection],
         *,
         allow_api: bool = False,
         on_outbox: Callable[[], None] = lambda: None,

@@ -9,7 +9,13 @@ from collections.abc import Mapping, Sequence
 from agent_core.tools.base import ToolContext, ToolError
 from gateway.contracts.config import PlatformSection
 from gateway.contracts.ids import AccountId, ChatId, ThreadId
-from gateway.cron.targets import HOME_SETTING, TargetError, parse_target, resolve, session_chat
+from gateway.cron.targets import (
+    HOME_SETTING,
+    TargetError,
+    parse_target,
+    resolve,
+    session_chat,
+)
 from gateway.store import Store
 from gateway.store.outbox import Target
 
@@ -17,19 +23,19 @@ HERE = ("here", "this chat", "current")
 """Names of the chat being answered."""
 
 
-def session_target(key: str, sections: Mapping[str, PlatformSection]) -> Target | None:
+def session_target(key: str, sections: Mapping[tuple[str, str], PlatformSection]) -> Target | None:
     """The chat a session key names (`platform:account:chat[:thread]…`), or None for API,
-    CLI and job sessions and for platforms not configured."""
+    CLI and job sessions and for accounts not configured."""
     chat = session_chat(key)
     if chat is None:
         return None
     parts = key.split(":")
     account = parts[1].replace("%3D", "=").replace("%3A", ":").replace("%25", "%")
     try:
-        address = parse_target(chat)
+        address = parse_target(chat)  # the account is the key's
     except TargetError:
         return None
-    if isinstance(address, str) or address.platform not in sections:
+    if isinstance(address, str) or (address.platform, account) not in sections:
         return None
     thread = None if address.thread is None else ThreadId(address.thread)
     return Target(address.platform, AccountId(account), ChatId(address.chat), thread)
@@ -46,7 +52,7 @@ class Places:
     def __init__(
         self,
         store: Store,
-        sections: Mapping[str, PlatformSection],
+        sections: Mapping[tuple[str, str], PlatformSection],
         *,
         homes: Sequence[str],
         allowed: Sequence[str],
@@ -70,7 +76,7 @@ class Places:
                 raise ToolError("this conversation is not a chat; name a target instead")
             return [here]
         try:
-            parse_target(wanted)
+            parse_target(wanted, self.sections)
         except TargetError as err:
             raise ToolError(str(err)) from err
         sethome = await self.store.get_setting(HOME_SETTING)

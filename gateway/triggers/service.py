@@ -172,7 +172,7 @@ class TriggerService:
         *,
         webhooks: Sequence[str] = (),
         homes: Sequence[str] = (),
-        sections: Mapping[str, PlatformSection] | None = None,
+        sections: Mapping[tuple[str, str], PlatformSection] | None = None,
         channels: Channels | None = None,
         snapshot: SnapshotFactory | None = None,
         instance: str = "",

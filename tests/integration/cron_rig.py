@@ -176,10 +176,12 @@ async def cron_rig(
     adapter = adapter or RecordingAdapter()
     channels = Channels()
     channels.register("test", "acct", adapter.limits, lambda: adapter)
-    sections = {"test": PlatformSection(account="acct", allowed_users=("*",))}
+    sections = {("test", "acct"): PlatformSection(account="acct", allowed_users=("*",))}
     for more in platforms:
         channels.register(more.platform, more.account, more.limits, _live(more))
-        sections[more.platform] = PlatformSection(account=more.account, allowed_users=("*",))
+        sections[(more.platform, more.account)] = PlatformSection(
+            account=more.account, allowed_users=("*",)
+        )
     metrics = Metrics()
     outbox = Outbox(store, listeners=[record_report])
     worker = DeliveryWorker(

@@ -124,7 +124,7 @@ async def mcp_rig(
         limits=None if max_chunk is None else SendLimits(max_chunk=max_chunk, min_edit_interval=0)
     )
     section = PlatformSection(account="acct", allowed_users=("*",))
-    platforms = {"test": section}
+    platforms = {("test", "acct"): section}
     channels = Channels()
     channels.register("test", "acct", adapter.limits, lambda: adapter)
     metrics = Metrics()

@@ -136,7 +136,7 @@ async def running_rig(
         delivery or DeliveryConfig(backoff_initial=0.01, backoff_max=0.05),
         metrics,
     )
-    platforms = {"test": section}
+    platforms = {("test", section.account): section}
 
     async def no_snapshot(*_: object) -> tuple[str, str]:
         return "", ""

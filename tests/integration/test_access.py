@@ -564,7 +564,7 @@ async def test_jobs_follow_a_link_and_an_unlinked_identity_takes_back_its_own(
 ) -> None:
     """Linking moves the merged user's jobs to the kept one (its row is deleted); unlinking
     gives the identity back the jobs it made, and their rights are its own."""
-    service = JobService(store, configured=("test",))
+    service = JobService(store, configured=(("test", "acct"),))
     bob = await store.resolve_user("test", "bob")
     spec = JobSpec(prompt="report", schedule="every 1h", targets=("test:bob",))
     made = await service.create(spec, created_by="test:bob", user_id=bob)

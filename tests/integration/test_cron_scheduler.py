@@ -506,7 +506,7 @@ async def test_a_drain_lets_a_running_run_finish_and_starts_no_new_one(
 
 
 async def test_the_jobs_delivering_to_a_chat_include_those_for_its_home(store: Store) -> None:
-    sections = {"test": None, "twilio": None}
+    sections = {("test", "acct"), ("twilio", "default")}
     service = JobService(store, configured=sections)
     make = [
         ("to home", ["home"]),

@@ -30,7 +30,7 @@ async def context(store: Store, key: str, user: str) -> ToolContext:
 
 
 async def test_create_list_remove_for_the_asking_user(store: Store) -> None:
-    service = JobService(store, configured={"test"}, clock=FakeClock(NOW))
+    service = JobService(store, configured={("test", "acct")}, clock=FakeClock(NOW))
     tool = ScheduleJobTool(AgentJobs(service))
     ada = await context(store, "test:acct:c1", "ada")
     bob = await context(store, "test:acct:c2", "bob")
@@ -62,7 +62,7 @@ async def test_create_list_remove_for_the_asking_user(store: Store) -> None:
 async def test_only_an_operator_schedules_reports_to_other_chats(store: Store) -> None:
     """A person may schedule only for the chat they are in; home, all and other people's
     chats are the operator's to choose (a phishing job to someone else is refused)."""
-    service = JobService(store, configured={"test"}, clock=FakeClock(NOW))
+    service = JobService(store, configured={("test", "acct")}, clock=FakeClock(NOW))
     tool = ScheduleJobTool(AgentJobs(service))
     bob = await context(store, "test:acct:1002", "1002")
     for targets in (["test:1001"], ["home"], ["all"], ["test:1002", "test:1001"]):
@@ -88,7 +88,7 @@ async def test_only_an_operator_schedules_reports_to_other_chats(store: Store) -
 
 async def test_a_job_run_by_a_non_operator_cannot_schedule_more(store: Store) -> None:
     """A job's run has no chat of its own: only an operator's job may schedule from it."""
-    service = JobService(store, configured={"test"}, clock=FakeClock(NOW))
+    service = JobService(store, configured={("test", "acct")}, clock=FakeClock(NOW))
     tool = ScheduleJobTool(AgentJobs(service))
     run = await context(store, "cron:job:abc", "1002")
     with pytest.raises(ToolError, match="only Herald's operator"):

@@ -60,7 +60,7 @@ async def instance(
 
 async def polling(herald: Herald) -> None:
     """Wait until `herald` holds the Telegram poller's lease."""
-    lease = herald.supervisor.receiver_leases["telegram"]
+    lease = herald.supervisor.receiver_leases[("telegram", "default")]
     await herald.until(lease.held, timeout=30)
 
 

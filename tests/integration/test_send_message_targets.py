@@ -83,7 +83,10 @@ async def test_an_operator_may_send_to_the_allowed_targets(store: Store, tmp_pat
 async def test_send_file_targets_follow_the_same_rules(store: Store) -> None:
     section = PlatformSection(account="acct", allowed_users=("*",))
     places = Places(
-        store, {"test": section}, homes=("test:home", "test:team"), allowed=("home", "all")
+        store,
+        {("test", "acct"): section},
+        homes=("test:home", "test:team"),
+        allowed=("home", "all"),
     )
     resolve = file_destination(places)
     now = datetime.now(UTC)

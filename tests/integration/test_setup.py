@@ -159,7 +159,7 @@ async def test_a_good_token_is_checked_and_saved_with_secrets_in_0600_files(
     assert section["pairing"] is True
     assert data["home"] == "telegram:111"
     loaded = load_config(config)  # what `herald run` will read
-    telegram = loaded.platforms.sections()["telegram"]
+    telegram = loaded.platforms.accounts()[("telegram", "default")]
     assert telegram.allowed_users == ("111", "222")
     assert loaded.llm.api_key is not None
     assert loaded.llm.api_key.get_secret_value() == "sk-setup-key"
@@ -200,7 +200,7 @@ async def test_an_existing_file_is_edited_keeping_its_comments_and_other_keys(
     assert mode(config) == 0o640
     loaded = load_config(config)
     assert loaded.sessions.queue_cap == 7
-    assert "telegram" in loaded.platforms.sections()
+    assert ("telegram", "default") in loaded.platforms.accounts()
 
     # Re-run to change one part: the rest (comments, token, model) stays.
     changed = await script(tmp_path, "--home", "telegram:999")
@@ -260,7 +260,7 @@ async def test_non_interactive_flags_answer_everything(
     assert done.exit_code == 0, done.stderr
     assert "@herald_setup_bot" in done.stdout
     loaded = load_config(tmp_path / "herald.yaml")
-    section = loaded.platforms.sections()["telegram"]
+    section = loaded.platforms.accounts()[("telegram", "default")]
     assert section.allowed_users == ("42",)
     assert section.pairing is False
 
@@ -301,7 +301,7 @@ async def test_slack_is_checked_through_auth_test(tmp_path: Path) -> None:
         )
     assert good.exit_code == 0, good.output
     loaded = load_config(tmp_path / "herald.yaml")
-    assert "slack" in loaded.platforms.sections()
+    assert ("slack", "default") in loaded.platforms.accounts()
 
 
 async def test_twilio_is_checked_by_fetching_the_account(tmp_path: Path) -> None:
@@ -393,7 +393,7 @@ async def test_email_is_checked_by_logging_in_to_imap_and_smtp(tmp_path: Path) -
     assert good.exit_code == 0, good.output
     assert "SMTP 127.0.0.1" in good.stdout
     loaded = load_config(tmp_path / "herald.yaml")
-    section = loaded.platforms.sections()["email"]
+    section = loaded.platforms.accounts()[("email", "default")]
     assert section.allowed_users == ("ann@example.org",)
 
 
@@ -464,5 +464,31 @@ async def test_signal_is_checked_against_the_daemon(tmp_path: Path) -> None:
         )
         assert good.exit_code == 0, good.output
         assert f"signal: {signal.number} on signal-cli" in good.stdout
-    section = load_config(tmp_path / "herald.yaml").platforms.sections()["signal"]
+    section = load_config(tmp_path / "herald.yaml").platforms.accounts()[("signal", "default")]
     assert section.allowed_users == ("+15551230001",)
+
+
+async def test_a_second_account_moves_the_first_under_accounts(
+    tmp_path: Path, tg: FakeTelegramServer
+) -> None:
+    work_token = "654321:setup-work-token-abcdefghijklmnopqrstuvwxyz"
+    first = await script(
+        tmp_path, "--platform", "telegram", "--base-url", tg.base_url, "--token", TOKEN
+    )
+    assert first.exit_code == 0, first.stderr
+    async with FakeTelegramServer(work_token, bot_username="work_bot") as work:
+        args = ("--platform", "telegram", "--base-url", work.base_url, "--token", work_token)
+        second = await script(tmp_path, *args, "--account", "work", "--allowed-users", "7")
+        assert second.exit_code == 0, second.stderr
+        assert "@work_bot" in second.stdout
+        unnamed = await script(tmp_path, *args)
+    assert unnamed.exit_code == 2
+    assert "has accounts (default, work): name the one to set up with --account" in (unnamed.stderr)
+    written = yaml.safe_load(read(tmp_path / "herald.yaml"))
+    assert list(written["platforms"]["telegram"]) == ["accounts"]
+    assert list(written["platforms"]["telegram"]["accounts"]) == ["default", "work"]
+    loaded = load_config(tmp_path / "herald.yaml")
+    accounts = loaded.platforms.accounts()
+    assert list(accounts) == [("telegram", "default"), ("telegram", "work")]
+    assert accounts[("telegram", "work")].allowed_users == ("7",)
+    assert [s.identity for s in accounts.values()] == [("token", TOKEN), ("token", work_token)]

@@ -191,7 +191,7 @@ async def rig(store: Store, tmp_path: Path, **changes: Any) -> AsyncIterator[Rig
                 {"gh": _trigger(**changes)},
                 webhooks=list(webhooks),
                 homes=["test:home"],
-                sections={"test": PlatformSection(account="acct")},
+                sections={("test", "acct"): PlatformSection(account="acct")},
                 channels=channels,
                 snapshot=no_snapshot,
                 instance="herald-a",

@@ -225,7 +225,7 @@ async def test_a_members_steered_words_take_the_operators_rights_away(
 
 def jobs_of(herald: Herald) -> JobService:
     """The daemon's jobs, through a second connection to its database."""
-    return JobService(herald.store, configured={"telegram"})
+    return JobService(herald.store, configured={("telegram", "default")})
 
 
 async def test_an_operators_own_turn_keeps_its_rights_when_the_operator_steers(

@@ -29,7 +29,7 @@ from tests.unit.cli_harness import Herald
 pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("clean_environment")]
 
 CODE = re.compile(rf"\b[{CODE_ALPHABET}]{{{CODE_LENGTH}}}\b")
-SECTIONS = {"telegram": PlatformSection(account="bot")}
+SECTIONS = {("telegram", "bot"): PlatformSection(account="bot")}
 
 
 def telegram_dm(sender: str, name: str = "") -> InboundMessage:

@@ -62,3 +62,23 @@ async def test_doctor_does_not_print_the_token(tmp_path: Path, tg: FakeTelegramS
     assert result.verdicts["platforms.telegram"][0] == "FAIL"
     secret = TOKEN.split(":", 1)[1]
     assert secret not in result.stdout + result.stderr
+
+
+async def test_doctor_checks_each_account(tmp_path: Path, tg: FakeTelegramServer) -> None:
+    async with FakeTelegramServer("654321:work-token", bot_username="work_bot") as work:
+        accounts = {
+            "family": {"token": TOKEN, "base_url": tg.base_url},
+            "work": {"token": "654321:work-token", "base_url": work.base_url},
+        }
+        result = await run_doctor(tmp_path, {"telegram": {"accounts": accounts}})
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = result.verdicts
+    assert found["platforms.telegram.accounts.family"] == (
+        "OK",
+        "@herald_bot (id 123456), polling mode",
+    )
+    assert found["platforms.telegram.accounts.work"] == (
+        "OK",
+        "@work_bot (id 654321), polling mode",
+    )

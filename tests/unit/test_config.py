@@ -651,10 +651,10 @@ def test_an_email_operator_needs_authenticated_mail(tmp_path: Path) -> None:
     )
     loaded = load_config(config_file(tmp_path, vouched + operators))
     assert loaded.access.operators == ("email:boss@example.com",)
-    access = Access(None, loaded.platforms.sections(), loaded.access)  # type: ignore[arg-type]
+    access = Access(None, loaded.platforms.accounts(), loaded.access)  # type: ignore[arg-type]
     assert access.is_operator("email", "boss@example.com")
 
     unvouched = load_config(config_file(tmp_path, EMAIL))
     config = AccessConfig(operators=("email:boss@example.com",))
-    access = Access(None, unvouched.platforms.sections(), config)  # type: ignore[arg-type]
+    access = Access(None, unvouched.platforms.accounts(), config)  # type: ignore[arg-type]
     assert not access.is_operator("email", "boss@example.com")  # a claim, never operator

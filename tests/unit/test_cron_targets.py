@@ -15,7 +15,7 @@ from gateway.store.outbox import Target
 
 pytestmark = pytest.mark.timeout(30)
 
-CONFIGURED = {"telegram", "slack", "twilio", "email", "test"}
+CONFIGURED = {(p, "default") for p in ("telegram", "slack", "twilio", "email", "test")}
 
 
 def test_targets_are_normalized() -> None:
@@ -65,8 +65,8 @@ def test_no_target_is_refused() -> None:
 
 def test_resolve_home_all_and_aliases() -> None:
     sections = {
-        "telegram": PlatformSection(account="bot"),
-        "twilio": PlatformSection(account="+15550000000"),
+        ("telegram", "bot"): PlatformSection(account="bot"),
+        ("twilio", "+15550000000"): PlatformSection(account="+15550000000"),
     }
     resolved = resolve(
         ["home", "whatsapp:+15551234567", "sms:+15557654321", "slack:C1"],

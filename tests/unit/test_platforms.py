@@ -95,7 +95,7 @@ def test_the_config_has_one_section_per_platform() -> None:
     config = HeraldConfig.model_validate({"platforms": {"telegram": {"token": "1:x"}}})
     assert isinstance(config.platforms.section(TelegramConfig), TelegramConfig)
     assert config.platforms.section(LoopbackConfig) is None
-    assert list(config.platforms.sections()) == ["telegram"]
+    assert list(config.platforms.accounts()) == [("telegram", "default")]
 
 
 def test_a_spec_builds_only_its_own_section(tmp_path: Path) -> None:

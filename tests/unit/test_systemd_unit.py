@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from gateway.config import HeraldConfig, SessionsConfig, load_config
+from gateway.config import HeraldConfig, PlatformAccounts, SessionsConfig, load_config
 from tests.services import require_service
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "systemd"
@@ -174,6 +174,12 @@ def test_env_example_names_a_real_setting(name: str) -> None:
         assert isinstance(annotation, type)
         assert issubclass(annotation, BaseModel), f"{name}: {section!r} is not a section"
         model = annotation
+        if issubclass(model, PlatformAccounts):  # one section, or several `accounts`
+            [model] = [
+                a
+                for a in typing.get_args(model.model_fields["accounts"].annotation)
+                if isinstance(a, type) and issubclass(a, BaseModel)
+            ]
 
     assert key in model.model_fields or (
         key.endswith("_file") and key.removesuffix("_file") in model.model_fields

@@ -67,7 +67,7 @@ def test_defaults_speak_nothing_and_answer_voice_notes_by_voice_once_set(tmp_pat
     config = load_config(path)
     assert config.speech.enabled
     assert (config.speech.model, config.speech.voice) == ("tts-1", "alloy")
-    section = config.platforms.sections()["telegram"]
+    section = config.platforms.accounts()[("telegram", "default")]
     assert section.voice.reply is VoiceReply.WHEN_SPOKEN_TO
     assert masked(config)["speech"]["api_key"] == "***"
     assert "tts-secret" in secrets_of(config)
@@ -77,7 +77,7 @@ def test_voice_reply_from_the_environment(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("HERALD_PLATFORMS__TELEGRAM__VOICE__REPLY", "never")
     path = tmp_path / "herald.yaml"
     path.write_text(TELEGRAM, encoding="utf-8")
-    section = load_config(path).platforms.sections()["telegram"]
+    section = load_config(path).platforms.accounts()[("telegram", "default")]
     assert section.voice.reply is VoiceReply.NEVER
 
 

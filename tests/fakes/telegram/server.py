@@ -132,6 +132,8 @@ class FakeTelegramServer(Served, Waitable):
         """How many getUpdates requests are being held (long polls and stalled polls)."""
         self.calls_held = 0
         """How many calls are waiting unanswered because of `hold`."""
+        self.calls_rate_limited = 0
+        """Calls answered 429 by `rate_limit`."""
         self.calls_abandoned: list[str] = []
         """Methods of held calls whose client gave up (closed the connection) while held."""
         self._port = port
@@ -814,6 +816,8 @@ class FakeTelegramServer(Served, Waitable):
         left, retry_after = faults.rate_limits.get(chat.id, (0, 0.0))
         if left > 0:
             faults.rate_limits[chat.id] = (left - 1, retry_after)
+            self.calls_rate_limited += 1
+            self._changes.notify()
             raise _ApiError(
                 429,
                 f"Too Many Requests: retry after {_number(retry_after)}",

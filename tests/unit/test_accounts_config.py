@@ -1,0 +1,229 @@
+"""Several accounts of a platform in the config: the forms, the defaults they inherit, the
+errors (naming the key), and targets that name an account."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from adapters.twilio.config import TwilioConfig
+from gateway.access import Access
+from gateway.config import load_config, masked
+from gateway.contracts.errors import ConfigError
+from gateway.cron.targets import (
+    Address,
+    TargetError,
+    home_problems,
+    normalize_targets,
+    parse_target,
+    resolve,
+    session_chat,
+)
+from gateway.store.outbox import Target
+from gateway.supervisor import adapter_name
+
+
+def load(tmp_path: Path, data: dict[str, Any]) -> Any:
+    path = tmp_path / "herald.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return load_config(path)
+
+
+def refused(tmp_path: Path, data: dict[str, Any]) -> str:
+    with pytest.raises(ConfigError) as caught:
+        load(tmp_path, data)
+    return str(caught.value)
+
+
+TWO = {
+    "telegram": {
+        "allowed_users": [1],
+        "busy_mode": "steer",
+        "accounts": {
+            "family": {"token": "1:family"},
+            "work": {"token": "2:work", "allowed_users": [2]},
+        },
+    }
+}
+
+
+def test_accounts_as_a_mapping_inherit_the_platform_keys(tmp_path: Path) -> None:
+    config = load(tmp_path, {"platforms": TWO})
+    accounts = config.platforms.accounts()
+    assert list(accounts) == [("telegram", "family"), ("telegram", "work")]
+    family, work = accounts.values()
+    assert (family.account, family.allowed_users, family.busy_mode) == ("family", ("1",), "steer")
+    assert (work.account, work.allowed_users, work.busy_mode) == ("work", ("2",), "steer")
+    shown = masked(config)["platforms"]["telegram"]
+    assert shown["accounts"]["work"]["token"] == "***"
+
+
+def test_accounts_as_a_list_name_themselves(tmp_path: Path) -> None:
+    config = load(
+        tmp_path,
+        {
+            "platforms": {
+                "telegram": {
+                    "accounts": [
+                        {"account": "family", "token": "1:family"},
+                        {"account": "work", "token": "2:work", "enabled": False},
+                    ]
+                }
+            }
+        },
+    )
+    assert list(config.platforms.accounts()) == [("telegram", "family")]  # work is off
+
+
+def test_one_section_means_what_it_meant(tmp_path: Path) -> None:
+    config = load(tmp_path, {"platforms": {"telegram": {"token": "1:a", "account": "bot"}}})
+    assert list(config.platforms.accounts()) == [("telegram", "bot")]
+    assert masked(config)["platforms"]["telegram"]["account"] == "bot"
+    plain = load(tmp_path, {"platforms": {"telegram": {"token": "1:a"}}})
+    assert list(plain.platforms.accounts()) == [("telegram", "default")]
+
+
+@pytest.mark.parametrize(
+    ("telegram", "error"),
+    [
+        (
+            {"accounts": {"a": {"token": "1:x"}, "b": {"token": "1:x"}}},
+            "platforms.telegram.accounts.b.token: the same as "
+            "platforms.telegram.accounts.a.token (one bot twice)",
+        ),
+        (
+            {"accounts": [{"account": "a", "token": "1:x"}, {"account": "a", "token": "2:x"}]},
+            "platforms.telegram: accounts[1].account: two accounts are named 'a'",
+        ),
+        (
+            {"accounts": [{"token": "1:x"}]},
+            "accounts[0]: each account of the list needs `account: <name>`",
+        ),
+        (
+            {"accounts": {"work": {"tokn": "1:x"}}},
+            "platforms.telegram.accounts.work.tokn: unknown key; did you mean 'token'?",
+        ),
+        (
+            {"accounts": {"work": {}}},
+            "platforms.telegram.accounts.work.token: Field required",
+        ),
+        (
+            {"accounts": {"w x": {"token": "1:x"}}},
+            "platforms.telegram.accounts.w x.account: String should match pattern",
+        ),
+        (
+            {"accounts": {"a": {"token": "1:x", "account": "b"}}},
+            "accounts.a.account: 'b' differs from its key 'a'",
+        ),
+        ({"accounts": {}}, "accounts: name at least one account"),
+        ({"tokn": "1:x"}, "platforms.telegram.tokn: unknown key; did you mean 'token'?"),
+    ],
+)
+def test_bad_accounts_are_refused_naming_the_key(
+    tmp_path: Path, telegram: dict[str, Any], error: str
+) -> None:
+    assert error in refused(tmp_path, {"platforms": {"telegram": telegram}})
+
+
+def test_a_trigger_target_must_name_the_account_when_it_cannot_be_told(tmp_path: Path) -> None:
+    trigger = {"scheme": "github", "secret": "s" * 32, "prompt": "p", "owner": "cli"}
+    bad = {"platforms": TWO, "triggers": {"t": {**trigger, "targets": ["telegram:5"]}}}
+    assert "telegram has several accounts (family, work): name one" in refused(tmp_path, bad)
+    unknown = {"platforms": TWO, "triggers": {"t": {**trigger, "targets": ["telegram:home:5"]}}}
+    assert "name one" in refused(tmp_path, unknown)  # `home` is no account: chat 'home'
+    good = {"platforms": TWO, "triggers": {"t": {**trigger, "targets": ["telegram:work:5"]}}}
+    assert load(tmp_path, good).triggers["t"].targets == ("telegram:work:5",)
+
+
+CONFIGURED = {("telegram", "family"), ("telegram", "work"), ("matrix", "default")}
+
+
+def test_the_part_after_the_platform_is_an_account_only_when_configured() -> None:
+    assert parse_target("telegram:work:5", CONFIGURED) == Address("telegram", "5", None, "work")
+    assert parse_target("telegram:work:5:9", CONFIGURED) == Address("telegram", "5", "9", "work")
+    assert parse_target("telegram:5:9", CONFIGURED) == Address("telegram", "5", "9")
+    room = parse_target("matrix:!abc:example.org", CONFIGURED)
+    assert room == Address("matrix", "!abc:example.org")
+    assert parse_target("telegram:work:5") == Address("telegram", "work", "5")  # no accounts
+
+
+def test_targets_are_stored_with_their_account() -> None:
+    assert normalize_targets(["telegram:work:5", "home"], CONFIGURED) == (
+        "telegram:work:5",
+        "home",
+    )
+    with pytest.raises(TargetError, match=r"several accounts \(family, work\): name one"):
+        normalize_targets(["telegram:5"], CONFIGURED)
+    one = {("telegram", "bot")}
+    assert normalize_targets(["telegram:5"], one) == ("telegram:5",)  # its only account
+    both = {("telegram", "default"), ("telegram", "work")}
+    assert normalize_targets(["telegram:5"], both) == ("telegram:5",)  # `default`
+
+
+def test_resolve_goes_through_the_named_or_the_only_account() -> None:
+    sections: Any = dict.fromkeys({("telegram", "family"), ("telegram", "work"), ("slack", "x")})
+    resolved = resolve(
+        ["telegram:work:5", "telegram:6", "slack:C1", "home"],
+        homes=["telegram:family:7"],
+        sethome=None,
+        sections=sections,
+    )
+    assert resolved.targets == (
+        Target("telegram", "work", "5"),  # type: ignore[arg-type]
+        Target("slack", "x", "C1"),  # type: ignore[arg-type]
+        Target("telegram", "family", "7"),  # type: ignore[arg-type]
+    )
+    assert resolved.problems == (
+        "telegram:6: telegram has several accounts (family, work): name one, like "
+        "telegram:family:<chat>",
+    )
+
+
+def test_homes_must_name_an_account_that_can_be_told() -> None:
+    assert home_problems(["telegram:family:1"], CONFIGURED) == []
+    [problem] = home_problems(["telegram:1"], CONFIGURED)
+    assert "name one" in problem
+
+
+def test_a_sessions_chat_names_its_account_only_when_needed() -> None:
+    assert session_chat("telegram:work:5", CONFIGURED) == "telegram:work:5"
+    assert session_chat("telegram:default:5", {("telegram", "default")}) == "telegram:5"
+    assert session_chat("telegram:bot:5", {("telegram", "bot")}) == "telegram:5"
+    assert session_chat("telegram:bot:5") == "telegram:5"  # accounts not known: as before
+
+
+def test_operators_are_of_every_account_unless_one_is_named(tmp_path: Path) -> None:
+    config = load(
+        tmp_path, {"platforms": TWO, "access": {"operators": ["telegram:42", "telegram:work:7"]}}
+    )
+    access = Access(None, config.platforms.accounts(), config.access)  # type: ignore[arg-type]
+    assert access.is_operator("telegram", "42", "family")
+    assert access.is_operator("telegram", "42", "work")
+    assert access.is_operator("telegram", "42")  # an identity, account unknown
+    assert access.is_operator("telegram", "7", "work")
+    assert not access.is_operator("telegram", "7", "family")
+    assert not access.is_operator("telegram", "7")
+
+
+def test_adapters_are_named_by_platform_alone_while_it_has_one_account() -> None:
+    one: Any = {("telegram", "bot"): None, ("slack", "default"): None}
+    two: Any = {("telegram", "family"): None, ("telegram", "work"): None}
+    assert adapter_name("telegram", "bot", one) == "telegram"
+    assert adapter_name("telegram", "work", two) == "telegram:work"
+
+
+def test_twilio_signs_the_webhook_url_of_its_account() -> None:
+    shop = TwilioConfig(
+        account_sid="AC" + "0" * 32,
+        auth_token="t",
+        from_number="+15550000000",
+        public_url="https://herald.example.com",
+    )
+    assert shop.webhook_url("sms") == "https://herald.example.com/webhooks/twilio/sms"
+    assert (
+        shop.webhook_url("sms", "twilio:shop")
+        == "https://herald.example.com/webhooks/twilio:shop/sms"
+    )
