@@ -109,8 +109,9 @@ class JobService:
         created_by: str,
         user_id: UserId | None = None,
         default_target: str = HOME,
+        profile: str = "default",
     ) -> Job:
-        """Validate and store a new job. Raises JobError."""
+        """Validate and store a new job (run as `profile`). Raises JobError."""
         now = self.clock.now()
         timezone = spec.timezone or self.default_timezone
         try:
@@ -135,6 +136,7 @@ class JobService:
             created_at=now,
             updated_at=now,
             anchor_at=now,
+            profile=profile,
         )
         await self.jobs.insert(job)
         self.on_change()
@@ -290,8 +292,10 @@ def describe(job: Job, next_run: datetime | None) -> str:
 class AgentJobs:
     """The `schedule_job` tool's view of the jobs: acting for the session's user."""
 
-    def __init__(self, service: JobService) -> None:
+    def __init__(self, service: JobService, profile: str = "default") -> None:
+        """`profile`: the profile whose agent the tool belongs to (its jobs run as it)."""
         self.service = service
+        self.profile = profile
 
     async def create(
         self,
@@ -337,6 +341,7 @@ class AgentJobs:
                 created_by=str(created_by),
                 user_id=ctx.user_id,
                 default_target=chat or HOME,
+                profile=self.profile,
             )
         except JobError as err:
             raise ToolError(str(err)) from err

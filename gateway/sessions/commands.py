@@ -319,7 +319,7 @@ def skills_answer(ctx: SessionContext, key: SessionKey, user_id: UserId | None) 
     agent = ctx.agent
     if agent.skills is None:
         return "Skills are turned off here."
-    found = agent.skills.store.visible(agent.memory.owner(key, user_id))
+    found = agent.skills.store.visible(agent.memory.skill_owner(key, user_id))
     if not found:
         return "No skills yet. When a task works out, I may save it as one."
     lines = [f"Skills ({len(found)}): send /NAME TEXT to use one."]

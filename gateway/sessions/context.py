@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from agent_core.agent import Agent
 from agent_core.media.speech import Synthesizer
 from gateway.access import Access
+from gateway.agents import ProfileAgents
 from gateway.backoff import Backoff
 from gateway.channels import Channels
 from gateway.cluster.bus import LocalBus
@@ -91,6 +92,8 @@ class SessionContext:
     redact: Callable[[str], str] = lambda text: text
     """Takes the configured secrets out of what is sent to a chat outside the outbox (the
     streamed preview)."""
+    profiles: ProfileAgents | None = None
+    """The agent of each profile and the bindings (None: `agent` answers everywhere)."""
 
     def __post_init__(self) -> None:
         self.outbox = Outbox(self.store)
@@ -196,13 +199,26 @@ class SessionContext:
             None if direct else (name or sender_id),
         )
 
-    def snapshot_of(self, row: InboxRow) -> SnapshotReader:
+    def profile(self, name: str) -> Agent:
+        """The agent of profile `name` (UnknownProfile when there is none)."""
+        if self.profiles is None:
+            return ProfileAgents.single(self.agent).get(name)
+        return self.profiles.get(name)
+
+    async def agent_of(self, row: InboxRow) -> Agent:
+        """The agent of the profile bound to `row`'s chat now."""
+        if self.profiles is None:
+            return self.agent
+        return await self.profiles.choose(row.platform, row.account, row.chat_id, row.thread_id)
+
+    def snapshot_of(self, row: InboxRow, agent: Agent | None = None) -> SnapshotReader:
         """What a new session of `row` starts with: its person's memory files in a direct
         chat, the group's in a group (one person's own session there too: what they told
-        the agent privately is not for the others in the group)."""
+        the agent privately is not for the others in the group). `agent`: the profile's
+        (None: the manager's)."""
+        snapshot = self.snapshot if agent is None or agent is self.agent else agent.snapshot
         if row.is_direct:
-            return self.snapshot
-        snapshot = self.snapshot
+            return snapshot
 
         async def group(key: SessionKey, _user: UserId | None) -> tuple[str, ...]:
             return await snapshot(key, None)
