@@ -32,6 +32,7 @@ from gateway.cli.help import HeraldTyper
 from gateway.cli.jobs import jobs_app
 from gateway.cli.memory import memory_app, memory_check
 from gateway.cli.output import Column, JsonOption, Kind, print_json, print_rows
+from gateway.cli.profiles import profiles_app
 from gateway.cli.setup import setup
 from gateway.cli.skills import doctor_check as skills_check
 from gateway.cli.skills import skills_app
@@ -84,6 +85,7 @@ app.add_typer(config_app, name="config")
 app.add_typer(db_app, name="db")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(triggers_app, name="triggers")
+app.add_typer(profiles_app, name="profiles")
 app.add_typer(memory_app, name="memory")
 app.command("setup")(setup)
 app.add_typer(skills_app, name="skills")
