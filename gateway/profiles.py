@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
-from gateway.contracts.config import Section
+from gateway.contracts.config import Section, read_secret_files
 
 DEFAULT = "default"
 """The profile of the top-level config; it always exists."""
@@ -60,7 +60,8 @@ class ProfileSkills(Section):
     dirs: tuple[Path, ...] = ()
     """Folders of skills only this profile sees."""
     shared: bool = True
-    """Whether the shared skills are offered too."""
+    """Whether the folders of `skills.dirs` are offered too (the bundled and installed
+    skills always are)."""
 
 
 class ProfileConfig(Section):
@@ -81,6 +82,13 @@ class ProfileConfig(Section):
     """The MCP servers (`mcp.servers` names) whose tools this profile offers."""
     home: tuple[str, ...] = ()
     """Where this profile's scheduled reports go (`home` jobs): `<platform>:<chat>[:<thread>]`."""
+
+    @field_validator("llm", mode="before")
+    @classmethod
+    def _llm_secrets(cls, value: Any) -> Any:
+        """`<key>_file` read as in any section; `api_key`s kept as secrets (masked in
+        `herald config`, redacted everywhere)."""
+        return _secrets(value)
 
     @field_validator("home", mode="before")
     @classmethod
@@ -104,6 +112,18 @@ class ProfileConfig(Section):
     def namespace(self) -> str | None:
         """The memory namespace set in config (None: the profile's name)."""
         return self.memory.namespace
+
+
+def _secrets(value: Any) -> Any:
+    if not isinstance(value, Mapping):
+        return value
+    out = dict(read_secret_files(value))
+    for key, item in out.items():
+        if key == "api_key" and isinstance(item, str):
+            out[key] = SecretStr(item)
+        elif isinstance(item, Mapping):
+            out[key] = _secrets(item)
+    return out
 
 
 def _home_targets(value: Mapping[str, Any]) -> Any:

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import HeraldConfig, load_config
+from gateway.config import HeraldConfig, load_config, masked
 from gateway.contracts.errors import ConfigError
 from gateway.profiles import Binding, choose, parse_model
+from gateway.redact import Redactor
 
 
 @pytest.fixture(autouse=True)
@@ -140,3 +141,22 @@ def test_the_model_field_names_a_profile() -> None:
     assert parse_model("herald") is None
     assert parse_model("gpt-4o") is None
     assert parse_model(None) is None
+
+
+def test_a_profiles_api_key_is_a_secret_masked_and_redacted(tmp_path: Path) -> None:
+    key_file = tmp_path / "work.key"
+    key_file.write_text("sk-work-0123456789\n", encoding="utf-8")
+    cfg = load(
+        tmp_path,
+        f"""
+profiles:
+  work: {{llm: {{api_key_file: {key_file}, base_url: "http://127.0.0.1:9/v1"}}}}
+  home: {{llm: {{api_key: sk-home-0123456789}}}}
+""",
+    )
+    work = cfg.profile_llm("work").api_key
+    assert work is not None and work.get_secret_value() == "sk-work-0123456789"
+    shown = str(masked(cfg))
+    assert "sk-work" not in shown and "sk-home" not in shown
+    redact = Redactor.of(cfg)
+    assert redact("keys sk-work-0123456789 sk-home-0123456789") == "keys *** ***"
