@@ -146,7 +146,8 @@ async def test_each_bound_chat_answers_with_its_profiles_persona_model_and_memor
     await rig.say("plain", "first to default")
     plain = rig.asked("first to default")
     assert plain["model"] == "default-model"
-    assert WORK_SOUL not in system(plain) and FAMILY_SOUL not in system(plain)
+    assert WORK_SOUL not in system(plain)
+    assert FAMILY_SOUL not in system(plain)
 
     # A memory written through `work` …
     rig.llm.script(
@@ -209,7 +210,7 @@ async def test_a_job_of_a_profile_runs_as_it_and_reports_to_its_home(rig: Rig) -
     assert job["targets"] == ["home"]
     queued = await rig.api.post(f"/api/jobs/{job['id']}/run")
     assert queued.status_code == 202, queued.text
-    [report] = await rig.chat.wait_for_sent(
+    [_report] = await rig.chat.wait_for_sent(
         lambda s: s.chat_id == "work-home" and "weekly work report" in s.text, WAIT
     )
     run = rig.asked("weekly work report")
@@ -262,4 +263,4 @@ async def test_the_api_lists_the_profiles_and_routes_by_model(rig: Rig) -> None:
                 extra_headers={"X-Herald-Profile": "family"},
             )
         assert "name one profile" in str(both.value)
-    assert not [b for b in rig.llm.requests if "hi" == b["messages"][-1].get("content")]
+    assert not [b for b in rig.llm.requests if b["messages"][-1].get("content") == "hi"]

@@ -23,7 +23,8 @@ async def test_bind_list_show_unbind(herald: Herald) -> None:
     )
     listed = await herald.invoke("profiles", "list")
     assert listed.exit_code == 0, listed.output
-    assert "default" in listed.output and "work" in listed.output
+    assert "default" in listed.output
+    assert "work" in listed.output
     assert "platform=telegram account=work" in listed.output
 
     bound = await herald.invoke(

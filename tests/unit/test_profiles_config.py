@@ -63,7 +63,8 @@ profiles:
     assert cfg.profile_names() == ["default", "work", "family"]
     work = cfg.profile_llm("work")
     assert (work.model, work.base_url, work.temperature) == ("m2", "http://127.0.0.1:9/v1", 0.2)
-    assert work.api_key is not None and work.api_key.get_secret_value() == "k"
+    assert work.api_key is not None
+    assert work.api_key.get_secret_value() == "k"
     assert cfg.profile_llm("family") is cfg.llm
     assert cfg.profiles["work"].soul == "You are Ledger."
     assert cfg.profiles["work"].tools == ("memory", "session_search")
@@ -155,8 +156,10 @@ profiles:
 """,
     )
     work = cfg.profile_llm("work").api_key
-    assert work is not None and work.get_secret_value() == "sk-work-0123456789"
+    assert work is not None
+    assert work.get_secret_value() == "sk-work-0123456789"
     shown = str(masked(cfg))
-    assert "sk-work" not in shown and "sk-home" not in shown
+    assert "sk-work" not in shown
+    assert "sk-home" not in shown
     redact = Redactor.of(cfg)
     assert redact("keys sk-work-0123456789 sk-home-0123456789") == "keys *** ***"
