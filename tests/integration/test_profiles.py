@@ -30,11 +30,13 @@ KEY = "api-secret"
 WAIT = 15.0
 WORK_SOUL = "You are Ledger, the work assistant."
 FAMILY_SOUL = "You are Hearth, the family assistant."
+WORK_TOOLS = ("memory", "session_search", "schedule_job")
 PROFILES = {
     "work": {
         "soul": WORK_SOUL,
         "llm": {"model": "work-model"},
         "home": "test:work-home",
+        "tools": list(WORK_TOOLS),
     },
     "family": {"soul": FAMILY_SOUL, "llm": {"model": "family-model"}},
 }
@@ -138,11 +140,14 @@ async def test_each_bound_chat_answers_with_its_profiles_persona_model_and_memor
     assert work["model"] == "work-model"
     assert WORK_SOUL in system(work)
     assert FAMILY_SOUL not in system(work)
+    # The profile's tool list narrows what the model is offered.
+    assert {t["function"]["name"] for t in work["tools"]} == set(WORK_TOOLS)
     await rig.say("fam", "first to family")
     family = rig.asked("first to family")
     assert family["model"] == "family-model"
     assert FAMILY_SOUL in system(family)
     assert WORK_SOUL not in system(family)
+    assert "send_message" in {t["function"]["name"] for t in family["tools"]}
     await rig.say("plain", "first to default")
     plain = rig.asked("first to default")
     assert plain["model"] == "default-model"
