@@ -689,6 +689,11 @@ class HeraldConfig(BaseSettings):
         profile's alone)."""
         return self.home.targets if name == DEFAULT else self.profiles[name].home
 
+    def memory_namespaces(self) -> list[str]:
+        """The memory namespaces of the profiles besides the default one."""
+        names = [p.namespace or n for n, p in self.profiles.items()]
+        return [n for n in dict.fromkeys(names) if n != DEFAULT]
+
     def binding_rules(self) -> list[Binding]:
         """The configured bindings as rules."""
         return [b.rule() for b in self.bindings]

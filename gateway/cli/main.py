@@ -16,7 +16,7 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
-from agent_core.memory import MemoryFiles
+from agent_core.memory import MemoryFiles, NamespacedDocs
 from gateway import __version__, platforms
 from gateway.access import Pairings
 from gateway.cli.base import DEBUG, HeraldGroup, configure_logging, current_redactor, load
@@ -762,6 +762,9 @@ def users_link(
             kept, merged = await store.link_identities(a, b)
             if merged is not None:
                 await MemoryFiles(SqlMemoryDocs(store)).merge(merged, kept)
+                for namespace in cfg.memory_namespaces():  # each profile's memory too
+                    docs = NamespacedDocs(SqlMemoryDocs(store), namespace)
+                    await MemoryFiles(docs).merge(merged, kept)
             ids = ", ".join(f"{p}:{e}" for p, e in await store.identities_of(kept))
         console.print(f"user {escape(kept)}: {escape(ids)}")
 

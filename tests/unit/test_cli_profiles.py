@@ -7,7 +7,9 @@ import json
 
 import pytest
 
+from agent_core.memory import MemoryFiles, MemoryScope, NamespacedDocs, person
 from gateway.store import Store
+from gateway.store.memory_docs import SqlMemoryDocs
 from gateway.store.profiles import StoredBindings
 from tests.unit.cli_harness import Herald
 
@@ -78,3 +80,21 @@ async def test_bad_bindings_are_refused_and_store_nothing(herald: Herald) -> Non
     assert shown.exit_code == 1
     listed = await herald.invoke("profiles", "list")
     assert "no bindings: the default profile answers everywhere" in listed.output
+
+
+async def test_users_link_merges_each_profiles_memory_too(herald: Herald) -> None:
+    herald.configure(profiles={"work": {}, "family": {"memory": {"namespace": "default"}}})
+    async with Store.open(herald.database_url) as store:
+        kept = await store.resolve_user("telegram", "1")
+        merged = await store.resolve_user("email", "a@x")
+        work = MemoryFiles(NamespacedDocs(SqlMemoryDocs(store), "work"))
+        await work.add(MemoryScope.USER, person(merged), "Works on Herald")
+    result = await herald.invoke("users", "link", "telegram:1", "email:a@x")
+    assert result.exit_code == 0, result.output
+    async with Store.open(herald.database_url) as store:
+        work = MemoryFiles(NamespacedDocs(SqlMemoryDocs(store), "work"))
+        assert await work.read(MemoryScope.USER, person(kept)) == "- Works on Herald\n"
+        assert await work.read(MemoryScope.USER, person(merged)) == ""
+        # The default namespace never saw it.
+        default = MemoryFiles(SqlMemoryDocs(store))
+        assert await default.read(MemoryScope.USER, person(kept)) == ""
