@@ -168,7 +168,12 @@ class Commands:
         async with ctx.store.write() as conn:
             # What still waits is answered in the new conversation, so it goes there too.
             await inbox_sql.restore_pending(conn, key)
-            if old is not None and ctx.memory_sync is not None and row.is_direct:
+            if (
+                old is not None
+                and ctx.memory_sync is not None
+                and row.is_direct
+                and ctx.shares_memory(old)
+            ):
                 ended = await ctx.memory_sync.session_end(conn, old)  # groups are not synced
         if ended and ctx.memory_sync is not None:
             ctx.memory_sync.wake()

@@ -142,9 +142,17 @@ class SessionContext:
     ) -> bool:
         """In the turn's own transaction: queue its exchange for the memory provider (when
         there is one and the session is a person's); whether a sync was queued."""
-        if self.memory_sync is None:
+        if self.memory_sync is None or not self.shares_memory(session):
             return False
         return await self.memory_sync.turn(conn, session, turn_id, messages)
+
+    def shares_memory(self, session: SessionInfo) -> bool:
+        """Whether the session's profile uses the default memory namespace, the one the
+        external memory provider keeps (another namespace's turns are never synced there:
+        the default profile would recall them)."""
+        if self.profiles is None or session.profile not in self.profiles.agents:
+            return session.profile == "default"
+        return self.profiles.get(session.profile).memory.namespace is None
 
     def failed(self, failure: TurnFailure) -> None:
         """Count a failed turn by its kind."""

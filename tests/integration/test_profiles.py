@@ -20,6 +20,7 @@ from gateway.store.profiles import StoredBindings
 from tests.e2e.daemon import free_port
 from tests.fakes.chat_server import FakeChatServer, Sent
 from tests.fakes.clock import FakeClock
+from tests.fakes.honcho_server import FakeHoncho
 from tests.fakes.llm import FakeLLM, Reply
 from tests.integration.inproc import Herald, running_daemon
 
@@ -213,6 +214,7 @@ async def test_a_job_of_a_profile_runs_as_it_and_reports_to_its_home(rig: Rig) -
     await rig.say("w1", "schedule the work report")
     [job] = (await rig.api.get("/api/jobs")).json()["jobs"]
     assert job["targets"] == ["home"]
+    assert job["profile"] == "work"  # made in a turn of work, so a job of work
     queued = await rig.api.post(f"/api/jobs/{job['id']}/run")
     assert queued.status_code == 202, queued.text
     [_report] = await rig.chat.wait_for_sent(
@@ -222,6 +224,17 @@ async def test_a_job_of_a_profile_runs_as_it_and_reports_to_its_home(rig: Rig) -
     assert run["model"] == "work-model"
     assert WORK_SOUL in system(run)
     assert not [s for s in rig.chat.sent if s.chat_id == "default-home"]
+    # Through the jobs API a job names its profile; an unknown one is refused.
+    bad = await rig.api.post(
+        "/api/jobs", json={"prompt": "p", "schedule": "every 30m", "profile": "nope"}
+    )
+    assert bad.status_code == 400
+    assert "no profile 'nope' (profiles: default, work, family)" in bad.text
+    made = await rig.api.post(
+        "/api/jobs", json={"prompt": "p", "schedule": "every 30m", "profile": "family"}
+    )
+    assert made.status_code == 201, made.text
+    assert made.json()["profile"] == "family"
 
 
 async def test_the_api_lists_the_profiles_and_routes_by_model(rig: Rig) -> None:
@@ -269,3 +282,42 @@ async def test_the_api_lists_the_profiles_and_routes_by_model(rig: Rig) -> None:
             )
         assert "name one profile" in str(both.value)
     assert not [b for b in rig.llm.requests if b["messages"][-1].get("content") == "hi"]
+
+
+async def test_only_the_default_namespace_reaches_the_memory_provider(tmp_path: Path) -> None:
+    port = free_port()
+    async with FakeLLM() as llm, FakeChatServer(TOKEN) as chat, FakeHoncho() as honcho:
+        section = {
+            "url": chat.base_url,
+            "token": TOKEN,
+            "allowed_users": ["*"],
+            "stream_edits": False,
+            "poll_timeout": 1,
+        }
+        extra = {
+            "api": {"host": "127.0.0.1", "port": port},
+            "memory": {
+                "provider": "honcho",
+                "honcho": {"base_url": honcho.base_url, "api_key": honcho.key},
+                "recall_timeout": 5.0,
+                "sync_retry_initial": 0.1,
+                "sync_retry_max": 0.3,
+            },
+            "profiles": {"work": {"soul": WORK_SOUL}},
+            "bindings": [{"profile": "work", "platform": "test", "chat": "w"}],
+        }
+        async with running_daemon(tmp_path, llm, "test", section, port=port, extra=extra):
+            chat.inject("w", "The merger is called Project Falcon", sender_id="alice")
+            await chat.wait_for_sent(1)
+            chat.inject("d", "My cat is called Tom", sender_id="alice")
+            await chat.wait_for_sent(2)
+            # Syncs of one person go in order: once the default chat's turn is synced, the
+            # work turn before it would have been too.
+            await honcho.wait_for(lambda: "My cat is called Tom" in str(honcho.messages))
+            chat.inject("w", "What is my cat called?", sender_id="alice")
+            await chat.wait_for_sent(3)
+    assert "Falcon" not in str(honcho.messages)
+    work_turns = [b for b in llm.requests if WORK_SOUL in system(b)]
+    assert len(work_turns) == 2
+    # No recall in a profile of its own namespace: the default profile's memory stays there.
+    assert "<recalled-memory" not in str(work_turns[-1]["messages"])
