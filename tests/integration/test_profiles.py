@@ -5,6 +5,9 @@ fake LLM, one daemon for the lot."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,6 +31,7 @@ pytestmark = pytest.mark.timeout(120)
 
 TOKEN = "4242:loopback-secret"
 KEY = "api-secret"
+HOOK_SECRET = "a-trigger-secret-0123456789"
 WAIT = 15.0
 WORK_SOUL = "You are Ledger, the work assistant."
 FAMILY_SOUL = "You are Hearth, the family assistant."
@@ -117,6 +121,14 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
             },
             "profiles": PROFILES,
             "bindings": BINDINGS,
+            "triggers": {
+                "gh": {
+                    "scheme": "github",
+                    "secret": HOOK_SECRET,
+                    "prompt": "Review PR {{ payload.number }}",
+                    "profile": "work",
+                }
+            },
         }
         clock = FakeClock(datetime(2026, 11, 23, 7, 0, tzinfo=UTC))
         async with (
@@ -235,6 +247,29 @@ async def test_a_job_of_a_profile_runs_as_it_and_reports_to_its_home(rig: Rig) -
     )
     assert made.status_code == 201, made.text
     assert made.json()["profile"] == "family"
+
+
+async def test_a_trigger_of_a_profile_runs_as_it_and_reports_to_its_home(rig: Rig) -> None:
+    body = json.dumps({"number": 7}).encode()
+    mac = hmac.new(HOOK_SECRET.encode(), body, hashlib.sha256).hexdigest()
+    posted = await rig.api.post(
+        "/hooks/gh",
+        content=body,
+        headers={
+            "X-Hub-Signature-256": f"sha256={mac}",
+            "X-GitHub-Delivery": "d1",
+            "X-GitHub-Event": "pull_request",
+            "Content-Type": "application/json",
+        },
+    )
+    assert posted.status_code == 202, posted.text
+    await rig.chat.wait_for_sent(
+        lambda s: s.chat_id == "work-home" and "Review PR “7”" in s.text, WAIT
+    )
+    run = rig.asked("Review PR “7”")
+    assert run["model"] == "work-model"
+    assert WORK_SOUL in system(run)
+    assert not [s for s in rig.chat.sent if s.chat_id == "default-home"]
 
 
 async def test_the_api_lists_the_profiles_and_routes_by_model(rig: Rig) -> None:
