@@ -369,14 +369,16 @@ class AgentJobs:
         return f"Removed job {job_id}."
 
     async def _mine(self, ctx: ToolContext) -> list[Job]:
-        """The jobs reporting to this chat; in a direct chat the user's own too (in a group
-        everyone would read the list)."""
+        """The jobs of this tool's profile reporting to this chat; in a direct chat the
+        user's own too (in a group everyone would read the list). Another profile's jobs
+        are not this agent's to show or change."""
         session = ctx.session
         chat = session_chat(session.key) if session is not None else None
         user_id = None if ctx.group else ctx.user_id
         if user_id is None and chat is None:
             return []
-        return await self.service.find(user_id=user_id, target=chat)
+        found = await self.service.find(user_id=user_id, target=chat)
+        return [j for j in found if j.profile == self.profile]
 
 
 def may_change(ctx: ToolContext, job: Job) -> bool:

@@ -236,6 +236,10 @@ async def test_a_job_of_a_profile_runs_as_it_and_reports_to_its_home(rig: Rig) -
     assert run["model"] == "work-model"
     assert WORK_SOUL in system(run)
     assert not [s for s in rig.chat.sent if s.chat_id == "default-home"]
+    # Another profile's agent does not see (nor change) the jobs of work.
+    rig.llm.script(Reply(tool_calls=[("schedule_job", {"action": "list"})]), Reply("none"))
+    await rig.say("fam", "which jobs do I have?")
+    assert "No scheduled jobs." in rig.tool_result("No scheduled jobs")
     # Through the jobs API a job names its profile; an unknown one is refused.
     bad = await rig.api.post(
         "/api/jobs", json={"prompt": "p", "schedule": "every 30m", "profile": "nope"}
