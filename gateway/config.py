@@ -657,6 +657,15 @@ class HeraldConfig(BaseSettings):
                 raise ValueError(
                     f"profiles.{name}.llm.{key}: {first['msg'].removeprefix('Value error, ')}"
                 ) from err
+            prefixes = {n if s.prefix is None else s.prefix for n, s in self.mcp.servers.items()}
+            for tool in () if profile.tools == "all" else profile.tools:
+                head, sep, _ = tool.partition("__")
+                if sep and head not in prefixes:
+                    raise ValueError(
+                        f"profiles.{name}.tools: {tool!r} is no MCP server's tool (a server's "
+                        f"tools are <prefix>__<tool>; prefixes: "
+                        f"{', '.join(sorted(p for p in prefixes if p)) or 'none'})"
+                    )
             if profile.mcp != "all":
                 for server in profile.mcp:
                     if server not in self.mcp.servers:

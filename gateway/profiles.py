@@ -76,8 +76,9 @@ class ProfileConfig(Section):
     memory: ProfileMemory = ProfileMemory()
     skills: ProfileSkills = ProfileSkills()
     tools: tuple[str, ...] | Literal["all"] = "all"
-    """The tools this profile may offer (built-in names and MCP tools `<server>__<tool>`);
-    `all`: every tool the person may use. Never more than the person may use."""
+    """The tools this profile may offer (built-in names and MCP tools `<prefix>__<tool>`, of
+    a configured server: checked at start); `all`: every tool the person may use. Never
+    more than the person may use."""
     mcp: tuple[str, ...] | Literal["all"] = "all"
     """The MCP servers (`mcp.servers` names) whose tools this profile offers."""
     home: tuple[str, ...] = ()

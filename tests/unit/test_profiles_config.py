@@ -83,6 +83,7 @@ profiles:
         ("profiles: {w: {llm: {model: 5, context_window: 10}}}", "profiles.w.llm."),
         ("profiles: {w: {llm: {colour: red}}}", "profiles.w.llm.colour"),
         ("profiles: {w: {mcp: [files]}}", "profiles.w.mcp: no MCP server 'files'"),
+        ("profiles: {w: {tools: [files__read]}}", "profiles.w.tools: 'files__read' is no MCP"),
         ("profiles: {w: {home: nowhere}}", "not of the form platform:chat"),
         ("profiles: {w: {colour: red}}", "profiles.w.colour: unknown key"),
         ("bindings: [{profile: work, platform: telegram}]", "bindings[0].profile: no profile"),
@@ -130,6 +131,20 @@ def test_among_equals_a_cli_binding_wins_then_the_first_written() -> None:
     assert choose([first, second], "telegram", "x", "1", None) == "a"
     cli = Binding("c", "telegram", source="cli")
     assert choose([first, second, cli], "telegram", "x", "1", None) == "c"
+
+
+def test_a_profile_may_name_the_tools_of_a_configured_mcp_server(tmp_path: Path) -> None:
+    cfg = load(
+        tmp_path,
+        "mcp: {servers: {files: {command: cat}, gh: {url: 'https://x.example/mcp', prefix: git}}}\n"
+        "profiles: {w: {tools: [memory, files__read, git__issue], mcp: [files, gh]}}",
+    )
+    assert cfg.profiles["w"].tools == ("memory", "files__read", "git__issue")
+    assert "profiles.w.tools: 'gh__issue'" in error(
+        tmp_path,
+        "mcp: {servers: {gh: {url: 'https://x.example/mcp', prefix: git}}}\n"
+        "profiles: {w: {tools: [gh__issue]}}",
+    )
 
 
 def test_bindings_written_with_numbers_match_chat_ids(tmp_path: Path) -> None:
