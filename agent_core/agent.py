@@ -53,7 +53,7 @@ async def session_snapshot(
         return user_md, memory_md, ""
     await skills.refresh()
     try:
-        index = skills.index(memory.owner(key, user_id))
+        index = skills.index(memory.skill_owner(key, user_id))
     except OSError as err:  # an unreadable skills folder costs the index, not the session
         logger.warning("skills index for %s left out: %s", key, err)
         index = ""
@@ -75,6 +75,8 @@ class Agent:
         vision: Vision | None = None,
         transcriber: Transcriber | None = None,
         skills: Skills | None = None,
+        allowed: frozenset[str] | None = None,
+        profile: str = "default",
     ) -> None:
         self.provider = provider
         self.store = store
@@ -88,7 +90,12 @@ class Agent:
         self.transcriber = transcriber
         """Turns voice notes into text before their turn; None: no endpoint configured."""
         self.skills = skills
-        self.review = None if skills is None else SkillReview(provider, skills, memory.owner)
+        self.allowed = allowed
+        """The only tools this agent offers (its profile's `tools`; None: every tool): a
+        turn's own `allowed` narrows it further, never widens it."""
+        self.profile = profile
+        """The name of the profile this agent answers as."""
+        self.review = None if skills is None else SkillReview(provider, skills, memory.skill_owner)
 
     async def snapshot(self, key: SessionKey, user_id: UserId | None) -> tuple[str, str, str]:
         """(USER.md, MEMORY.md, skills index) as they are now, frozen into a new session."""
@@ -98,7 +105,7 @@ class Agent:
         """`text`, or for `/<skill> rest` the user message carrying that skill's text."""
         if self.skills is None or not text.lstrip().startswith("/"):
             return text
-        expanded = invocation(self.skills, text, self.memory.owner(key, user_id))
+        expanded = invocation(self.skills, text, self.memory.skill_owner(key, user_id))
         return text if expanded is None else expanded
 
     def skill_review(
@@ -174,6 +181,8 @@ class Agent:
         `allowed`: the only tools the turn may use (None: every tool its person may use).
         Raises LLMError when the model cannot answer.
         """
+        if self.allowed is not None:
+            allowed = self.allowed if allowed is None else allowed & self.allowed
         context = await self.load_context(session, history)
         if self.recall is not None:
             context = await self.recall.prepare(session, context)
@@ -207,6 +216,8 @@ class Agent:
         """Let the model save what the latest exchange taught it. Never raises (but for
         cancellation): a failure is logged and the pass skipped."""
         if not self.settings.memory_pass or "memory" not in self.tools:
+            return
+        if self.allowed is not None and "memory" not in self.allowed:
             return
         talk = "\n".join(
             f"{m.role}: {m.content}"

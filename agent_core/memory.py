@@ -106,6 +106,40 @@ class MemoryDocs(Protocol):
         ...
 
 
+def namespaced(namespace: str | None, owner: str) -> str:
+    """The owner `owner` has inside a profile's memory namespace (None: the default
+    namespace, today's rows): `p-<namespace>.<owner>`; SOUL.md's is `p-<namespace>.`."""
+    return owner if namespace is None else f"p-{namespace}.{owner}"
+
+
+class NamespacedDocs:
+    """`MemoryDocs` of one memory namespace inside `inner`: every owner prefixed (see
+    `namespaced`), so the same person has other files in another namespace. `soul`: the
+    persona set in config, which SOUL.md reads as (edits to it are refused)."""
+
+    def __init__(self, inner: MemoryDocs, namespace: str | None, soul: str | None = None) -> None:
+        self.inner = inner
+        self.namespace = namespace
+        self.soul = soul
+
+    async def get(self, owner: str, name: str) -> str:
+        """The document's text in this namespace ("" when absent)."""
+        if name == SOUL and owner == NO_OWNER and self.soul is not None:
+            return self.soul
+        return await self.inner.get(namespaced(self.namespace, owner), name)
+
+    async def edit(self, owner: str, name: str, change: Callable[[str], str]) -> str:
+        """Edit the document in this namespace (a configured SOUL is not editable here:
+        ValueError saying where it is set)."""
+        if name == SOUL and owner == NO_OWNER and self.soul is not None:
+            raise ValueError("this profile's SOUL is set in the config file (soul / soul_file)")
+        return await self.inner.edit(namespaced(self.namespace, owner), name, change)
+
+    async def drop(self, owner: str) -> None:
+        """Delete every document of `owner` in this namespace."""
+        await self.inner.drop(namespaced(self.namespace, owner))
+
+
 class FolderDocs:
     """`MemoryDocs` as files under `root`: `SOUL.md` and `memory/<owner>/USER.md` /
     `MEMORY.md`. Writes are atomic (temp file + rename) and edits serialized across processes
@@ -170,8 +204,12 @@ class MemoryFiles:
         group_memory: bool = True,
         on_edit: EditListener | None = None,
         clock: Callable[[], float] = time.monotonic,
+        namespace: str | None = None,
     ) -> None:
         self.docs: MemoryDocs = FolderDocs(docs) if isinstance(docs, Path) else docs
+        self.namespace = namespace
+        """The profile's memory namespace (None: the default one); `docs` is already
+        narrowed to it (`NamespacedDocs`), and agent-written skills follow it."""
         self.on_edit = on_edit
         self.limits = limits
         self.group_memory = group_memory
@@ -198,6 +236,14 @@ class MemoryFiles:
     def owner(self, key: SessionKey | str | None, user_id: UserId | None) -> MemoryOwner | None:
         """The memory scope of a session of `key` belonging to `user_id` (None: no memory)."""
         return memory_owner(key, user_id, groups=self.group_memory)
+
+    def skill_owner(
+        self, key: SessionKey | str | None, user_id: UserId | None
+    ) -> MemoryOwner | None:
+        """Whose agent-written skills a session of `key` and `user_id` sees and writes: its
+        memory scope, inside the profile's namespace."""
+        owner = self.owner(key, user_id)
+        return None if owner is None else MemoryOwner(namespaced(self.namespace, owner))
 
     async def read(self, scope: MemoryScope, owner: MemoryOwner | None) -> str:
         """The file's text ("" when it does not exist yet, or there is no scope)."""

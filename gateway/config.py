@@ -51,6 +51,14 @@ from gateway.contracts.config import read_secret_files as _read_secret_files
 from gateway.contracts.errors import ConfigError
 from gateway.contracts.platform import Host
 from gateway.cron.targets import TargetError, normalize_targets
+from gateway.profiles import (
+    DEFAULT,
+    Binding,
+    BindingConfig,
+    ProfileConfig,
+    check_bindings,
+    check_profile_name,
+)
 from gateway.tools.config import ToolsConfig
 from gateway.triggers.config import OPERATOR_CLI, TriggerConfig, WebhookConfig, check_name
 
@@ -620,6 +628,10 @@ class HeraldConfig(BaseSettings):
     """Signed webhooks that start agent runs: `POST /hooks/<name>` (see README, Triggers)."""
     webhooks: Mapping[str, WebhookConfig] = {}
     """Outbound webhooks: the target `webhook:<name>` POSTs a result there, signed."""
+    profiles: Mapping[str, ProfileConfig] = {}
+    """Agents besides the default one (the top-level config): see README, Profiles."""
+    bindings: tuple[BindingConfig, ...] = ()
+    """Which profile answers in which chats (most specific wins; none: `default`)."""
 
     @classmethod
     def settings_customise_sources(
@@ -745,6 +757,73 @@ class HeraldConfig(BaseSettings):
                 except TargetError as err:
                     raise ValueError(f"triggers.{name}.targets: {err}") from err
         return self
+
+    @model_validator(mode="after")
+    def _profile_rules(self) -> HeraldConfig:
+        for name, profile in self.profiles.items():
+            if name == DEFAULT:
+                raise ValueError(
+                    "profiles.default: the default profile is the top-level config (llm, "
+                    "home, …); give other profiles other names"
+                )
+            check_profile_name(name, "profiles:")
+            try:
+                self.profile_llm(name)
+            except ValidationError as err:
+                first = err.errors()[0]
+                key = ".".join(str(p) for p in first["loc"])
+                raise ValueError(
+                    f"profiles.{name}.llm.{key}: {first['msg'].removeprefix('Value error, ')}"
+                ) from err
+            prefixes = {n if s.prefix is None else s.prefix for n, s in self.mcp.servers.items()}
+            for tool in () if profile.tools == "all" else profile.tools:
+                head, sep, _ = tool.partition("__")
+                if sep and head not in prefixes:
+                    raise ValueError(
+                        f"profiles.{name}.tools: {tool!r} is no MCP server's tool (a server's "
+                        f"tools are <prefix>__<tool>; prefixes: "
+                        f"{', '.join(sorted(p for p in prefixes if p)) or 'none'})"
+                    )
+            if profile.mcp != "all":
+                for server in profile.mcp:
+                    if server not in self.mcp.servers:
+                        raise ValueError(
+                            f"profiles.{name}.mcp: no MCP server {server!r} (configured: "
+                            f"{', '.join(sorted(self.mcp.servers)) or 'none'})"
+                        )
+        check_bindings(self.binding_rules(), self.profiles, "bindings")
+        for name, trigger in self.triggers.items():
+            if trigger.profile != DEFAULT and trigger.profile not in self.profiles:
+                raise ValueError(
+                    f"triggers.{name}.profile: no profile {trigger.profile!r} "
+                    f"(known: {', '.join(self.profile_names())})"
+                )
+        return self
+
+    def profile_names(self) -> list[str]:
+        """Every profile's name, `default` first."""
+        return [DEFAULT, *self.profiles]
+
+    def profile_llm(self, name: str) -> LLMConfig:
+        """The model of profile `name`: its `llm` keys over the top-level `llm`."""
+        if name == DEFAULT or not self.profiles[name].llm:
+            return self.llm
+        merged = {**self.llm.model_dump(exclude_unset=True), **self.profiles[name].llm}
+        return LLMConfig.model_validate(merged)
+
+    def profile_home(self, name: str) -> tuple[str, ...]:
+        """Where the `home` reports of profile `name` go (the top-level `home` is the default
+        profile's alone)."""
+        return self.home.targets if name == DEFAULT else self.profiles[name].home
+
+    def memory_namespaces(self) -> list[str]:
+        """The memory namespaces of the profiles besides the default one."""
+        names = [p.namespace or n for n, p in self.profiles.items()]
+        return [n for n in dict.fromkeys(names) if n != DEFAULT]
+
+    def binding_rules(self) -> list[Binding]:
+        """The configured bindings as rules."""
+        return [b.rule() for b in self.bindings]
 
     @property
     def effective_database_url(self) -> str:

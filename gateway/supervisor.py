@@ -30,7 +30,7 @@ from agent_core.agent import Agent, AgentSettings
 from agent_core.llm import LLMProvider, ModelHealth, ObservedProvider, make_provider
 from agent_core.mcp.hub import MCPHub
 from agent_core.mcp.tools import MCPTools
-from agent_core.memory import MemoryFiles, MemoryLimits
+from agent_core.memory import MemoryDocs, MemoryFiles, MemoryLimits, NamespacedDocs
 from agent_core.skills.bundled import InstallReport, install_bundled
 from agent_core.skills.service import Skills
 from agent_core.skills.store import MANIFEST, SkillStore
@@ -49,6 +49,7 @@ from agent_core.tools import (
 )
 from gateway import platforms
 from gateway.access import Access
+from gateway.agents import ProfileAgents
 from gateway.backoff import Backoff, FailureLog
 from gateway.blobs import Blobs, open_blobs
 from gateway.channels import Channels
@@ -97,6 +98,7 @@ from gateway.media import (
 )
 from gateway.memory_sync import ExternalMemory, MemoryWrites, open_external
 from gateway.metrics import Metrics
+from gateway.profiles import DEFAULT
 from gateway.redact import Redactor
 from gateway.sdnotify import SystemdNotifier
 from gateway.sessions import SessionManager
@@ -107,6 +109,7 @@ from gateway.store.jobs import record_report
 from gateway.store.leases import Lease, Leases
 from gateway.store.memory_docs import SqlMemoryDocs
 from gateway.store.outbox import Outbox
+from gateway.store.profiles import StoredBindings
 from gateway.store.skill_files import SkillMirror
 from gateway.store.skills import SkillWrites
 from gateway.tools.approvals import ChatApprovals
@@ -321,17 +324,29 @@ def build_agent(
     places: Places | None = None,
     redact: Callable[[str], str] = lambda text: text,
     blobs: Blobs | None = None,
+    profile: str = DEFAULT,
 ) -> tuple[Agent, MemoryFiles]:
-    """The agent with its tools, from config (`schedule_job` when `jobs` is given; the
-    external memory provider's recall, tools and edit mirroring when `external` is; the media
-    tools send files through `channels`, to the chats `places` allows; `send_message` sends
-    through `sender`; `sources`: MCP servers' tools; every tool result passes `redact`).
-    Close `agent.transcriber` when there is one."""
+    """The agent of `profile` with its tools, from config (`schedule_job` when `jobs` is
+    given; the external memory provider's recall, tools and edit mirroring when `external`
+    is; the media tools send files through `channels`, to the chats `places` allows;
+    `send_message` sends through `sender`; `sources`: MCP servers' tools; every tool result
+    passes `redact`). `provider` is the profile's model. Close `agent.transcriber` when there
+    is one."""
+    llm = config.profile_llm(profile)
+    chosen = None if profile == DEFAULT else config.profiles[profile]
+    namespace = None if chosen is None else chosen.namespace or profile
+    namespace = None if namespace == DEFAULT else namespace
+    docs: MemoryDocs = SqlMemoryDocs(store)
+    if chosen is not None:
+        docs = NamespacedDocs(docs, namespace, chosen.soul)
     memory = MemoryFiles(
-        SqlMemoryDocs(store),
+        docs,
         MemoryLimits(config.memory.user_max_chars, config.memory.memory_max_chars),
         group_memory=config.memory.group_memory,
-        on_edit=None if external is None else MemoryWrites(store, external.queue),
+        # An external provider keeps one memory per person: only the default namespace
+        # mirrors to it (README, Profiles).
+        on_edit=None if external is None or namespace else MemoryWrites(store, external.queue),
+        namespace=namespace,
     )
     tools: list[Tool] = [
         MemoryTool(memory),
@@ -339,27 +354,27 @@ def build_agent(
         SendMessageTool(sender or _NoChannels()),
     ]
     if jobs is not None:
-        tools.append(ScheduleJobTool(AgentJobs(jobs)))
-    if external is not None:
+        tools.append(ScheduleJobTool(AgentJobs(jobs, profile)))
+    if external is not None and namespace is None:
         tools.extend(external.provider.tools())
     resolve = no_other_targets if places is None else file_destination(places)
     media = media_parts(config, store, channels or Channels(), resolve, blobs)
     tools.extend(media.tools)
-    skills = build_skills(config, store)
+    skills = build_skills(config, store, profile)
     if skills is not None:
         tools += [
-            SkillsListTool(skills, memory.owner),
-            SkillViewTool(skills, memory.owner),
-            SkillManageTool(skills, memory.owner),
+            SkillsListTool(skills, memory.skill_owner),
+            SkillViewTool(skills, memory.skill_owner),
+            SkillManageTool(skills, memory.skill_owner),
         ]
     settings = AgentSettings(
-        history_window=config.llm.history_window,
-        context_window=config.llm.context_window,
-        compression_threshold=config.llm.compression_threshold,
-        max_tool_iterations=config.llm.max_tool_iterations,
-        memory_pass=config.llm.memory_pass,
+        history_window=llm.history_window,
+        context_window=llm.context_window,
+        compression_threshold=llm.compression_threshold,
+        max_tool_iterations=llm.max_tool_iterations,
+        memory_pass=llm.memory_pass,
     )
-    recall = None if external is None else external.recall
+    recall = None if external is None or namespace is not None else external.recall
     agent = Agent(
         provider,
         store,
@@ -370,18 +385,26 @@ def build_agent(
         vision=media.vision,
         transcriber=media.transcriber,
         skills=skills,
+        allowed=None if chosen is None or chosen.tools == "all" else frozenset(chosen.tools),
+        profile=profile,
     )
     return agent, memory
 
 
-def build_skills(config: HeraldConfig, store: Store | None) -> Skills | None:
-    """The skills of this Herald (None when `skills.enabled` is false); their writes are
-    recorded in `store`."""
+def build_skills(
+    config: HeraldConfig, store: Store | None, profile: str = DEFAULT
+) -> Skills | None:
+    """The skills of this Herald as `profile` sees them (None when `skills.enabled` is
+    false): the shared ones (unless the profile turns them off) and its own folders; their
+    writes are recorded in `store`."""
     if not config.skills.enabled:
         return None
     journal = None if store is None else SkillWrites(store)
     sync = None if store is None else SkillMirror(store, config.state_dir)
     dirs = [Path(d).expanduser() for d in config.skills.dirs]
+    if profile != DEFAULT:
+        own = config.profiles[profile].skills
+        dirs = [*(dirs if own.shared else []), *(Path(d).expanduser() for d in own.dirs)]
     return Skills(SkillStore(config.state_dir, dirs), journal, config.skills.settings(), sync)
 
 
@@ -452,6 +475,8 @@ class _Core:
     agent: Agent
     files: StoredFiles
     """Received and sent files, their bytes in the blob store."""
+    profiles: ProfileAgents
+    """The agent of every profile (`agent` is the default one's) and the bindings."""
 
 
 class Supervisor:
@@ -596,25 +621,60 @@ class Supervisor:
             store, sections, homes=cfg.home.targets, allowed=cfg.tools.send_message.targets
         )
         sender = OutboxChannels(store, places, channels)
-        agent, _memory = build_agent(
-            cfg,
-            provider,
-            store,
-            jobs,
-            self.memory,
-            channels=channels,
-            sender=sender,
-            sources=[mcp_tools],
-            places=places,
-            redact=self.redactor,
-            blobs=blobs,
-        )
-        if agent.transcriber is not None:
-            stack.push_async_callback(agent.transcriber.aclose)
+        agents: dict[str, Agent] = {}
+        for name in cfg.profile_names():
+            chosen = None if name == DEFAULT else cfg.profiles[name]
+            model = provider
+            if chosen is not None and chosen.llm:  # a model of its own
+                model = ObservedProvider(
+                    make_provider(cfg.profile_llm(name)),
+                    health,
+                    lambda kind: failed_calls.labels(kind=kind).inc(),
+                    redact=self.redactor,
+                )
+                stack.push_async_callback(model.aclose)
+            tools = mcp_tools
+            if chosen is not None and chosen.mcp != "all":  # only the servers it names
+                tools = MCPTools(
+                    [s for n, s in hub.servers.items() if n in chosen.mcp],
+                    StorePeople(store),
+                    approvals,
+                    approval_timeout=cfg.mcp.approval_timeout,
+                )
+            agents[name], _memory = build_agent(
+                cfg,
+                model,
+                store,
+                jobs,
+                self.memory,
+                channels=channels,
+                sender=sender,
+                sources=[tools],
+                places=places,
+                redact=self.redactor,
+                blobs=blobs,
+                profile=name,
+            )
+            transcriber = agents[name].transcriber
+            if transcriber is not None:
+                stack.push_async_callback(transcriber.aclose)
+        agent = agents[DEFAULT]
+        profiles = ProfileAgents(agents, cfg.binding_rules(), StoredBindings(store))
         skills = agent.skills
         self._menu = lambda: chat_menu(skills)
         return _Core(
-            store, sections, provider, health, jobs, channels, approvals, hub, sender, agent, files
+            store,
+            sections,
+            provider,
+            health,
+            jobs,
+            channels,
+            approvals,
+            hub,
+            sender,
+            agent,
+            files,
+            profiles,
         )
 
     def _channels(self, core: _Core, node: Node) -> None:
@@ -683,6 +743,7 @@ class Supervisor:
                 speech=speech,
                 homes=cfg.home.targets,
                 redact=self.redactor.secrets,
+                profiles=core.profiles,
             )
         )
         for runner in self.runners.values():
@@ -711,6 +772,8 @@ class Supervisor:
             else None,
             lease_ttl=cfg.cluster.lease_ttl,
             operator=self._access.job_operator,
+            profiles=core.profiles,
+            profile_homes={name: cfg.profile_home(name) for name in cfg.profiles},
         )
         core.jobs.on_change = scheduler.wake
         return scheduler
@@ -743,6 +806,8 @@ class Supervisor:
             metrics=self.metrics,
             redactor=self.redactor,
             on_outbox=on_outbox,
+            profiles=core.profiles,
+            profile_homes={name: cfg.profile_home(name) for name in cfg.profiles},
         )
 
     def _http(

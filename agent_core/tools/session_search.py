@@ -12,7 +12,8 @@ EXCERPT_CHARS = 300
 
 
 class SessionSearchTool:
-    """Searches only the sessions of the user the current session belongs to."""
+    """Searches only the sessions of the user the current session belongs to, answered by
+    the current session's profile."""
 
     name = "session_search"
     description = (
@@ -51,11 +52,15 @@ class SessionSearchTool:
                 "Past conversations are not searched in a group chat: what a person said "
                 "elsewhere is not for the others here. Ask them in a direct chat."
             )
+        # Only what this profile was told: the privacy rules hold between profiles too.
+        profile = None if ctx.session is None else ctx.session.profile
         query = args.get("query")
         if query is not None and not isinstance(query, str):
             raise ToolError("query must be a string")
         if not query or not query.strip():
-            sessions = await self.store.recent_sessions(user_id=ctx.user_id, limit=limit)
+            sessions = await self.store.recent_sessions(
+                user_id=ctx.user_id, limit=limit, profile=profile
+            )
             if not sessions:
                 return "No earlier sessions."
             return "\n".join(
@@ -63,7 +68,9 @@ class SessionSearchTool:
                 f"{s.message_count} messages)"
                 for s in sessions
             )
-        hits = await self.store.search_messages(query, user_id=ctx.user_id, limit=limit)
+        hits = await self.store.search_messages(
+            query, user_id=ctx.user_id, limit=limit, profile=profile
+        )
         if not hits:
             return f"No messages match {query!r}."
         blocks = []

@@ -75,6 +75,7 @@ def _show(console: Console, job: Job, service: JobService) -> None:
         ("state", "active" if job.enabled else "paused"),
         ("next run", f"{nxt:%Y-%m-%d %H:%M:%S} UTC" if nxt else "-"),
         ("created by", job.created_by),
+        ("profile", job.profile),
         ("failures in a row", str(job.consecutive_failures)),
         ("prompt", job.prompt),
     ):
@@ -98,10 +99,16 @@ def jobs_add(  # noqa: PLR0917 - one parameter per option
     ] = None,
     timeout: Annotated[float | None, typer.Option(help="Seconds a run may take.")] = None,
     paused: Annotated[bool, typer.Option("--paused", help="Create it paused.")] = False,
+    profile: Annotated[
+        str, typer.Option(help="The profile its runs answer as (its home is `home`).")
+    ] = "default",
     config: ConfigOption = None,
 ) -> None:
     """Create a job."""
     console = _console()
+    names = load(config).profile_names()
+    if profile not in names:
+        raise _fail(f"no profile {profile!r} (profiles: {', '.join(names)})")
 
     async def work(service: JobService, store: Store) -> None:
         owner = await store.resolve_user("local", "owner")
@@ -115,7 +122,9 @@ def jobs_add(  # noqa: PLR0917 - one parameter per option
             timeout=timeout,
         )
         try:
-            job = await service.create(spec, created_by="cli", user_id=UserId(owner))
+            job = await service.create(
+                spec, created_by="cli", user_id=UserId(owner), profile=profile
+            )
         except JobError as err:
             raise _fail(str(err)) from err
         console.print(f"created job {escape(job.id)}")

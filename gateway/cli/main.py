@@ -16,7 +16,7 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
-from agent_core.memory import MemoryFiles
+from agent_core.memory import MemoryFiles, NamespacedDocs
 from gateway import __version__, platforms
 from gateway.access import Pairings
 from gateway.cli.base import DEBUG, HeraldGroup, configure_logging, current_redactor, load
@@ -32,6 +32,7 @@ from gateway.cli.help import HeraldTyper
 from gateway.cli.jobs import jobs_app
 from gateway.cli.memory import memory_app, memory_check
 from gateway.cli.output import Column, JsonOption, Kind, print_json, print_rows
+from gateway.cli.profiles import profiles_app
 from gateway.cli.setup import setup
 from gateway.cli.skills import doctor_check as skills_check
 from gateway.cli.skills import skills_app
@@ -84,6 +85,7 @@ app.add_typer(config_app, name="config")
 app.add_typer(db_app, name="db")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(triggers_app, name="triggers")
+app.add_typer(profiles_app, name="profiles")
 app.add_typer(memory_app, name="memory")
 app.command("setup")(setup)
 app.add_typer(skills_app, name="skills")
@@ -760,6 +762,9 @@ def users_link(
             kept, merged = await store.link_identities(a, b)
             if merged is not None:
                 await MemoryFiles(SqlMemoryDocs(store)).merge(merged, kept)
+                for namespace in cfg.memory_namespaces():  # each profile's memory too
+                    docs = NamespacedDocs(SqlMemoryDocs(store), namespace)
+                    await MemoryFiles(docs).merge(merged, kept)
             ids = ", ".join(f"{p}:{e}" for p, e in await store.identities_of(kept))
         console.print(f"user {escape(kept)}: {escape(ids)}")
 

@@ -99,6 +99,8 @@ class SessionInfo:
     message_count: int
     skills_snapshot: str = ""
     """The skills index frozen when the session opened (changes show in the next session)."""
+    profile: str = "default"
+    """The profile that answers the session (its persona, model, memory namespace)."""
     group: bool = False
     """Whether the turn being run answers a chat several people share (a group, or one
     person's session in it with `group_sessions: user`): set for the turn, not stored. Such
@@ -151,9 +153,10 @@ class TranscriptStore(Protocol):
         ...
 
     async def search_messages(
-        self, query: str, *, user_id: UserId | None, limit: int = 10
+        self, query: str, *, user_id: UserId | None, limit: int = 10, profile: str | None = None
     ) -> list[SearchHit]:
-        """Full-text search over transcripts of `user_id`'s sessions (all when None)."""
+        """Full-text search over transcripts of `user_id`'s sessions (all when None) that
+        `profile` answered (any when None)."""
         ...
 
     async def messages_around(
@@ -164,7 +167,8 @@ class TranscriptStore(Protocol):
         ...
 
     async def recent_sessions(
-        self, *, user_id: UserId | None, limit: int = 10
+        self, *, user_id: UserId | None, limit: int = 10, profile: str | None = None
     ) -> list[SessionInfo]:
-        """The most recently active sessions of `user_id` (all when None)."""
+        """The most recently active sessions of `user_id` (all when None) that `profile`
+        answered (any when None)."""
         ...

@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from agent_core.agent import Agent
 from agent_core.loop import TurnProgress
 from agent_core.media import Destination, OutgoingFile, TurnMedia
+from gateway.agents import ProfileAgents, UnknownProfile
 from gateway.backoff import Backoff, FailureLog
 from gateway.channels import Channels
 from gateway.chunking import split_chunks
@@ -52,6 +53,7 @@ from gateway.contracts.messages import TextFormat
 from gateway.cron.clock import Clock
 from gateway.cron.schedule import ScheduleError, stored_schedule
 from gateway.cron.targets import HOME, HOME_SETTING, resolve
+from gateway.profiles import DEFAULT
 from gateway.store import Store
 from gateway.store.jobs import (
     DeliveryStatus,
@@ -128,9 +130,13 @@ class CronScheduler:
         right: SchedulingRight | None = None,
         lease_ttl: float = 15.0,
         operator: Callable[[UserId | None, str], Awaitable[bool]] | None = None,
+        profiles: ProfileAgents | None = None,
+        profile_homes: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         """`operator(owner, created_by)`: whether a job's run has operator rights (it may
-        then reach other chats through tools), asked at each run; by default it has not."""
+        then reach other chats through tools), asked at each run; by default it has not.
+        `profiles`: the agent a job of each profile runs with (None: `agent` for all);
+        `profile_homes`: the home of each profile but the default one (`homes`)."""
         self.store = store
         self.jobs = JobStore(store)
         self.agent = agent
@@ -146,6 +152,8 @@ class CronScheduler:
         self.right: SchedulingRight = right or AlwaysSchedule()
         self.lease_ttl = lease_ttl
         self._operator = operator
+        self.profiles = profiles or ProfileAgents.single(agent)
+        self.profile_homes = {k: tuple(v) for k, v in (profile_homes or {}).items()}
         self.backoff = Backoff(initial=1.0, maximum=60.0)
         self.failures = FailureLog(logger, "looking at the scheduled jobs")
         """The current run of failures to read or write the jobs (each backs off further)."""
@@ -355,11 +363,17 @@ class CronScheduler:
 
     async def _run(self, job: Job, run: Run) -> None:
         job = await self.jobs.get(job.id) or job
+        missing: UnknownProfile | None = None
+        try:
+            agent = self.profiles.get(job.profile)
+        except UnknownProfile as err:  # the run fails saying so; nothing runs as another
+            agent, missing = self.agent, err
         session = await self.store.open_session(
             job_session_key(job.id),
             platform=str(Origin.CRON),
             user_id=job.user_id,
-            snapshot=self.snapshot,
+            snapshot=self.snapshot if agent is self.agent else agent.snapshot,
+            profile=job.profile,
         )
         async with self.store.write() as conn:
             turn_id, _ = await record_start(
@@ -370,17 +384,17 @@ class CronScheduler:
         timeout = job.timeout or self.config.run_timeout
         # Files `send_file` sends go where the report goes (checked against those chats'
         # limits now, and again when the run ends and its report is queued).
-        targets, _ = await self._targets(job.targets)
+        targets, _ = await self._targets(job.targets, job.profile)
         media = TurnMedia(report_to=tuple(self._destination(t) for t in targets))
 
         async def work() -> None:
+            if missing is not None:
+                raise missing
             # A run has its owner's rights and scope, never more.
             operator = self._operator is not None and await self._operator(
                 job.user_id, job.created_by
             )
-            await self.agent.run_turn(
-                session, progress, operator=operator, turn_id=turn_id, media=media
-            )
+            await agent.run_turn(session, progress, operator=operator, turn_id=turn_id, media=media)
 
         try:
             failure = await run_agent(work, timeout=timeout, what=f"job {job.id}: run {run.id}")
@@ -426,7 +440,7 @@ class CronScheduler:
             if silent and not files:
                 delivery = DeliveryStatus.SUPPRESSED
             else:
-                targets, problems = await self._targets(job.targets)
+                targets, problems = await self._targets(job.targets, job.profile)
                 report = None if silent else self._report(job, output)
                 chunks = self._chunks(run.id, targets, report, files, problems)
                 delivery = DeliveryStatus.FAILED if problems or not chunks else None
@@ -464,9 +478,17 @@ class CronScheduler:
         await self._prune(job.id)
         await self._account(job)
 
-    async def _targets(self, targets: Sequence[str]) -> tuple[list[Target], list[str]]:
-        sethome = await self.store.get_setting(HOME_SETTING)
-        resolved = resolve(targets, homes=self.homes, sethome=sethome, sections=self.sections)
+    async def _targets(
+        self, targets: Sequence[str], profile: str = DEFAULT
+    ) -> tuple[list[Target], list[str]]:
+        """Where `targets` of a job of `profile` go: `home` is the profile's home (the
+        default profile's is `home.targets`, else the chat `/sethome` chose)."""
+        if profile == DEFAULT:
+            sethome = await self.store.get_setting(HOME_SETTING)
+            homes = self.homes
+        else:
+            sethome, homes = None, self.profile_homes.get(profile, ())
+        resolved = resolve(targets, homes=homes, sethome=sethome, sections=self.sections)
         return list(resolved.targets), list(resolved.problems)
 
     def _report(self, job: Job, output: str) -> str:
@@ -573,7 +595,7 @@ class CronScheduler:
                 break
         if streak >= threshold and not job.failure_notified:
             assert newest_failed is not None
-            targets, problems = await self._targets([HOME])
+            targets, problems = await self._targets([HOME], job.profile)
             text = (
                 f"⚠ Scheduled job “{job.name}” ({job.id}) failed {streak} times in a row. "
                 f"Last problem: {_reason(newest_failed)}. It keeps its schedule; see "

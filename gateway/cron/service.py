@@ -110,8 +110,9 @@ class JobService:
         created_by: str,
         user_id: UserId | None = None,
         default_target: str = HOME,
+        profile: str = "default",
     ) -> Job:
-        """Validate and store a new job. Raises JobError."""
+        """Validate and store a new job (run as `profile`). Raises JobError."""
         now = self.clock.now()
         timezone = spec.timezone or self.default_timezone
         try:
@@ -136,6 +137,7 @@ class JobService:
             created_at=now,
             updated_at=now,
             anchor_at=now,
+            profile=profile,
         )
         await self.jobs.insert(job)
         self.on_change()
@@ -299,8 +301,10 @@ def describe(job: Job, next_run: datetime | None) -> str:
 class AgentJobs:
     """The `schedule_job` tool's view of the jobs: acting for the session's user."""
 
-    def __init__(self, service: JobService) -> None:
+    def __init__(self, service: JobService, profile: str = "default") -> None:
+        """`profile`: the profile whose agent the tool belongs to (its jobs run as it)."""
         self.service = service
+        self.profile = profile
 
     async def create(
         self,
@@ -346,6 +350,7 @@ class AgentJobs:
                 created_by=str(created_by),
                 user_id=ctx.user_id,
                 default_target=chat or HOME,
+                profile=self.profile,
             )
         except JobError as err:
             raise ToolError(str(err)) from err
@@ -373,14 +378,16 @@ class AgentJobs:
         return f"Removed job {job_id}."
 
     async def _mine(self, ctx: ToolContext) -> list[Job]:
-        """The jobs reporting to this chat; in a direct chat the user's own too (in a group
-        everyone would read the list)."""
+        """The jobs of this tool's profile reporting to this chat; in a direct chat the
+        user's own too (in a group everyone would read the list). Another profile's jobs
+        are not this agent's to show or change."""
         session = ctx.session
         chat = session_chat(session.key, self.service.configured) if session is not None else None
         user_id = None if ctx.group else ctx.user_id
         if user_id is None and chat is None:
             return []
-        return await self.service.find(user_id=user_id, target=chat)
+        found = await self.service.find(user_id=user_id, target=chat)
+        return [j for j in found if j.profile == self.profile]
 
 
 def may_change(ctx: ToolContext, job: Job) -> bool:

@@ -21,16 +21,25 @@ from sqlalchemy.exc import SQLAlchemyError
 from agent_core.media.images import Pictures, UnreadableImage
 from agent_core.media.refs import reference
 from agent_core.media.vision import BLIND_NOTE
+from gateway.agents import UnknownProfile
 from gateway.commands import parse_command
 from gateway.contracts.errors import FileStoreUnavailable, FileTooLarge, Overloaded, ShuttingDown
 from gateway.contracts.history import ChatMessage, Role, ToolCall
-from gateway.contracts.ids import API_ACCOUNT, Origin, SessionKey, UserId, session_key
+from gateway.contracts.ids import (
+    API_ACCOUNT,
+    AccountId,
+    Origin,
+    SessionKey,
+    UserId,
+    session_key,
+)
 from gateway.contracts.messages import Attachment
 from gateway.http import uploads
 from gateway.http.deps import AppDeps
 from gateway.http.errors import error_body, error_response
 from gateway.http.local import require_local
 from gateway.http.middleware import RECEIVED_AT
+from gateway.profiles import DEFAULT, MODEL_PREFIX, PROFILE_HEADER, parse_model
 from gateway.redact import Redactor, SecretStream
 from gateway.sessions import Finished, Token, TurnRequest, TurnStream
 
@@ -38,6 +47,7 @@ SESSION_HEADERS = ("x-herald-session-id", "x-hermes-session-id")
 IDEMPOTENCY_HEADERS = ("idempotency-key",)
 """A retry of a session request carrying the same key is answered by the same turn."""
 USER_HEADERS = ("x-herald-user-id", "x-hermes-user-id")
+PROFILE_HEADERS = (PROFILE_HEADER.lower(),)
 MAX_ID_LENGTH = 256
 
 
@@ -152,18 +162,39 @@ router = APIRouter(prefix="/v1", tags=["openai"])
 
 @router.get("/models", responses={401: {"description": "Missing or wrong API key"}})
 async def list_models(deps: Deps) -> dict[str, Any]:
-    """The one model Herald serves: the agent."""
+    """The models Herald serves: the agent (`api.model_name`, the default profile) and
+    `herald:<profile>` for every profile."""
+    ids = [deps.config.api.model_name]
+    ids += [f"{MODEL_PREFIX}{name}" for name in deps.manager.profiles.names]
     return {
         "object": "list",
         "data": [
-            {
-                "id": deps.config.api.model_name,
-                "object": "model",
-                "created": 0,
-                "owned_by": "herald",
-            }
+            {"id": name, "object": "model", "created": 0, "owned_by": "herald"}
+            for name in dict.fromkeys(ids)
         ],
     }
+
+
+def _profile(request: Request, body: ChatCompletionRequest, deps: AppDeps) -> str:
+    """The profile a request asks for: `X-Herald-Profile`, or `model: "herald:<profile>"`
+    (any other model: the default profile). 400 naming the profiles there are when it names
+    none of them, or when the two disagree."""
+    header = _header(request, PROFILE_HEADERS)
+    by_header = header[1] if header else None
+    by_model = parse_model(body.model)
+    if by_header is not None and by_model is not None and by_header != by_model:
+        raise HTTPException(
+            400,
+            f"{PROFILE_HEADER} asks for profile {by_header!r} but model asks for "
+            f"{body.model!r}; name one profile",
+        )
+    name = by_header or by_model or DEFAULT
+    try:
+        deps.manager.profiles.get(name)
+    except UnknownProfile as err:
+        models = ", ".join(f"{MODEL_PREFIX}{n}" for n in deps.manager.profiles.names)
+        raise HTTPException(400, f"{err}; use one of the models {models}") from None
+    return name
 
 
 @router.post(
@@ -204,6 +235,7 @@ async def chat_completions(
         raise HTTPException(
             403, "session and user headers need an API key; set api.key in the config"
         )
+    profile = _profile(request, body, deps)
     try:
         deps.manager.admit()  # before any database work: refusing must stay cheap
     except Overloaded as err:
@@ -213,14 +245,17 @@ async def chat_completions(
 
     kept: list[Attachment] = []
     if session_id is not None:
-        key = session_key(Origin.API, API_ACCOUNT, session_id)
+        # The same session name under two profiles is two conversations.
+        key = session_key(
+            Origin.API, API_ACCOUNT if profile == DEFAULT else AccountId(profile), session_id
+        )
         name = user_header[1] if user_header else user_field
         identity = (str(Origin.API), name) if name is not None else OWNER_IDENTITY
         if _with_parts(body.messages):  # decoding pictures blocks
             text, found = await asyncio.to_thread(_new_input, body.messages, max_bytes)
         else:
             text, found = _new_input(body.messages, max_bytes)
-        user_id = await _session_user(deps, key, identity, session_id)
+        user_id = await _session_user(deps, key, identity, session_id, profile)
         if not found and (command := parse_command(text)) is not None:
             reply = await deps.manager.api_command(key, user_id, command)
             headers = {"X-Herald-Session-Id": _echo(session_id)}
@@ -238,6 +273,7 @@ async def chat_completions(
             operator=deps.config.api.key is not None,
             idempotency_key=idempotency[1] if idempotency else None,
             retry_window=deps.config.api.retry_window,
+            profile=profile,
         )
     else:
         last = body.messages[-1]
@@ -249,7 +285,9 @@ async def chat_completions(
             history = await asyncio.to_thread(_history, body.messages, max_bytes, deps)
         else:
             history = _history(body.messages, max_bytes, deps)
-        turn = TurnRequest(key, str(Origin.API), "", None, history=history, stream=body.stream)
+        turn = TurnRequest(
+            key, str(Origin.API), "", None, history=history, stream=body.stream, profile=profile
+        )
 
     try:
         stream = deps.manager.submit(turn)
@@ -372,7 +410,11 @@ OWNER_IDENTITY = ("local", "owner")
 
 
 async def _session_user(
-    deps: AppDeps, key: SessionKey, identity: tuple[str, str], session_id: str
+    deps: AppDeps,
+    key: SessionKey,
+    identity: tuple[str, str],
+    session_id: str,
+    profile: str = DEFAULT,
 ) -> UserId:
     """The user the session `key` runs as: its creator. 409 when `identity` is someone else.
 
@@ -383,7 +425,11 @@ async def _session_user(
     if existing is None:
         user_id = await deps.store.resolve_user(*identity)
         existing = await deps.store.open_session(
-            key, platform=str(Origin.API), user_id=user_id, snapshot=deps.manager.snapshot
+            key,
+            platform=str(Origin.API),
+            user_id=user_id,
+            snapshot=deps.manager.profiles.get(profile).snapshot,
+            profile=profile,
         )
         if existing.user_id == user_id:
             return user_id

@@ -39,6 +39,8 @@ class JobIn(BaseModel):
     enabled: bool = True
     timeout: float | None = Field(default=None, gt=0, le=86_400)
     created_by: str = Field(default="api", min_length=1, max_length=200)
+    profile: str = Field(default="default", min_length=1, max_length=32)
+    """The profile its runs answer as (`home` is that profile's home)."""
 
 
 class JobPatch(BaseModel):
@@ -77,6 +79,7 @@ def job_json(job: Job, service: JobService) -> dict[str, Any]:
         "timeout": job.timeout,
         "created_by": job.created_by,
         "user_id": job.user_id,
+        "profile": job.profile,
         "created_at": _when(job.created_at),
         "updated_at": _when(job.updated_at),
         "next_run_at": _when(service.next_run(job)),
@@ -122,8 +125,13 @@ async def create_job(body: JobIn, deps: Deps) -> dict[str, Any]:
         enabled=body.enabled,
         timeout=body.timeout,
     )
+    if body.profile not in deps.config.profile_names():
+        known = ", ".join(deps.config.profile_names())
+        raise HTTPException(400, f"profile: no profile {body.profile!r} (profiles: {known})")
     try:
-        job = await service.create(spec, created_by=body.created_by, user_id=UserId(owner))
+        job = await service.create(
+            spec, created_by=body.created_by, user_id=UserId(owner), profile=body.profile
+        )
     except JobError as err:
         raise HTTPException(400, str(err)) from err
     return job_json(job, service)

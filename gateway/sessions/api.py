@@ -68,7 +68,9 @@ class ApiTurns:
     async def _run(self, request: TurnRequest, stream: TurnStream) -> None:
         if request.history is not None:
             try:
-                await self._stateless(request.history, stream, tokens=request.stream)
+                await self._stateless(
+                    request.history, stream, tokens=request.stream, profile=request.profile
+                )
             except asyncio.CancelledError:
                 stream.finish(Finished(TurnStatus.INTERRUPTED, error="the turn was cancelled"))
                 raise
@@ -88,7 +90,7 @@ class ApiTurns:
                     self.waiting -= 1
                     outcome = await self._turn(request, stream)
             if outcome is not None:
-                await ctx.agent.memory_pass(*outcome)
+                await ctx.profile(request.profile).memory_pass(*outcome)
         except asyncio.CancelledError:
             stream.finish(Finished(TurnStatus.INTERRUPTED, error="Herald is shutting down"))
             raise
@@ -132,7 +134,8 @@ class ApiTurns:
         self, request: TurnRequest, stream: TurnStream
     ) -> tuple[SessionInfo, list[ChatMessage]] | None:
         ctx = self.ctx
-        text = ctx.agent.skill_message(request.text, request.key, request.user_id)
+        agent = ctx.profile(request.profile)
+        text = agent.skill_message(request.text, request.key, request.user_id)
         user_message = ChatMessage(Role.USER, text)
         claim = ctx.lanes[request.key].claim
         assert claim is not None
@@ -149,6 +152,7 @@ class ApiTurns:
                     claim=claim,
                     created=created,
                     user_message=user_message,
+                    window=agent.settings.history_window,
                 )
                 session, earlier, turn_id, history = await ctx.store.unit(begin)
             except KeyReused as err:
@@ -168,7 +172,8 @@ class ApiTurns:
                 request.key,
                 platform=request.platform,
                 user_id=request.user_id,
-                snapshot=ctx.snapshot,
+                snapshot=agent.snapshot,
+                profile=request.profile,
             )
         progress = TurnProgress()
         media = TurnMedia()  # pictures `view_attachment` shows; files sent to other chats
@@ -177,7 +182,7 @@ class ApiTurns:
         on_token = stream.token if request.stream else None
         try:
             failure = await run_agent(
-                lambda: ctx.agent.run_turn(
+                lambda: agent.run_turn(
                     session,
                     progress,
                     on_token=on_token,
@@ -237,6 +242,8 @@ class ApiTurns:
         claim: Claim,
         created: SessionInfo | None,
         user_message: ChatMessage,
+        *,
+        window: int,
     ) -> tuple[SessionInfo | None, EarlierTry | None, TurnId, History | None]:
         """In one write transaction (one trip to SQLite's thread): the session (None: not
         made yet), an earlier try of this question, and unless that try was answered, the
@@ -244,6 +251,8 @@ class ApiTurns:
         ctx = self.ctx
         await ctx.lane_store.check(conn, claim, None)
         session = created or await current_session(conn, request.key)
+        if session is not None and session.profile != request.profile:
+            session = None  # answered by another profile: a new session is opened first
         earlier: EarlierTry | None = None
         turn_id, history = TurnId(0), None
         if session is not None:
@@ -260,7 +269,7 @@ class ApiTurns:
                 if request.idempotency_key is not None:
                     await mark(conn, turn_id, request.idempotency_key)
                 await ctx.lane_store.check(conn, claim, turn_id)
-                history = await read_history(conn, session.id, ctx.agent.settings.history_window)
+                history = await read_history(conn, session.id, window)
         return session, earlier, turn_id, history
 
     async def _finish(
@@ -297,9 +306,15 @@ class ApiTurns:
             self.ctx.memory_sync.wake()
 
     async def _stateless(
-        self, history: tuple[ChatMessage, ...], stream: TurnStream, *, tokens: bool
+        self,
+        history: tuple[ChatMessage, ...],
+        stream: TurnStream,
+        *,
+        tokens: bool,
+        profile: str = "default",
     ) -> None:
         ctx = self.ctx
+        agent = ctx.profile(profile)
         started = time.monotonic()
         try:
             await ctx.slots.acquire()
@@ -311,7 +326,7 @@ class ApiTurns:
 
             async def answer() -> None:
                 on_token = stream.token if tokens else None
-                done = await ctx.agent.answer_stateless(history, on_token=on_token)
+                done = await agent.answer_stateless(history, on_token=on_token)
                 progress.messages.extend(done.messages)
                 progress.usage = done.usage
                 progress.llm_seconds = done.llm_seconds

@@ -74,7 +74,12 @@ class ApiCommands:
         await ctx.store.open_session(
             key, platform=str(Origin.API), user_id=user_id, snapshot=ctx.snapshot, new_epoch=True
         )
-        if old is not None and ctx.memory_sync is not None and await self._ended(old):
+        if (
+            old is not None
+            and ctx.memory_sync is not None
+            and ctx.shares_memory(old)
+            and await self._ended(old)
+        ):
             ctx.memory_sync.wake()
         return "✨ Started a new conversation. Earlier messages stay searchable."
 

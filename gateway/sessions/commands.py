@@ -10,6 +10,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from agent_core.agent import Agent
 from gateway.cluster.bus import SignalAction
 from gateway.commands import HELP_TEXT, WITH_TEXT, Command, ParsedCommand, parse_command
 from gateway.contracts.config import BusyMode, PlatformSection
@@ -154,12 +155,14 @@ class Commands:
     async def _new(self, asked: Asked) -> Answer:
         ctx, key, row = self.ctx, asked.key, asked.row
         old = await ctx.store.get_session(key)
+        agent = await ctx.agent_of(row)  # the profile bound to the chat now
         await ctx.store.open_session(
             key,
             platform=row.platform,
             user_id=await ctx.owner(row),  # who they are now (an unlinked identity: its own)
-            snapshot=ctx.snapshot_of(row),
+            snapshot=ctx.snapshot_of(row, agent),
             new_epoch=True,
+            profile=agent.profile,
         )
         if old is not None and old.busy_mode:
             await ctx.store.set_busy_mode(key, old.busy_mode)
@@ -167,7 +170,12 @@ class Commands:
         async with ctx.store.write() as conn:
             # What still waits is answered in the new conversation, so it goes there too.
             await inbox_sql.restore_pending(conn, key)
-            if old is not None and ctx.memory_sync is not None and row.is_direct:
+            if (
+                old is not None
+                and ctx.memory_sync is not None
+                and row.is_direct
+                and ctx.shares_memory(old)
+            ):
                 ended = await ctx.memory_sync.session_end(conn, old)  # groups are not synced
         if ended and ctx.memory_sync is not None:
             ctx.memory_sync.wake()
@@ -197,11 +205,13 @@ class Commands:
         except ValueError:
             return Answer(f"Unknown mode {arg!r}. Use one of: {MODES}.")
         if await ctx.store.get_session(key) is None:
+            agent = await ctx.agent_of(asked.row)
             await ctx.store.open_session(
                 key,
                 platform=asked.row.platform,
                 user_id=await ctx.owner(asked.row),
-                snapshot=ctx.snapshot_of(asked.row),
+                snapshot=ctx.snapshot_of(asked.row, agent),
+                profile=agent.profile,
             )
         await ctx.store.set_busy_mode(key, str(mode))
         return Answer(f"Busy mode set to {mode}.")
@@ -258,7 +268,7 @@ class Commands:
         """The skills a turn of this session may use (the sender's own included)."""
         ctx, row = self.ctx, asked.row
         user_id = await ctx.owner(row)
-        return Answer(skills_answer(ctx, row.session_key, user_id))
+        return Answer(skills_answer(ctx, row.session_key, user_id, await ctx.agent_of(row)))
 
     async def _sethome(self, asked: Asked) -> Answer:
         ctx, row = self.ctx, asked.row
@@ -330,12 +340,15 @@ HANDLERS: dict[Command, Handler] = {
 """Every command's handler (a command with a text never reaches here with one)."""
 
 
-def skills_answer(ctx: SessionContext, key: SessionKey, user_id: UserId | None) -> str:
-    """What `/skills` answers: the skills a turn of session `key` for `user_id` may use."""
-    agent = ctx.agent
+def skills_answer(
+    ctx: SessionContext, key: SessionKey, user_id: UserId | None, agent: Agent | None = None
+) -> str:
+    """What `/skills` answers: the skills a turn of session `key` for `user_id` may use
+    (with `agent`: in its profile; else the default one's)."""
+    agent = agent or ctx.agent
     if agent.skills is None:
         return "Skills are turned off here."
-    found = agent.skills.store.visible(agent.memory.owner(key, user_id))
+    found = agent.skills.store.visible(agent.memory.skill_owner(key, user_id))
     if not found:
         return "No skills yet. When a task works out, I may save it as one."
     lines = [f"Skills ({len(found)}): send /NAME TEXT to use one."]

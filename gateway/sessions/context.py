@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from agent_core.agent import Agent
 from agent_core.media.speech import Synthesizer
 from gateway.access import Access
+from gateway.agents import ProfileAgents
 from gateway.backoff import Backoff
 from gateway.channels import Channels
 from gateway.cluster.bus import LocalBus
@@ -91,6 +92,8 @@ class SessionContext:
     redact: Callable[[str], str] = lambda text: text
     """Takes the configured secrets out of what is sent to a chat outside the outbox (the
     streamed preview)."""
+    profiles: ProfileAgents | None = None
+    """The agent of each profile and the bindings (None: `agent` answers everywhere)."""
 
     def __post_init__(self) -> None:
         self.outbox = Outbox(self.store)
@@ -139,9 +142,17 @@ class SessionContext:
     ) -> bool:
         """In the turn's own transaction: queue its exchange for the memory provider (when
         there is one and the session is a person's); whether a sync was queued."""
-        if self.memory_sync is None:
+        if self.memory_sync is None or not self.shares_memory(session):
             return False
         return await self.memory_sync.turn(conn, session, turn_id, messages)
+
+    def shares_memory(self, session: SessionInfo) -> bool:
+        """Whether the session's profile uses the default memory namespace, the one the
+        external memory provider keeps (another namespace's turns are never synced there:
+        the default profile would recall them)."""
+        if self.profiles is None or session.profile not in self.profiles.agents:
+            return session.profile == "default"
+        return self.profiles.get(session.profile).memory.namespace is None
 
     def failed(self, failure: TurnFailure) -> None:
         """Count a failed turn by its kind."""
@@ -199,13 +210,26 @@ class SessionContext:
             None if direct else (name or sender_id),
         )
 
-    def snapshot_of(self, row: InboxRow) -> SnapshotReader:
+    def profile(self, name: str) -> Agent:
+        """The agent of profile `name` (UnknownProfile when there is none)."""
+        if self.profiles is None:
+            return ProfileAgents.single(self.agent).get(name)
+        return self.profiles.get(name)
+
+    async def agent_of(self, row: InboxRow) -> Agent:
+        """The agent of the profile bound to `row`'s chat now."""
+        if self.profiles is None:
+            return self.agent
+        return await self.profiles.choose(row.platform, row.account, row.chat_id, row.thread_id)
+
+    def snapshot_of(self, row: InboxRow, agent: Agent | None = None) -> SnapshotReader:
         """What a new session of `row` starts with: its person's memory files in a direct
         chat, the group's in a group (one person's own session there too: what they told
-        the agent privately is not for the others in the group)."""
+        the agent privately is not for the others in the group). `agent`: the profile's
+        (None: the manager's)."""
+        snapshot = self.snapshot if agent is None or agent is self.agent else agent.snapshot
         if row.is_direct:
-            return self.snapshot
-        snapshot = self.snapshot
+            return snapshot
 
         async def group(key: SessionKey, _user: UserId | None) -> tuple[str, ...]:
             return await snapshot(key, None)

@@ -19,6 +19,7 @@ from typing import Self
 from agent_core.agent import Agent
 from agent_core.media.speech import Synthesizer
 from gateway.access import Access
+from gateway.agents import ProfileAgents
 from gateway.channels import Channels
 from gateway.cluster.bus import LocalBus
 from gateway.cluster.lanes import Lanes, SoloLanes
@@ -76,6 +77,7 @@ class SessionManager:
         speech: Synthesizer | None = None,
         homes: Sequence[str] = (),
         redact: Callable[[str], str] = lambda text: text,
+        profiles: ProfileAgents | None = None,
     ) -> None:
         self.ctx = ctx = SessionContext(
             store=store,
@@ -95,6 +97,7 @@ class SessionManager:
             speech=speech,
             homes=tuple(homes),
             redact=redact,
+            profiles=profiles,
         )
         self.signals = ClusterSignals(ctx, scan_interval)
         self.commands = Commands(ctx, self.signals)
@@ -113,8 +116,13 @@ class SessionManager:
 
     @property
     def agent(self) -> Agent:
-        """The agent that answers."""
+        """The agent of the default profile."""
         return self.ctx.agent
+
+    @property
+    def profiles(self) -> ProfileAgents:
+        """The agent of each profile (just the default one without `profiles`)."""
+        return self.ctx.profiles or ProfileAgents.single(self.ctx.agent)
 
     @property
     def metrics(self) -> Metrics:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_core.agent import Agent
 from agent_core.loop import TurnProgress
 from agent_core.media import TurnMedia
 from gateway.cluster.lanes import Claim
@@ -105,6 +106,7 @@ class InboxTurns:
             return
         head = batch[0]
         user_id = await self.ctx.owner(head)
+        agent = await self.ctx.agent_of(head)
         exchange: tuple[SessionInfo, list[ChatMessage]] | None = None
         async with lane.lock:
             self.ctx.metrics.waiting_turns.inc()
@@ -113,16 +115,16 @@ class InboxTurns:
             finally:
                 self.ctx.metrics.waiting_turns.dec()
             try:
-                exchange = await self._inbox_turn(key, lane, batch, target, user_id)
+                exchange = await self._inbox_turn(key, lane, batch, target, user_id, agent=agent)
             finally:
                 self.ctx.slots.release()
         if exchange is not None:
-            review = self.ctx.agent.skill_review(*exchange)
+            review = agent.skill_review(*exchange)
             if review is not None and not self.ctx.draining.is_set():
                 self.ctx.start_review(key, review)
             elif review is not None:
                 review.close()
-            await self.ctx.agent.memory_pass(*exchange)
+            await agent.memory_pass(*exchange)
 
     async def _inbox_turn(  # noqa: PLR0915 - a turn's life in order (start, run, checkpoint, settle) shares its locals
         self,
@@ -131,16 +133,23 @@ class InboxTurns:
         batch: list[InboxRow],
         target: Target,
         user_id: UserId | None,
+        *,
+        agent: Agent,
     ) -> tuple[SessionInfo, list[ChatMessage]] | None:
         head = batch[0]
+        # A chat bound to another profile since its last turn starts a new session.
         session = await self.ctx.store.open_session(
-            key, platform=head.platform, user_id=user_id, snapshot=self.ctx.snapshot_of(head)
+            key,
+            platform=head.platform,
+            user_id=user_id,
+            snapshot=self.ctx.snapshot_of(head, agent),
+            profile=agent.profile,
         )
         # A group stays a group, even one person's session in it (no recall, no sync,
         # the group's memory files).
         session = replace(session, group=not head.is_direct)
         new_messages = [
-            _user_message(r, self.ctx.agent.skill_message(r.content, key, user_id))
+            _user_message(r, agent.skill_message(r.content, key, user_id))
             for r in batch
             if r.turn_id is None
         ]
@@ -163,8 +172,11 @@ class InboxTurns:
                     # add to the history is known only from a fresh read.
                     raise _BatchChanged
                 # One trip to the database (on SQLite): the whole transaction at once.
+                window = agent.settings.history_window
                 turn_id, history = await self.ctx.store.unit(
-                    lambda conn: self._begin(conn, claim, session.id, new_messages, batch)
+                    lambda conn: self._begin(
+                        conn, claim, session.id, new_messages, batch, window=window
+                    )
                 )
             running.turn_id = turn_id
             progress = TurnProgress()
@@ -199,6 +211,7 @@ class InboxTurns:
                 media=media,
                 history=history,
                 voice=voice,
+                agent=agent,
             ),
             name=f"turn {key}",
         )
@@ -295,6 +308,8 @@ class InboxTurns:
         session_id: SessionId,
         new_messages: list[ChatMessage],
         batch: list[InboxRow],
+        *,
+        window: int,
     ) -> tuple[TurnId, History]:
         """In one write transaction: the turn with its new messages, the batch taken by it
         (`_BatchChanged` when a row went meanwhile), and the history the model reads."""
@@ -309,7 +324,7 @@ class InboxTurns:
             raise _BatchChanged
         await self.ctx.lane_store.check(conn, claim, turn_id)
         # What the model reads, in the same transaction (no read of its own).
-        history = await read_history(conn, session_id, self.ctx.agent.settings.history_window)
+        history = await read_history(conn, session_id, window)
         return turn_id, history
 
     def _settlement(
@@ -526,6 +541,7 @@ class InboxTurns:
         media: TurnMedia | None = None,
         history: History | None = None,
         voice: VoiceJob | None = None,
+        agent: Agent,
     ) -> TurnFailure | None:
         """Run the agent; its failure, or None when it answered.
 
@@ -533,7 +549,7 @@ class InboxTurns:
         exception escaping here would stop every lane and the daemon with them.
         """
         failure = await run_agent(
-            lambda: self.ctx.agent.run_turn(
+            lambda: agent.run_turn(
                 session,
                 progress,
                 on_token=None if preview is None else preview.token,

@@ -33,6 +33,8 @@ class TurnRequest:
     retry_window: float = 0.0
     """Seconds within which a request repeating the session's last, unanswered question
     continues it rather than asking it again (`api.retry_window`)."""
+    profile: str = "default"
+    """The profile that answers (its agent; the session key carries it already)."""
 
 
 @dataclass(frozen=True, slots=True)

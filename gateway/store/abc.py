@@ -114,9 +114,11 @@ class SessionRepository(Protocol):
         user_id: UserId | None,
         snapshot: SnapshotFactory,
         new_epoch: bool = False,
+        profile: str = "default",
     ) -> SessionInfo:
         """The current session of `key`, created with frozen memory snapshots when there is
-        none (always a new epoch with `new_epoch`). Raises ValueError when the row cannot be
+        none (always a new epoch with `new_epoch`, or when the current one was answered by
+        another `profile`). Raises ValueError when the row cannot be
         created for another reason than a concurrent creator."""
         ...
 
@@ -126,15 +128,22 @@ class SessionRepository(Protocol):
         ...
 
     async def list_sessions(
-        self, *, user_id: UserId | None = None, limit: int = 50, offset: int = 0
+        self,
+        *,
+        user_id: UserId | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        profile: str | None = None,
     ) -> list[SessionInfo]:
-        """Sessions (of `user_id` when given), most recently active first."""
+        """Sessions (of `user_id`, answered by `profile`, when given), most recently active
+        first."""
         ...
 
     async def recent_sessions(
-        self, *, user_id: UserId | None, limit: int = 10
+        self, *, user_id: UserId | None, limit: int = 10, profile: str | None = None
     ) -> list[SessionInfo]:
-        """The `limit` most recently active sessions of `user_id` (everyone's when None)."""
+        """The `limit` most recently active sessions of `user_id` (everyone's when None),
+        answered by `profile` when given."""
         ...
 
 
@@ -184,10 +193,10 @@ class TranscriptRepository(Protocol):
         ...
 
     async def search_messages(
-        self, query: str, *, user_id: UserId | None, limit: int = 10
+        self, query: str, *, user_id: UserId | None, limit: int = 10, profile: str | None = None
     ) -> list[SearchHit]:
-        """Full-text hits among user and assistant messages (of `user_id` when given), best
-        first; [] when the query has no words."""
+        """Full-text hits among user and assistant messages (of `user_id`, in sessions
+        `profile` answered, when given), best first; [] when the query has no words."""
         ...
 
 

@@ -73,6 +73,8 @@ class Job:
     anchor_at: datetime
     consecutive_failures: int = 0
     failure_notified: bool = False
+    profile: str = "default"
+    """The profile its runs answer as; `home` is that profile's home."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -462,6 +464,7 @@ def _job_values(job: Job) -> dict[str, Any]:
         "anchor_at": job.anchor_at,
         "consecutive_failures": job.consecutive_failures,
         "failure_notified": job.failure_notified,
+        "profile": job.profile,
     }
 
 
@@ -483,6 +486,7 @@ def _job(r: RowMapping) -> Job:
         anchor_at=created if r["anchor_at"] is None else aware(r["anchor_at"]),
         consecutive_failures=int(r["consecutive_failures"]),
         failure_notified=bool(r["failure_notified"]),
+        profile=str(r["profile"] or "default"),
     )
 
 

@@ -56,8 +56,9 @@ LOCK_WAIT = 30.0
 LOCK_POLL = 0.05
 STALE = "stale"
 """The stamp of folders that may differ from the database (a write failed halfway)."""
-_OWNER = re.compile(r"[ug]-[A-Za-z0-9%._~-]+")
-"""A memory scope's name (`memory_owner`): the only personal owners a row may name."""
+_OWNER = re.compile(r"(p-[a-z0-9_-]+\.)?[ug]-[A-Za-z0-9%._~-]+")
+"""A memory scope's name (`memory_owner`, in a profile's namespace `p-<namespace>.`): the
+only personal owners a row may name."""
 
 Key = tuple[str, str, str]
 """(owner, folder, path): a file's row."""

@@ -322,17 +322,25 @@ class Store:
         user_id: UserId | None,
         snapshot: SnapshotFactory,
         new_epoch: bool = False,
+        profile: str = "default",
     ) -> SessionInfo:
         """The current session of `key`, created (with memory snapshots) when there is none.
 
         With `new_epoch`, always start a fresh session under the same key (`/new`). A session
         that belongs to another user than `user_id` (its identity was unlinked since, say) is
         not reused either: a fresh one starts for `user_id`, so nothing of that user (their
-        USER.md snapshot, history, search, tools) is reached from it.
+        USER.md snapshot, history, search, tools) is reached from it. Nor is one another
+        `profile` answered (the chat's binding changed): one profile never reads another's
+        conversation.
         """
         for _ in range(3):
             current = await self.get_session(key)
-            if current is not None and not new_epoch and current.user_id == user_id:
+            if (
+                current is not None
+                and not new_epoch
+                and current.user_id == user_id
+                and current.profile == profile
+            ):
                 return current
             epoch = current.epoch + 1 if current is not None else 0
             frozen = await snapshot(key, user_id)
@@ -356,6 +364,7 @@ class Store:
                                     created_at=now,
                                     updated_at=now,
                                     message_count=0,
+                                    profile=profile,
                                 )
                                 .returning(*sessions.c)
                             )
@@ -507,21 +516,30 @@ class Store:
         return UserId(str(user_id))
 
     async def list_sessions(
-        self, *, user_id: UserId | None = None, limit: int = 50, offset: int = 0
+        self,
+        *,
+        user_id: UserId | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        profile: str | None = None,
     ) -> list[SessionInfo]:
-        """Sessions, most recently active first."""
+        """Sessions (of `user_id`, answered by `profile`, when given), most recently active
+        first."""
         query = select(sessions).order_by(sessions.c.updated_at.desc(), sessions.c.id.desc())
         if user_id is not None:
             query = query.where(sessions.c.user_id == user_id)
+        if profile is not None:
+            query = query.where(sessions.c.profile == profile)
         async with self.read() as conn:
             rows = (await conn.execute(query.limit(limit).offset(offset))).mappings().all()
         return [_session(r) for r in rows]
 
     async def recent_sessions(
-        self, *, user_id: UserId | None, limit: int = 10
+        self, *, user_id: UserId | None, limit: int = 10, profile: str | None = None
     ) -> list[SessionInfo]:
-        """The most recently active sessions of `user_id` (all when None)."""
-        return await self.list_sessions(user_id=user_id, limit=limit)
+        """The most recently active sessions of `user_id` (all when None), of `profile`
+        when given."""
+        return await self.list_sessions(user_id=user_id, limit=limit, profile=profile)
 
     # turns and transcripts ---------------------------------------------------------------------
 
@@ -629,9 +647,10 @@ class Store:
         return [_message(r) for r in [*reversed(earlier), *itself, *later]]
 
     async def search_messages(
-        self, query: str, *, user_id: UserId | None, limit: int = 10
+        self, query: str, *, user_id: UserId | None, limit: int = 10, profile: str | None = None
     ) -> list[SearchHit]:
-        """Full-text search over user and assistant messages, best match first."""
+        """Full-text search over user and assistant messages (of sessions `profile`
+        answered, when given), best match first."""
         words = _WORD.findall(query)
         if not words:
             return []
@@ -643,6 +662,9 @@ class Store:
         if user_id is not None:
             params["owner"] = owner_key(user_id)
             owner = "AND m.owner = :owner"
+        if profile is not None:
+            params["profile"] = profile
+            owner += " AND m.session_id IN (SELECT id FROM sessions WHERE profile = :profile)"
         if self.dialect == "sqlite":
             terms = " ".join('"' + w.replace('"', "") + '"' for w in words)
             params["q"] = f"content : ({terms})"
@@ -853,6 +875,7 @@ def _session(row: RowMapping) -> SessionInfo:
         updated_at=row["updated_at"],
         message_count=int(row["message_count"]),
         skills_snapshot=str(row["skills_snapshot"] or ""),
+        profile=str(row["profile"] or "default"),
     )
 
 

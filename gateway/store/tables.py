@@ -71,6 +71,8 @@ sessions = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     Column("message_count", Integer, nullable=False, default=0),
+    Column("profile", String(32), nullable=False, default="default", server_default="default"),
+    # The profile that answers the session (a chat bound to another one starts a new session).
     UniqueConstraint("key", "epoch"),
     Index(None, "updated_at"),
     Index(None, "user_id", "updated_at"),
@@ -240,6 +242,23 @@ jobs = Table(
     Column("consecutive_failures", Integer, nullable=False, default=0, server_default="0"),
     Column("failure_notified", Boolean, nullable=False, default=False, server_default=sa_false()),
     # The owner was told about the current streak of failures (reset by a success).
+    Column("profile", String(32), nullable=False, default="default", server_default="default"),
+    # The profile a run answers as; its `home` is that profile's.
+)
+
+profile_bindings = Table(
+    "profile_bindings",
+    metadata,
+    # Bindings made by `herald profiles bind` (the config's are in the config): "" matches
+    # anything.
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("profile", String(32), nullable=False),
+    Column("platform", String(32), nullable=False),
+    Column("account", String(64), nullable=False),
+    Column("chat", SafeText, nullable=False),
+    Column("thread", SafeText, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    UniqueConstraint("platform", "account", "chat", "thread"),
 )
 
 job_runs = Table(

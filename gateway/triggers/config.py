@@ -80,6 +80,8 @@ class TriggerConfig(Section):
     tools: tuple[str, ...] = DEFAULT_TOOLS
     """The tools its runs may use (names; MCP tools as `<server>__<tool>`). Nothing else is
     offered, whatever the payload asks."""
+    profile: str = "default"
+    """The profile its runs answer as (its persona, model, tools; `home` is its home)."""
     payload_budget: int = Field(default=8000, ge=0, le=200_000)
     """Characters of the payload shown to the model (fenced as data), at most."""
     max_body_bytes: int = Field(default=262_144, ge=256)

@@ -29,6 +29,7 @@ from datetime import datetime, timedelta
 
 from agent_core.agent import Agent
 from agent_core.loop import TurnProgress
+from gateway.agents import ProfileAgents
 from gateway.backoff import Backoff, FailureLog
 from gateway.channels import Channels
 from gateway.chunking import split_chunks
@@ -40,6 +41,7 @@ from gateway.contracts.messages import TextFormat, utcnow
 from gateway.cron.scheduler import SILENT
 from gateway.cron.targets import HOME_SETTING, resolve
 from gateway.metrics import Metrics
+from gateway.profiles import DEFAULT
 from gateway.redact import Redactor
 from gateway.store import Store
 from gateway.store.outbox import Chunk, OutboxKind, Target, enqueue
@@ -185,11 +187,17 @@ class TriggerService:
         on_outbox: Callable[[], None] = lambda: None,
         clock: Callable[[], datetime] = utcnow,
         monotonic: Callable[[], float] = time.monotonic,
+        profiles: ProfileAgents | None = None,
+        profile_homes: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
-        """`agent` None: requests are taken and stored, nothing runs here (the CLI)."""
+        """`agent` None: requests are taken and stored, nothing runs here (the CLI).
+        `profiles`: the agent of each trigger's `profile` (None: `agent` for all);
+        `profile_homes`: the home of each profile but the default one (`homes`)."""
         self.store = store
         self.runs = TriggerRuns(store)
         self.agent = agent
+        self.profiles = profiles
+        self.profile_homes = {k: tuple(v) for k, v in (profile_homes or {}).items()}
         self.triggers = dict(triggers)
         self.webhooks = frozenset(webhooks)
         self.homes = tuple(homes)
@@ -436,6 +444,8 @@ class TriggerService:
             return
         assert self.agent is not None
         assert self.snapshot is not None
+        agent = self.agent if self.profiles is None else self.profiles.get(cfg.profile)
+        snapshot = self.snapshot if agent is self.agent else agent.snapshot
         delivery = Delivery(run.trigger, run.delivery_id, run.event, run.headers, run.payload)
         prompt = build_prompt(
             cfg.prompt,
@@ -448,13 +458,13 @@ class TriggerService:
             trigger_session_key(run.trigger, run.id),
             platform=str(Origin.TRIGGER),
             user_id=None,
-            snapshot=self.snapshot,
+            snapshot=snapshot,
+            profile=cfg.profile,
         )
         async with self.store.write() as conn:
             turn_id, _ = await record_start(conn, session.id, [ChatMessage(Role.USER, prompt)])
             await start_run(conn, run.id, session.id, turn_id)
         progress = TurnProgress()
-        agent = self.agent
         allowed = frozenset(cfg.tools)
 
         async def work() -> None:
@@ -525,8 +535,11 @@ class TriggerService:
         """The result's chunks for each target (keys per run and target, so they are
         written once), and what could not be resolved."""
         chat_targets, hooks = split_targets(cfg.targets)
-        sethome = await self.store.get_setting(HOME_SETTING)
-        resolved = resolve(chat_targets, homes=self.homes, sethome=sethome, sections=self.sections)
+        if cfg.profile == DEFAULT:
+            sethome, homes = await self.store.get_setting(HOME_SETTING), self.homes
+        else:  # `home` is the trigger's profile's home
+            sethome, homes = None, self.profile_homes.get(cfg.profile, ())
+        resolved = resolve(chat_targets, homes=homes, sethome=sethome, sections=self.sections)
         problems = list(resolved.problems)
         chunks: list[Chunk] = []
         report = f"{HEADING.format(name=run.trigger)}\n\n{output}"

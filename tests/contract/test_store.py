@@ -15,8 +15,10 @@ from sqlalchemy.exc import IntegrityError, StatementError
 from gateway.contracts.history import ChatMessage, Role, SessionInfo, ToolCall, TurnResult
 from gateway.contracts.ids import MessageId, SessionId, SessionKey, TurnId, UserId
 from gateway.contracts.messages import utcnow
+from gateway.profiles import Binding
 from gateway.store import Store
 from gateway.store import engine as engine_mod
+from gateway.store.profiles import StoredBindings
 from gateway.store.store import busy_mode_of, owner_key
 from gateway.store.tables import messages, sessions, turns, users
 from tests.turns import finish_turn, start_turn
@@ -463,6 +465,55 @@ async def test_search_is_scoped_to_the_user(store: Store) -> None:
     assert await store.search_messages("pineapple", user_id=stranger) == []
     everyone = await store.search_messages("pineapple", user_id=None)
     assert {h.session_id for h in everyone} == {mine.id, theirs.id, nobody.id}
+
+
+async def test_search_and_recent_sessions_are_scoped_to_the_profile(store: Store) -> None:
+    alice = await store.resolve_user("telegram", "alice")
+    snapshot = Snapshots()
+    work = await store.open_session(
+        SessionKey("test:acct:w"), platform="test", user_id=alice, snapshot=snapshot, profile="work"
+    )
+    home = await open_session(store, SessionKey("test:acct:h"), user_id=alice)
+    for session in (work, home):
+        await add_turn(store, session.id, assistant(f"the pineapple of {session.key}"))
+
+    found = await store.search_messages("pineapple", user_id=alice, profile="work")
+    assert {h.session_id for h in found} == {work.id}
+    found = await store.search_messages("pineapple", user_id=alice, profile="default")
+    assert {h.session_id for h in found} == {home.id}
+    both = await store.search_messages("pineapple", user_id=alice)
+    assert {h.session_id for h in both} == {work.id, home.id}
+    recent = await store.recent_sessions(user_id=alice, profile="work")
+    assert [s.id for s in recent] == [work.id]
+    assert work.profile == "work"
+    assert home.profile == "default"
+
+
+async def test_a_session_of_another_profile_is_not_reused(store: Store) -> None:
+    first = await open_session(store)
+    same = await open_session(store)
+    assert same.id == first.id
+    other = await store.open_session(
+        KEY, platform="test", user_id=None, snapshot=Snapshots(), profile="work"
+    )
+    assert other.id != first.id
+    assert other.epoch == first.epoch + 1
+    assert (await store.get_session(KEY)) == other
+
+
+async def test_stored_bindings_bind_rebind_and_unbind(store: Store) -> None:
+    bindings = StoredBindings(store)
+    assert await bindings.list() == []
+    assert await bindings.bind(Binding("work", "telegram", None, "42"))
+    assert await bindings.bind(Binding("family", "telegram", "family"))
+    assert not await bindings.bind(Binding("default", "telegram", None, "42"))  # rebound
+    assert await bindings.list() == [
+        Binding("default", "telegram", None, "42", source="cli"),
+        Binding("family", "telegram", "family", source="cli"),
+    ]
+    assert await bindings.unbind(Binding("x", "telegram", None, "42"))
+    assert not await bindings.unbind(Binding("x", "telegram", None, "42"))
+    assert [b.profile for b in await bindings.list()] == ["family"]
 
 
 async def assert_search_index_consistent(store: Store) -> None:

@@ -1,0 +1,362 @@
+"""Profiles through the whole daemon: bindings choose the agent of a chat (persona, model,
+memory namespace, session_search, jobs and their home), the HTTP API picks one by `model`
+or header, `/v1/models` lists them. The loopback platform against its fake chat server, the
+fake LLM, one daemon for the lot."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from gateway.profiles import Binding
+from gateway.store.profiles import StoredBindings
+from tests.e2e.daemon import free_port
+from tests.fakes.chat_server import FakeChatServer, Sent
+from tests.fakes.clock import FakeClock
+from tests.fakes.honcho_server import FakeHoncho
+from tests.fakes.llm import FakeLLM, Reply
+from tests.integration.inproc import Herald, running_daemon
+
+pytestmark = pytest.mark.timeout(120)
+
+TOKEN = "4242:loopback-secret"
+KEY = "api-secret"
+HOOK_SECRET = "a-trigger-secret-0123456789"
+WAIT = 15.0
+WORK_SOUL = "You are Ledger, the work assistant."
+FAMILY_SOUL = "You are Hearth, the family assistant."
+WORK_TOOLS = ("memory", "session_search", "schedule_job")
+PROFILES = {
+    "work": {
+        "soul": WORK_SOUL,
+        "llm": {"model": "work-model"},
+        "home": "test:work-home",
+        "tools": list(WORK_TOOLS),
+    },
+    "family": {"soul": FAMILY_SOUL, "llm": {"model": "family-model"}},
+}
+BINDINGS = [
+    # Every chat of the bot account answers as `work` …
+    {"profile": "work", "platform": "test", "account": "bot1"},
+    # … but one chat of it, more specific, as `family`; and one as the default profile.
+    {"profile": "family", "platform": "test", "account": "bot1", "chat": "fam"},
+    {"profile": "default", "platform": "test", "chat": "plain"},
+]
+
+
+@dataclass
+class Rig:
+    herald: Herald
+    chat: FakeChatServer
+    llm: FakeLLM
+    api: httpx.AsyncClient
+
+    async def say(self, chat_id: str, text: str, sender: str = "alice") -> Sent:
+        """`text` from `sender` in a private chat `chat_id`; the first reply to it."""
+        before = len([s for s in self.chat.sent if s.chat_id == chat_id])
+        self.chat.inject(chat_id, text, sender_id=sender)
+        await self.chat.wait_for_sent(
+            lambda s: (
+                s.chat_id == chat_id
+                and len([x for x in self.chat.sent if x.chat_id == chat_id]) > before
+            ),
+            WAIT,
+        )
+        return [s for s in self.chat.sent if s.chat_id == chat_id][before]
+
+    def asked(self, text: str) -> dict[str, Any]:
+        """The first request to the model whose last message contains `text`."""
+        for body in self.llm.requests:
+            if text in str(body["messages"][-1].get("content")):
+                return body
+        raise AssertionError(f"the model was never asked {text!r}")
+
+    def tool_result(self, text: str) -> str:
+        """The content of the first tool result containing `text` the model was sent."""
+        for body in self.llm.requests:
+            for message in body["messages"]:
+                if message["role"] == "tool" and text in str(message["content"]):
+                    return str(message["content"])
+        raise AssertionError(f"no tool result with {text!r}")
+
+
+def system(body: dict[str, Any]) -> str:
+    first = body["messages"][0]
+    assert first["role"] == "system"
+    return str(first["content"])
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    port = free_port()
+    async with FakeLLM() as llm, FakeChatServer(TOKEN) as chat:
+        section = {
+            "url": chat.base_url,
+            "token": TOKEN,
+            "account": "bot1",
+            "allowed_users": ["*"],
+            "stream_edits": False,
+            "poll_timeout": 1,
+        }
+        extra = {
+            "api": {"host": "127.0.0.1", "port": port, "key": KEY},
+            "cron": {"poll_interval": 0.1},
+            "access": {"operators": ["test:alice"]},
+            "home": {"targets": ["test:default-home"]},
+            "llm": {
+                "base_url": llm.base_url,
+                "api_key": "k",
+                "memory_pass": False,
+                "model": "default-model",
+            },
+            "profiles": PROFILES,
+            "bindings": BINDINGS,
+            "triggers": {
+                "gh": {
+                    "scheme": "github",
+                    "secret": HOOK_SECRET,
+                    "prompt": "Review PR {{ payload.number }}",
+                    "profile": "work",
+                }
+            },
+        }
+        clock = FakeClock(datetime(2026, 11, 23, 7, 0, tzinfo=UTC))
+        async with (
+            running_daemon(
+                tmp_path, llm, "test", section, port=port, extra=extra, cron_clock=clock
+            ) as herald,
+            httpx.AsyncClient(
+                base_url=herald.url,
+                headers={"Authorization": f"Bearer {KEY}"},
+                timeout=10.0,
+                trust_env=False,
+            ) as api,
+        ):
+            yield Rig(herald, chat, llm, api)
+
+
+async def test_each_bound_chat_answers_with_its_profiles_persona_model_and_memory(
+    rig: Rig,
+) -> None:
+    await rig.say("w1", "first to work")
+    work = rig.asked("first to work")
+    assert work["model"] == "work-model"
+    assert WORK_SOUL in system(work)
+    assert FAMILY_SOUL not in system(work)
+    # The profile's tool list narrows what the model is offered.
+    assert {t["function"]["name"] for t in work["tools"]} == set(WORK_TOOLS)
+    await rig.say("fam", "first to family")
+    family = rig.asked("first to family")
+    assert family["model"] == "family-model"
+    assert FAMILY_SOUL in system(family)
+    assert WORK_SOUL not in system(family)
+    assert "send_message" in {t["function"]["name"] for t in family["tools"]}
+    await rig.say("plain", "first to default")
+    plain = rig.asked("first to default")
+    assert plain["model"] == "default-model"
+    assert WORK_SOUL not in system(plain)
+    assert FAMILY_SOUL not in system(plain)
+
+    # A memory written through `work` …
+    rig.llm.script(
+        Reply(
+            tool_calls=[
+                ("memory", {"action": "add", "target": "user", "content": "sails on Sundays"})
+            ]
+        ),
+        Reply("noted"),
+    )
+    await rig.say("w1", "remember: I sail on Sundays")
+    # … is in the prompt of a new `work` session of the same person, and in no other
+    # profile's (a new family session, and the default profile's).
+    await rig.say("w2", "hello work again")
+    assert "sails on Sundays" in system(rig.asked("hello work again"))
+    await rig.say("fam2", "hello family again")
+    # fam2 is a chat of bot1 too: `work` answers there (the family binding names "fam").
+    assert rig.asked("hello family again")["model"] == "work-model"
+    rig.llm.script(Reply(tool_calls=[("session_search", {"query": "sail"})]), Reply("none"))
+    await rig.say("fam", "what do I do on Sundays?")
+    assert "sails on Sundays" not in system(rig.asked("what do I do on Sundays?"))
+    # session_search stays within the profile: family finds nothing of the work chat …
+    assert "No messages match 'sail'" in rig.tool_result("No messages match")
+    # … while work finds it.
+    rig.llm.script(Reply(tool_calls=[("session_search", {"query": "Sundays"})]), Reply("found"))
+    await rig.say("w2", "search my work chats")
+    assert "I sail on Sundays" in rig.tool_result("## test:bot1:w1")
+
+    # A binding stored by `herald profiles bind` (the table every instance reads) changes
+    # who answers at the next message; the chat's session starts anew with that profile.
+    await StoredBindings(rig.herald.store).bind(
+        Binding("family", "test", "bot1", "w1", source="cli")
+    )
+    await rig.say("w1", "who answers now?")
+    now = rig.asked("who answers now?")
+    assert now["model"] == "family-model"
+    assert FAMILY_SOUL in system(now)
+    assert "first to work" not in str(now["messages"])  # not the work conversation
+
+
+async def test_a_job_of_a_profile_runs_as_it_and_reports_to_its_home(rig: Rig) -> None:
+    rig.llm.script(
+        Reply(
+            tool_calls=[
+                (
+                    "schedule_job",
+                    {
+                        "action": "create",
+                        "prompt": "weekly work report",
+                        "schedule": "every 30m",
+                        "targets": ["home"],
+                    },
+                )
+            ]
+        ),
+        Reply("scheduled"),
+    )
+    await rig.say("w1", "schedule the work report")
+    [job] = (await rig.api.get("/api/jobs")).json()["jobs"]
+    assert job["targets"] == ["home"]
+    assert job["profile"] == "work"  # made in a turn of work, so a job of work
+    queued = await rig.api.post(f"/api/jobs/{job['id']}/run")
+    assert queued.status_code == 202, queued.text
+    [_report] = await rig.chat.wait_for_sent(
+        lambda s: s.chat_id == "work-home" and "weekly work report" in s.text, WAIT
+    )
+    run = rig.asked("weekly work report")
+    assert run["model"] == "work-model"
+    assert WORK_SOUL in system(run)
+    assert not [s for s in rig.chat.sent if s.chat_id == "default-home"]
+    # Another profile's agent does not see (nor change) the jobs of work.
+    rig.llm.script(Reply(tool_calls=[("schedule_job", {"action": "list"})]), Reply("none"))
+    await rig.say("fam", "which jobs do I have?")
+    assert "No scheduled jobs." in rig.tool_result("No scheduled jobs")
+    # Through the jobs API a job names its profile; an unknown one is refused.
+    bad = await rig.api.post(
+        "/api/jobs", json={"prompt": "p", "schedule": "every 30m", "profile": "nope"}
+    )
+    assert bad.status_code == 400
+    assert "no profile 'nope' (profiles: default, work, family)" in bad.text
+    made = await rig.api.post(
+        "/api/jobs", json={"prompt": "p", "schedule": "every 30m", "profile": "family"}
+    )
+    assert made.status_code == 201, made.text
+    assert made.json()["profile"] == "family"
+
+
+async def test_a_trigger_of_a_profile_runs_as_it_and_reports_to_its_home(rig: Rig) -> None:
+    body = json.dumps({"number": 7}).encode()
+    mac = hmac.new(HOOK_SECRET.encode(), body, hashlib.sha256).hexdigest()
+    posted = await rig.api.post(
+        "/hooks/gh",
+        content=body,
+        headers={
+            "X-Hub-Signature-256": f"sha256={mac}",
+            "X-GitHub-Delivery": "d1",
+            "X-GitHub-Event": "pull_request",
+            "Content-Type": "application/json",
+        },
+    )
+    assert posted.status_code == 202, posted.text
+    await rig.chat.wait_for_sent(
+        lambda s: s.chat_id == "work-home" and "Review PR “7”" in s.text, WAIT
+    )
+    run = rig.asked("Review PR “7”")
+    assert run["model"] == "work-model"
+    assert WORK_SOUL in system(run)
+    assert not [s for s in rig.chat.sent if s.chat_id == "default-home"]
+
+
+async def test_the_api_lists_the_profiles_and_routes_by_model(rig: Rig) -> None:
+    sdk = openai.AsyncOpenAI(
+        base_url=f"{rig.herald.url}/v1", api_key=KEY, max_retries=0, timeout=30.0
+    )
+    async with sdk:
+        models = [m.id async for m in sdk.models.list()]
+        assert models == ["herald", "herald:default", "herald:work", "herald:family"]
+        answer = await sdk.chat.completions.create(
+            model="herald:work",
+            messages=[{"role": "user", "content": "api to work"}],
+            extra_headers={"X-Herald-Session-Id": "s1"},
+        )
+        assert answer.choices[0].message.content == "You said: api to work"
+        assert rig.asked("api to work")["model"] == "work-model"
+        assert WORK_SOUL in system(rig.asked("api to work"))
+        # The same session name under another profile is another conversation.
+        await sdk.chat.completions.create(
+            model="herald",
+            messages=[{"role": "user", "content": "api to default"}],
+            extra_headers={"X-Herald-Session-Id": "s1"},
+        )
+        default = rig.asked("api to default")
+        assert default["model"] == "default-model"
+        assert "api to work" not in str(default["messages"])
+        # The header picks one too; a stateless request as well.
+        await sdk.chat.completions.create(
+            model="gpt-4o",
+            messages=[{"role": "user", "content": "stateless to family"}],
+            extra_headers={"X-Herald-Profile": "family"},
+        )
+        assert rig.asked("stateless to family")["model"] == "family-model"
+        with pytest.raises(openai.BadRequestError) as refused:
+            await sdk.chat.completions.create(
+                model="herald:nope", messages=[{"role": "user", "content": "hi"}]
+            )
+        assert "no profile 'nope'" in str(refused.value)
+        assert "herald:work" in str(refused.value)
+        with pytest.raises(openai.BadRequestError) as both:
+            await sdk.chat.completions.create(
+                model="herald:work",
+                messages=[{"role": "user", "content": "hi"}],
+                extra_headers={"X-Herald-Profile": "family"},
+            )
+        assert "name one profile" in str(both.value)
+    assert not [b for b in rig.llm.requests if b["messages"][-1].get("content") == "hi"]
+
+
+async def test_only_the_default_namespace_reaches_the_memory_provider(tmp_path: Path) -> None:
+    port = free_port()
+    async with FakeLLM() as llm, FakeChatServer(TOKEN) as chat, FakeHoncho() as honcho:
+        section = {
+            "url": chat.base_url,
+            "token": TOKEN,
+            "allowed_users": ["*"],
+            "stream_edits": False,
+            "poll_timeout": 1,
+        }
+        extra = {
+            "api": {"host": "127.0.0.1", "port": port},
+            "memory": {
+                "provider": "honcho",
+                "honcho": {"base_url": honcho.base_url, "api_key": honcho.key},
+                "recall_timeout": 5.0,
+                "sync_retry_initial": 0.1,
+                "sync_retry_max": 0.3,
+            },
+            "profiles": {"work": {"soul": WORK_SOUL}},
+            "bindings": [{"profile": "work", "platform": "test", "chat": "w"}],
+        }
+        async with running_daemon(tmp_path, llm, "test", section, port=port, extra=extra):
+            chat.inject("w", "The merger is called Project Falcon", sender_id="alice")
+            await chat.wait_for_sent(1)
+            chat.inject("d", "My cat is called Tom", sender_id="alice")
+            await chat.wait_for_sent(2)
+            # Syncs of one person go in order: once the default chat's turn is synced, the
+            # work turn before it would have been too.
+            await honcho.wait_for(lambda: "My cat is called Tom" in str(honcho.messages))
+            chat.inject("w", "What is my cat called?", sender_id="alice")
+            await chat.wait_for_sent(3)
+    assert "Falcon" not in str(honcho.messages)
+    work_turns = [b for b in llm.requests if WORK_SOUL in system(b)]
+    assert len(work_turns) == 2
+    # No recall in a profile of its own namespace: the default profile's memory stays there.
+    assert "<recalled-memory" not in str(work_turns[-1]["messages"])
