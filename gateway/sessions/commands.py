@@ -235,9 +235,9 @@ class Commands:
         return Answer("\n".join(lines))
 
     async def _cron(self, asked: Asked) -> Answer:
-        """The scheduled jobs that report to this chat (by name, or as a home channel:
-        `/sethome`'s or one of `home.targets`), and in a direct chat the sender's own too
-        (never in a group: everyone there would read them)."""
+        """The scheduled jobs of the chat's profile that report to this chat (by name, or as
+        a home channel: `/sethome`'s or one of `home.targets`), and in a direct chat the
+        sender's own too (never in a group: everyone there would read them)."""
         ctx, row = self.ctx, asked.row
         service = JobService(ctx.store, configured=ctx.platforms)
         user_id = (
@@ -250,10 +250,12 @@ class Commands:
         reporting = {
             j.id for j in await service.delivering_to(here, homes=ctx.homes, sethome=sethome)
         }
+        profile = (await ctx.agent_of(row)).profile  # another profile's jobs are not shown
         found = [
             j
             for j in await service.find()
-            if (user_id is not None and j.user_id == user_id) or j.id in reporting
+            if j.profile == profile
+            and ((user_id is not None and j.user_id == user_id) or j.id in reporting)
         ]
         return Answer(jobs_answer(service, found))
 

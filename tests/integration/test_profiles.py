@@ -360,3 +360,38 @@ async def test_only_the_default_namespace_reaches_the_memory_provider(tmp_path: 
     assert len(work_turns) == 2
     # No recall in a profile of its own namespace: the default profile's memory stays there.
     assert "<recalled-memory" not in str(work_turns[-1]["messages"])
+
+
+async def test_cron_lists_only_the_jobs_of_the_chats_profile(rig: Rig) -> None:
+    rig.llm.script(
+        Reply(
+            tool_calls=[
+                (
+                    "schedule_job",
+                    {"action": "create", "prompt": "work digest", "schedule": "every 30m"},
+                )
+            ]
+        ),
+        Reply("scheduled"),
+    )
+    await rig.say("w1", "schedule the work digest")
+    [job] = (await rig.api.get("/api/jobs")).json()["jobs"]
+    assert job["profile"] == "work"
+    # The same person's /cron in a chat of another profile does not show work's job …
+    assert job["id"] not in (await rig.say("fam", "/cron")).text
+    # … in a chat of work it does.
+    assert job["id"] in (await rig.say("w2", "/cron")).text
+    # Over the API too: the owner's job of family is listed in a session of family only.
+    made = await rig.api.post(
+        "/api/jobs", json={"prompt": "family digest", "schedule": "every 30m", "profile": "family"}
+    )
+    assert made.status_code == 201, made.text
+    job = made.json()
+    for model, shown in (("herald:work", False), ("herald:family", True)):
+        answer = await rig.api.post(
+            "/v1/chat/completions",
+            json={"model": model, "messages": [{"role": "user", "content": "/cron"}]},
+            headers={"X-Herald-Session-Id": "c1"},
+        )
+        assert answer.status_code == 200, answer.text
+        assert (job["id"] in answer.text) is shown, (model, answer.text)
