@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -395,3 +396,19 @@ async def test_cron_lists_only_the_jobs_of_the_chats_profile(rig: Rig) -> None:
         )
         assert answer.status_code == 200, answer.text
         assert (job["id"] in answer.text) is shown, (model, answer.text)
+
+
+async def test_a_stored_binding_of_a_removed_profile_is_skipped_saying_so_once(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    # `herald profiles bind` checked the profile, then the operator removed it from the config.
+    await StoredBindings(rig.herald.store).bind(Binding("gone", "test", "bot1", "w9", source="cli"))
+    with caplog.at_level(logging.WARNING, logger="gateway.agents"):
+        await rig.say("w9", "first while gone")
+        await rig.say("w9", "second while gone")
+    # The next binding that matches answers (work, by the account) …
+    assert rig.asked("second while gone")["model"] == "work-model"
+    # … and the log says once which stored binding names no profile and how to remove it.
+    said = [r.getMessage() for r in caplog.records if "'gone'" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "herald profiles unbind --platform test --account bot1 --chat w9" in said[0]
