@@ -927,6 +927,10 @@ async def _async_checks(cfg: HeraldConfig) -> list[tuple[str, str, str]]:
         out.append(await memory_check(cfg))
     verdict, detail = await check_llm(cfg.llm)
     out.append(("llm", FAIL if verdict == REFUSED else verdict, detail))
+    for name, profile in cfg.profiles.items():
+        if profile.llm:  # a model of its own (else the default's, checked above)
+            verdict, detail = await check_llm(cfg.profile_llm(name))
+            out.append((f"profiles.{name}.llm", FAIL if verdict == REFUSED else verdict, detail))
     if cfg.speech.enabled:
         out.append(("speech", *(await check_speech(cfg))))
     return out

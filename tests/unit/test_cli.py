@@ -26,7 +26,7 @@ from tests.unit.cli_harness import Herald
 
 pytestmark = pytest.mark.usefixtures("clean_environment")
 
-VERDICT = re.compile(r"^(OK|WARN|FAIL)\s+(\w+): (.*)$")
+VERDICT = re.compile(r"^(OK|WARN|FAIL)\s+([\w.]+): (.*)$")
 
 ALICE = SessionKey("telegram:bot:alice")
 BOB = SessionKey("api:default:bob")
@@ -374,6 +374,35 @@ async def test_doctor_warns_when_the_model_is_not_listed(herald: Herald) -> None
     verdict, detail = verdicts(result)["llm"]
     assert verdict == "WARN"
     assert detail.endswith("'fake' not listed")
+
+
+async def test_doctor_checks_each_profiles_own_model(herald: Herald) -> None:
+    async with FakeLLM() as llm:
+        herald.configure(
+            llm={"base_url": llm.base_url, "model": llm.model, "max_retries": 0},
+            profiles={
+                "work": {
+                    "llm": {
+                        "base_url": f"http://127.0.0.1:{closed_port()}/v1",
+                        "api_key": "work-secret-key",
+                        "connect_timeout": 0.5,
+                    }
+                },
+                "same": {"soul": "the default's model"},  # no model of its own: not checked
+            },
+        )
+
+        result = await herald.invoke("doctor")
+
+    assert result.exit_code == 1, result.output
+    found = verdicts(result)
+    assert found["llm"][0] == "OK"
+    verdict, detail = found["profiles.work.llm"]
+    assert verdict == "FAIL"
+    assert "cannot reach the model endpoint" in detail
+    assert "profiles.same.llm" not in found
+    assert "work-secret-key" not in result.output
+    assert llm.model_listings == 1
 
 
 # chat --------------------------------------------------------------------------------------------
