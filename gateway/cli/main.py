@@ -402,6 +402,7 @@ def sessions_list(
                         "messages": s.message_count,
                         "updated_at": s.updated_at,
                         "user_id": s.user_id,
+                        "profile": s.profile,
                     }
                     for s in found
                 ]
@@ -415,6 +416,7 @@ def sessions_list(
                 Column("messages", Kind.NUMBER),
                 Column("last active (UTC)"),
                 Column("user", Kind.ID),
+                Column("profile", Kind.ID),
             ],
             [
                 [
@@ -423,6 +425,7 @@ def sessions_list(
                     str(s.message_count),
                     f"{s.updated_at:%Y-%m-%d %H:%M:%S}",
                     s.user_id or "",
+                    s.profile,
                 ]
                 for s in found
             ],

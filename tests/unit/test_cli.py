@@ -7,6 +7,7 @@ free, and can serve the fake LLM meanwhile.
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 from typing import Any
@@ -208,6 +209,26 @@ async def test_sessions_list_shows_every_session(populated: Herald) -> None:
     assert rows[ALICE][1:3] == ["#1", "4"]
     assert rows[BOB][1:3] == ["#1", "2"]
     assert list(rows) == ["key", BOB, ALICE]  # most recently active first
+
+
+async def test_sessions_list_names_each_sessions_profile(herald: Herald) -> None:
+    async def nothing(*_: object) -> tuple[str, str]:
+        return "", ""
+
+    async with Store.open(herald.database_url) as store:
+        await store.open_session(
+            SessionKey("test:acct:w"),
+            platform="test",
+            user_id=None,
+            snapshot=nothing,
+            profile="work",
+        )
+    listed = await herald.invoke("sessions", "list")
+    assert listed.exit_code == 0, listed.output
+    [row] = [line.split() for line in listed.stdout.splitlines() if "test:acct:w" in line]
+    assert "work" in row
+    as_json = await herald.invoke("sessions", "list", "--json")
+    assert json.loads(as_json.stdout)[0]["profile"] == "work"
 
 
 async def test_sessions_show_prints_the_transcript_with_the_interrupted_mark(
