@@ -74,8 +74,14 @@ class ApiCommands:
                 "(or close that request to stop it)."
             )
         old = await ctx.store.get_session(key)
+        profile = DEFAULT if old is None else old.profile  # the next conversation is its too
         await ctx.store.open_session(
-            key, platform=str(Origin.API), user_id=user_id, snapshot=ctx.snapshot, new_epoch=True
+            key,
+            platform=str(Origin.API),
+            user_id=user_id,
+            snapshot=ctx.profile(profile).snapshot,
+            new_epoch=True,
+            profile=profile,
         )
         if (
             old is not None

@@ -19,6 +19,7 @@ import httpx
 import openai
 import pytest
 
+from gateway.contracts.ids import SessionKey
 from gateway.profiles import Binding
 from gateway.store.profiles import StoredBindings
 from tests.e2e.daemon import free_port
@@ -301,6 +302,15 @@ async def test_the_api_lists_the_profiles_and_routes_by_model(rig: Rig) -> None:
         default = rig.asked("api to default")
         assert default["model"] == "default-model"
         assert "api to work" not in str(default["messages"])
+        # /new in work's session starts work's next conversation (not one of the default).
+        await sdk.chat.completions.create(
+            model="herald:work",
+            messages=[{"role": "user", "content": "/new"}],
+            extra_headers={"X-Herald-Session-Id": "s1"},
+        )
+        renewed = await rig.herald.store.get_session(SessionKey("api:work:s1"))
+        assert renewed is not None
+        assert (renewed.profile, renewed.epoch) == ("work", 1)
         # The header picks one too; a stateless request as well.
         await sdk.chat.completions.create(
             model="gpt-4o",
