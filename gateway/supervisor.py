@@ -341,7 +341,7 @@ def build_agent(
     if external is not None and namespace is None:
         tools.extend(external.provider.tools())
     resolve = no_other_targets if places is None else file_destination(places)
-    media = media_parts(config, store, channels or Channels(), resolve, blobs)
+    media = media_parts(config, store, channels or Channels(), resolve, blobs, llm=llm)
     tools.extend(media.tools)
     skills = build_skills(config, store, profile)
     if skills is not None:

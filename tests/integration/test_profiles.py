@@ -5,6 +5,7 @@ fake LLM, one daemon for the lot."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -28,6 +29,7 @@ from tests.fakes.clock import FakeClock
 from tests.fakes.honcho_server import FakeHoncho
 from tests.fakes.llm import FakeLLM, Reply
 from tests.integration.inproc import Herald, running_daemon
+from tests.integration.media_rig import image_parts, picture
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -422,3 +424,42 @@ async def test_a_stored_binding_of_a_removed_profile_is_skipped_saying_so_once(
     said = [r.getMessage() for r in caplog.records if "'gone'" in r.getMessage()]
     assert len(said) == 1, said
     assert "herald profiles unbind --platform test --account bot1 --chat w9" in said[0]
+
+
+async def test_a_profiles_model_gets_pictures_only_when_it_can_see(tmp_path: Path) -> None:
+    """`vision` is a key of the model: a profile whose model cannot see is told a picture
+    came (no image parts), and one whose model can is shown it, whatever the default's."""
+    png = base64.b64encode(picture(64, 48)).decode()
+    port = free_port()
+    async with FakeLLM() as llm, FakeChatServer(TOKEN) as chat:
+        section = {"url": chat.base_url, "token": TOKEN, "allowed_users": ["*"]}
+        extra = {
+            "api": {"host": "127.0.0.1", "port": port},
+            "llm": {"base_url": llm.base_url, "memory_pass": False, "vision": True},
+            "profiles": {
+                "blind": {"llm": {"model": "text-only", "vision": False}},
+                "sees": {"llm": {"model": "sees-model"}},
+            },
+        }
+        async with (
+            running_daemon(tmp_path, llm, "test", section, port=port, extra=extra) as herald,
+            httpx.AsyncClient(base_url=herald.url, timeout=30.0, trust_env=False) as http,
+        ):
+            for model in ("herald:blind", "herald:sees"):
+                parts = [
+                    {"type": "text", "text": f"what is this, {model}?"},
+                    {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png}"}},
+                ]
+                answer = await http.post(
+                    "/v1/chat/completions",
+                    json={
+                        "model": model,
+                        "user": "ann",
+                        "messages": [{"role": "user", "content": parts}],
+                    },
+                )
+                assert answer.status_code == 200, answer.text
+    blind = next(b for b in llm.requests if b["model"] == "text-only")
+    sees = next(b for b in llm.requests if b["model"] == "sees-model")
+    assert image_parts(blind) == []
+    assert len(image_parts(sees)) == 1
