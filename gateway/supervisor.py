@@ -723,6 +723,7 @@ class Supervisor:
                 homes=cfg.home.targets,
                 redact=self.redactor.secrets,
                 profiles=core.profiles,
+                profile_homes={name: cfg.profile_home(name) for name in cfg.profiles},
             )
         )
         for runner in self.runners.values():

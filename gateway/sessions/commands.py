@@ -18,6 +18,7 @@ from gateway.contracts.ids import SessionKey, UserId
 from gateway.contracts.messages import TextFormat
 from gateway.cron.service import JobService, describe
 from gateway.cron.targets import HOME_SETTING, chat_target
+from gateway.profiles import DEFAULT
 from gateway.sessions.context import SessionContext
 from gateway.sessions.signals import ClusterSignals
 from gateway.sessions.state import Lane, Running
@@ -246,11 +247,12 @@ class Commands:
             else None
         )
         here = chat_target(row.platform, row.chat_id, row.thread_id)
-        sethome = await ctx.store.get_setting(HOME_SETTING)
-        reporting = {
-            j.id for j in await service.delivering_to(here, homes=ctx.homes, sethome=sethome)
-        }
         profile = (await ctx.agent_of(row)).profile  # another profile's jobs are not shown
+        if profile == DEFAULT:
+            homes, sethome = ctx.homes, await ctx.store.get_setting(HOME_SETTING)
+        else:  # `home` of a job of another profile is that profile's home
+            homes, sethome = ctx.profile_homes.get(profile, ()), None
+        reporting = {j.id for j in await service.delivering_to(here, homes=homes, sethome=sethome)}
         found = [
             j
             for j in await service.find()

@@ -394,6 +394,14 @@ async def test_cron_lists_only_the_jobs_of_the_chats_profile(rig: Rig) -> None:
     assert job["id"] not in (await rig.say("fam", "/cron")).text
     # … in a chat of work it does.
     assert job["id"] in (await rig.say("w2", "/cron")).text
+    # A job of work reporting to work's home is listed in that chat (work's home, not the
+    # default profile's).
+    homed = await rig.api.post(
+        "/api/jobs",
+        json={"prompt": "p", "schedule": "every 30m", "targets": ["home"], "profile": "work"},
+    )
+    assert homed.status_code == 201, homed.text
+    assert homed.json()["id"] in (await rig.say("work-home", "/cron")).text
     # Over the API too: the owner's job of family is listed in a session of family only.
     made = await rig.api.post(
         "/api/jobs", json={"prompt": "family digest", "schedule": "every 30m", "profile": "family"}
