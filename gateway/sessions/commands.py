@@ -277,6 +277,16 @@ class Commands:
                 outcome=Outcome.REJECTED,
                 detail="/sethome: not an operator",
             )
+        profile = (await ctx.agent_of(row)).profile
+        if profile != DEFAULT:
+            # /sethome chooses the default profile's home; this chat's profile has its own.
+            return Answer(
+                f"This chat answers as profile {profile}: its scheduled reports go to "
+                f"profiles.{profile}.home in the config file. /sethome chooses the default "
+                "profile's home: send it in a chat of the default profile.",
+                outcome=Outcome.REJECTED,
+                detail=f"/sethome: a chat of profile {profile}",
+            )
         home = ":".join(p for p in (row.platform, row.chat_id, row.thread_id) if p)
         async with ctx.store.write() as conn:
             await set_setting(conn, HOME_SETTING, home)

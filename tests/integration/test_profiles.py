@@ -21,6 +21,7 @@ import openai
 import pytest
 
 from gateway.contracts.ids import SessionKey
+from gateway.cron.targets import HOME_SETTING
 from gateway.profiles import Binding
 from gateway.store.profiles import StoredBindings
 from tests.e2e.daemon import free_port
@@ -471,3 +472,13 @@ async def test_a_profiles_model_gets_pictures_only_when_it_can_see(tmp_path: Pat
     sees = next(b for b in llm.requests if b["model"] == "sees-model")
     assert image_parts(blind) == []
     assert len(image_parts(sees)) == 1
+
+
+async def test_sethome_in_a_chat_of_another_profile_changes_nothing_and_says_why(rig: Rig) -> None:
+    # alice is an operator; w1 answers as work, whose home is set in the config.
+    said = await rig.say("w1", "/sethome")
+    assert "profiles.work.home" in said.text
+    assert await rig.herald.store.get_setting(HOME_SETTING) is None
+    # In a chat of the default profile /sethome does what it did.
+    assert "Scheduled reports will come to this chat" in (await rig.say("plain", "/sethome")).text
+    assert await rig.herald.store.get_setting(HOME_SETTING) == "test:plain"
