@@ -482,3 +482,49 @@ async def test_sethome_in_a_chat_of_another_profile_changes_nothing_and_says_why
     # In a chat of the default profile /sethome does what it did.
     assert "Scheduled reports will come to this chat" in (await rig.say("plain", "/sethome")).text
     assert await rig.herald.store.get_setting(HOME_SETTING) == "test:plain"
+
+
+async def test_health_names_a_profiles_model_failing_apart_from_the_default(
+    tmp_path: Path,
+) -> None:
+    """A profile's broken model shows under its name in /health; the default model's state
+    stays its own (one outage is not reported as the other's)."""
+    port = free_port()
+    closed = free_port()
+    async with FakeLLM() as llm, FakeChatServer(TOKEN) as chat:
+        section = {"url": chat.base_url, "token": TOKEN, "allowed_users": ["*"]}
+        extra = {
+            "api": {"host": "127.0.0.1", "port": port, "key": KEY},
+            "llm": {"base_url": llm.base_url, "api_key": "k", "memory_pass": False},
+            "profiles": {
+                "broken": {
+                    "llm": {
+                        "base_url": f"http://127.0.0.1:{closed}/v1",
+                        "api_key": "broken-key",
+                        "model": "gone-model",
+                        "max_retries": 0,
+                        "connect_timeout": 0.5,
+                    }
+                }
+            },
+        }
+        async with (
+            running_daemon(tmp_path, llm, "test", section, port=port, extra=extra) as herald,
+            httpx.AsyncClient(
+                base_url=herald.url,
+                headers={"Authorization": f"Bearer {KEY}"},
+                timeout=30.0,
+                trust_env=False,
+            ) as http,
+        ):
+            for model in ("herald", "herald:broken"):
+                await http.post(
+                    "/v1/chat/completions",
+                    json={"model": model, "messages": [{"role": "user", "content": "hi"}]},
+                )
+            body = (await http.get("/health")).json()
+    assert body["llm"]["state"] == "ok", body["llm"]
+    broken = body["llm"]["profiles"]["broken"]
+    assert broken["model"] == "gone-model"
+    assert broken["state"] == "unreachable"
+    assert "broken-key" not in json.dumps(body)
