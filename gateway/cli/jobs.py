@@ -155,6 +155,7 @@ def jobs_list(config: ConfigOption = None, json_: JsonOption = False) -> None:
                         "enabled": j.enabled,
                         "next_run_at": service.next_run(j),
                         "prompt": j.prompt,
+                        "profile": j.profile,
                     }
                     for j in found
                 ]
@@ -172,6 +173,7 @@ def jobs_list(config: ConfigOption = None, json_: JsonOption = False) -> None:
                     j.name,
                     f"{j.schedule} ({j.timezone})",
                     ", ".join(j.targets),
+                    j.profile,
                     f"{nxt:%Y-%m-%d %H:%M}" if nxt else "paused" if not j.enabled else "-",
                 ]
             )
@@ -182,6 +184,7 @@ def jobs_list(config: ConfigOption = None, json_: JsonOption = False) -> None:
                 Column("name"),
                 Column("schedule"),
                 Column("targets"),
+                Column("profile", Kind.ID),
                 Column("next run (UTC)"),
             ],
             rows,
