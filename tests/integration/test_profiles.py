@@ -528,3 +528,26 @@ async def test_health_names_a_profiles_model_failing_apart_from_the_default(
     assert broken["model"] == "gone-model"
     assert broken["state"] == "unreachable"
     assert "broken-key" not in json.dumps(body)
+
+
+async def test_odd_profile_names_in_the_model_or_header_are_refused_briefly(rig: Rig) -> None:
+    for headers, model in (
+        ({"X-Herald-Profile": "../../etc/passwd"}, "herald"),
+        ({"X-Herald-Profile": "w" * 4000}, "herald"),
+        ({}, "herald:" + "ü" * 100_000),
+        ({}, "herald:work/../default"),
+        ({}, "herald:WORK"),
+        ({"X-Herald-Profile": "work"}, "herald:" + "x" * 100_000),
+    ):
+        refused = await rig.api.post(
+            "/v1/chat/completions",
+            json={"model": model, "messages": [{"role": "user", "content": "odd"}]},
+            headers=headers,
+        )
+        assert refused.status_code == 400, refused.text
+        assert len(refused.text) < 600, refused.text[:200]
+        # Says which models there are (a header over 256 characters: that it is too long).
+        assert any(
+            said in refused.text for said in ("herald:work", "longer than 256", "name one profile")
+        )
+    assert not [b for b in rig.llm.requests if "odd" in str(b["messages"][-1])]
