@@ -408,6 +408,7 @@ def sessions_list(
                 ]
             )
             return
+        profiles = any(s.profile != "default" for s in found)  # the column only then
         print_rows(
             console,
             [
@@ -416,7 +417,7 @@ def sessions_list(
                 Column("messages", Kind.NUMBER),
                 Column("last active (UTC)"),
                 Column("user", Kind.ID),
-                Column("profile", Kind.ID),
+                *([Column("profile", Kind.ID)] if profiles else []),
             ],
             [
                 [
@@ -425,7 +426,7 @@ def sessions_list(
                     str(s.message_count),
                     f"{s.updated_at:%Y-%m-%d %H:%M:%S}",
                     s.user_id or "",
-                    s.profile,
+                    *([s.profile] if profiles else []),
                 ]
                 for s in found
             ],
