@@ -114,6 +114,8 @@ class Agent:
         """The background review this finished turn earns, or None."""
         if self.review is None or not self.review.wanted(session, exchange):
             return None
+        if self.allowed is not None and "skill_manage" not in self.allowed:
+            return None  # the profile may not write skills: not in the background either
         return self.review.run(session, exchange)
 
     async def load_context(

@@ -33,6 +33,8 @@ class ProfileAgents:
         """The config's bindings."""
         self.stored = stored
         """Bindings stored by `herald profiles bind` (None: the config's alone)."""
+        self._warned: set[Binding] = set()
+        """Stored bindings naming no configured profile, already logged."""
 
     @classmethod
     def single(cls, agent: Agent) -> ProfileAgents:
@@ -65,8 +67,28 @@ class ProfileAgents:
 
     async def choose(self, platform: str, account: str, chat: str, thread: str | None) -> Agent:
         """The agent that answers in this chat now (a stored binding naming a profile the
-        config no longer has is skipped)."""
+        config no longer has is skipped, and logged once)."""
         if len(self.agents) == 1:
             return self.default
-        rules = [r for r in await self.rules_now() if r.profile in self.agents]
+        rules = []
+        for rule in await self.rules_now():
+            if rule.profile in self.agents:
+                rules.append(rule)
+            elif rule not in self._warned:  # said once per binding (each message reads them)
+                self._warned.add(rule)
+                options = " ".join(
+                    f"--{k} {v}"
+                    for k, v in zip(
+                        ("platform", "account", "chat", "thread"), rule.where, strict=True
+                    )
+                    if v is not None
+                )
+                logger.warning(
+                    "the stored binding %s names profile %r, which the config no longer has: "
+                    "it is skipped (remove it: herald profiles unbind %s; profiles: %s)",
+                    rule.describe(),
+                    rule.profile,
+                    options,
+                    ", ".join(self.agents),
+                )
         return self.agents[choose(rules, platform, account, chat, thread)]

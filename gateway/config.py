@@ -53,11 +53,13 @@ from gateway.contracts.platform import Host
 from gateway.cron.targets import TargetError, normalize_targets
 from gateway.profiles import (
     DEFAULT,
+    OPENAI_BASE_URL,
     Binding,
     BindingConfig,
     ProfileConfig,
     check_bindings,
     check_profile_name,
+    url_origin,
 )
 from gateway.tools.config import ToolsConfig
 from gateway.triggers.config import OPERATOR_CLI, TriggerConfig, WebhookConfig, check_name
@@ -808,7 +810,14 @@ class HeraldConfig(BaseSettings):
         """The model of profile `name`: its `llm` keys over the top-level `llm`."""
         if name == DEFAULT or not self.profiles[name].llm:
             return self.llm
-        merged = {**self.llm.model_dump(exclude_unset=True), **self.profiles[name].llm}
+        own = self.profiles[name].llm
+        merged = {**self.llm.model_dump(exclude_unset=True), **own}
+        if "api_key" not in own and isinstance(own.get("base_url"), str):
+            # The top-level model's key goes only to its own server (as speech's and
+            # transcription's do): a profile's model elsewhere needs its own `api_key`.
+            top = self.llm.base_url or OPENAI_BASE_URL
+            if url_origin(own["base_url"]) != url_origin(top):
+                merged.pop("api_key", None)
         return LLMConfig.model_validate(merged)
 
     def profile_home(self, name: str) -> tuple[str, ...]:

@@ -404,10 +404,13 @@ def media_parts(
     channels: Channels,
     resolve: TargetResolver = no_other_targets,
     blobs: Blobs | None = None,
+    *,
+    llm: LLMConfig | None = None,
 ) -> MediaParts:
     """The media tools, the vision step and the transcriber (close it: `aclose`), over
-    `blobs` (default: the database's blob store)."""
-    llm = config.llm
+    `blobs` (default: the database's blob store), for the model `llm` (a profile's; default
+    `config.llm`): its `vision` and `transcription` keys."""
+    llm = config.llm if llm is None else llm
     settings = VisionSettings(
         llm.vision, llm.image_max_pixels, llm.max_images_per_turn, config.media.max_image_pixels
     )

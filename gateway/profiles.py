@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
@@ -247,3 +248,18 @@ def parse_model(model: str | None) -> str | None:
     if model is None or not model.startswith(MODEL_PREFIX):
         return None
     return model.removeprefix(MODEL_PREFIX)
+
+
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+"""Where the `openai` SDK goes without a `base_url`."""
+
+
+def url_origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of `url`: two URLs of one origin are one server."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(scheme)
+    except ValueError:  # a port that is no number: no server's origin
+        port = -1
+    return scheme, (parts.hostname or "").lower(), port

@@ -358,7 +358,7 @@ def build_agent(
     if external is not None and namespace is None:
         tools.extend(external.provider.tools())
     resolve = no_other_targets if places is None else file_destination(places)
-    media = media_parts(config, store, channels or Channels(), resolve, blobs)
+    media = media_parts(config, store, channels or Channels(), resolve, blobs, llm=llm)
     tools.extend(media.tools)
     skills = build_skills(config, store, profile)
     if skills is not None:
@@ -477,6 +477,8 @@ class _Core:
     """Received and sent files, their bytes in the blob store."""
     profiles: ProfileAgents
     """The agent of every profile (`agent` is the default one's) and the bindings."""
+    profile_models: dict[str, tuple[str, ModelHealth]]
+    """(model, its health) of each profile with a model of its own."""
 
 
 class Supervisor:
@@ -622,17 +624,20 @@ class Supervisor:
         )
         sender = OutboxChannels(store, places, channels)
         agents: dict[str, Agent] = {}
+        profile_models: dict[str, tuple[str, ModelHealth]] = {}
         for name in cfg.profile_names():
             chosen = None if name == DEFAULT else cfg.profiles[name]
             model = provider
-            if chosen is not None and chosen.llm:  # a model of its own
+            if chosen is not None and chosen.llm:  # a model of its own, its own health
+                own_health = ModelHealth()
                 model = ObservedProvider(
                     make_provider(cfg.profile_llm(name)),
-                    health,
+                    own_health,
                     lambda kind: failed_calls.labels(kind=kind).inc(),
                     redact=self.redactor,
                 )
                 stack.push_async_callback(model.aclose)
+                profile_models[name] = (model.model, own_health)
             tools = mcp_tools
             if chosen is not None and chosen.mcp != "all":  # only the servers it names
                 tools = MCPTools(
@@ -675,6 +680,7 @@ class Supervisor:
             agent,
             files,
             profiles,
+            profile_models,
         )
 
     def _channels(self, core: _Core, node: Node) -> None:
@@ -744,6 +750,7 @@ class Supervisor:
                 homes=cfg.home.targets,
                 redact=self.redactor.secrets,
                 profiles=core.profiles,
+                profile_homes={name: cfg.profile_home(name) for name in cfg.profiles},
             )
         )
         for runner in self.runners.values():
@@ -831,6 +838,7 @@ class Supervisor:
             webhooks=self._webhook_adapter,
             jobs=core.jobs,
             llm_health=core.health,
+            profile_models=core.profile_models,
             mcp=lambda: {n: st.as_dict() for n, st in hub.status().items()},
             links=self.links,
             files=core.files,

@@ -155,6 +155,7 @@ def jobs_list(config: ConfigOption = None, json_: JsonOption = False) -> None:
                         "enabled": j.enabled,
                         "next_run_at": service.next_run(j),
                         "prompt": j.prompt,
+                        "profile": j.profile,
                     }
                     for j in found
                 ]
@@ -163,6 +164,7 @@ def jobs_list(config: ConfigOption = None, json_: JsonOption = False) -> None:
         if not found:
             console.print("no jobs")
             return
+        profiles = any(j.profile != "default" for j in found)  # the column only then
         rows = []
         for j in found:
             nxt = service.next_run(j)
@@ -172,6 +174,7 @@ def jobs_list(config: ConfigOption = None, json_: JsonOption = False) -> None:
                     j.name,
                     f"{j.schedule} ({j.timezone})",
                     ", ".join(j.targets),
+                    *([j.profile] if profiles else []),
                     f"{nxt:%Y-%m-%d %H:%M}" if nxt else "paused" if not j.enabled else "-",
                 ]
             )
@@ -182,6 +185,7 @@ def jobs_list(config: ConfigOption = None, json_: JsonOption = False) -> None:
                 Column("name"),
                 Column("schedule"),
                 Column("targets"),
+                *([Column("profile", Kind.ID)] if profiles else []),
                 Column("next run (UTC)"),
             ],
             rows,

@@ -402,11 +402,13 @@ def sessions_list(
                         "messages": s.message_count,
                         "updated_at": s.updated_at,
                         "user_id": s.user_id,
+                        "profile": s.profile,
                     }
                     for s in found
                 ]
             )
             return
+        profiles = any(s.profile != "default" for s in found)  # the column only then
         print_rows(
             console,
             [
@@ -415,6 +417,7 @@ def sessions_list(
                 Column("messages", Kind.NUMBER),
                 Column("last active (UTC)"),
                 Column("user", Kind.ID),
+                *([Column("profile", Kind.ID)] if profiles else []),
             ],
             [
                 [
@@ -423,6 +426,7 @@ def sessions_list(
                     str(s.message_count),
                     f"{s.updated_at:%Y-%m-%d %H:%M:%S}",
                     s.user_id or "",
+                    *([s.profile] if profiles else []),
                 ]
                 for s in found
             ],
@@ -927,6 +931,10 @@ async def _async_checks(cfg: HeraldConfig) -> list[tuple[str, str, str]]:
         out.append(await memory_check(cfg))
     verdict, detail = await check_llm(cfg.llm)
     out.append(("llm", FAIL if verdict == REFUSED else verdict, detail))
+    for name, profile in cfg.profiles.items():
+        if profile.llm:  # a model of its own (else the default's, checked above)
+            verdict, detail = await check_llm(cfg.profile_llm(name))
+            out.append((f"profiles.{name}.llm", FAIL if verdict == REFUSED else verdict, detail))
     if cfg.speech.enabled:
         out.append(("speech", *(await check_speech(cfg))))
     return out

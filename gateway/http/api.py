@@ -175,6 +175,12 @@ async def list_models(deps: Deps) -> dict[str, Any]:
     }
 
 
+def _brief(name: str) -> str:
+    """`name` as an error shows it: a profile's name is at most 32 characters, so what is
+    longer is cut (a huge `model` is not echoed back whole)."""
+    return name if len(name) <= 40 else name[:40] + "…"
+
+
 def _profile(request: Request, body: ChatCompletionRequest, deps: AppDeps) -> str:
     """The profile a request asks for: `X-Herald-Profile`, or `model: "herald:<profile>"`
     (any other model: the default profile). 400 naming the profiles there are when it names
@@ -185,15 +191,17 @@ def _profile(request: Request, body: ChatCompletionRequest, deps: AppDeps) -> st
     if by_header is not None and by_model is not None and by_header != by_model:
         raise HTTPException(
             400,
-            f"{PROFILE_HEADER} asks for profile {by_header!r} but model asks for "
-            f"{body.model!r}; name one profile",
+            f"{PROFILE_HEADER} asks for profile {_brief(by_header)!r} but model asks for "
+            f"{_brief(body.model or '')!r}; name one profile",
         )
     name = by_header or by_model or DEFAULT
     try:
         deps.manager.profiles.get(name)
-    except UnknownProfile as err:
+    except UnknownProfile:
         models = ", ".join(f"{MODEL_PREFIX}{n}" for n in deps.manager.profiles.names)
-        raise HTTPException(400, f"{err}; use one of the models {models}") from None
+        raise HTTPException(
+            400, f"no profile {_brief(name)!r}; use one of the models {models}"
+        ) from None
     return name
 
 

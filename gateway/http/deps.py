@@ -52,6 +52,9 @@ class AppDeps:
     """The external memory provider: its state and its sync queue."""
     llm_health: ModelHealth = field(default_factory=ModelHealth)
     """The model endpoint's state as the turns' calls saw it."""
+    profile_models: Mapping[str, tuple[str, ModelHealth]] = field(default_factory=dict)
+    """(model, its state) of each profile with a model of its own (`llm_health` is the
+    default profile's)."""
     mcp: Callable[[], Mapping[str, Mapping[str, object]]] = dict
     """Each MCP server's state and tool count (shown by /health and /ready, never gating)."""
     links: MediaLinks | None = None

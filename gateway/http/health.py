@@ -71,6 +71,16 @@ async def health(request: Request) -> dict[str, Any]:
         "mcp": {name: dict(status) for name, status in deps.mcp().items()},
         "memory": dict(deps.memory()),
     }
+    if deps.profile_models:  # each profile's own model, apart from the default's
+        body["llm"]["profiles"] = {
+            name: {
+                "model": model,
+                "state": str(state.state),
+                "detail": state.describe(),
+                "error": state.error,
+            }
+            for name, (model, state) in deps.profile_models.items()
+        }
     if deps.llm_provider == "echo":
         body["llm"]["warning"] = OFFLINE_WARNING
     redacted: dict[str, Any] = deps.redactor.data(body)

@@ -10,6 +10,7 @@ from gateway.commands import API_HELP_TEXT, Command, ParsedCommand, Surface, app
 from gateway.contracts.history import SessionInfo
 from gateway.contracts.ids import Origin, SessionKey, UserId
 from gateway.cron.service import JobService
+from gateway.profiles import DEFAULT
 from gateway.sessions.commands import jobs_answer, skills_answer
 from gateway.sessions.context import SessionContext
 
@@ -41,8 +42,10 @@ class ApiCommands:
             return f"/{command} {STATELESS}."
         if command is Command.CRON:
             service = JobService(self.ctx.store, configured=self.ctx.platforms)
+            session = await self.ctx.store.get_session(key)
+            profile = DEFAULT if session is None else session.profile
             mine = [] if user_id is None else await service.find(user_id=user_id)
-            return jobs_answer(service, mine)
+            return jobs_answer(service, [j for j in mine if j.profile == profile])
         if command is Command.STATUS:
             return await self._status(key)
         return await self._new(key, user_id)
@@ -71,8 +74,14 @@ class ApiCommands:
                 "(or close that request to stop it)."
             )
         old = await ctx.store.get_session(key)
+        profile = DEFAULT if old is None else old.profile  # the next conversation is its too
         await ctx.store.open_session(
-            key, platform=str(Origin.API), user_id=user_id, snapshot=ctx.snapshot, new_epoch=True
+            key,
+            platform=str(Origin.API),
+            user_id=user_id,
+            snapshot=ctx.profile(profile).snapshot,
+            new_epoch=True,
+            profile=profile,
         )
         if (
             old is not None

@@ -18,6 +18,7 @@ from gateway.contracts.ids import SessionKey, UserId
 from gateway.contracts.messages import TextFormat
 from gateway.cron.service import JobService, describe
 from gateway.cron.targets import HOME_SETTING, chat_target, named_account
+from gateway.profiles import DEFAULT
 from gateway.sessions.context import SessionContext
 from gateway.sessions.signals import ClusterSignals
 from gateway.sessions.state import Lane, Running
@@ -237,9 +238,9 @@ class Commands:
         return Answer("\n".join(lines))
 
     async def _cron(self, asked: Asked) -> Answer:
-        """The scheduled jobs that report to this chat (by name, or as a home channel:
-        `/sethome`'s or one of `home.targets`), and in a direct chat the sender's own too
-        (never in a group: everyone there would read them)."""
+        """The scheduled jobs of the chat's profile that report to this chat (by name, or as
+        a home channel: `/sethome`'s or one of `home.targets`), and in a direct chat the
+        sender's own too (never in a group: everyone there would read them)."""
         ctx, row = self.ctx, asked.row
         service = JobService(ctx.store, configured=ctx.platforms)
         user_id = (
@@ -253,14 +254,17 @@ class Commands:
             row.thread_id,
             named_account(row.platform, row.account, ctx.platforms),
         )
-        sethome = await ctx.store.get_setting(HOME_SETTING)
-        reporting = {
-            j.id for j in await service.delivering_to(here, homes=ctx.homes, sethome=sethome)
-        }
+        profile = (await ctx.agent_of(row)).profile  # another profile's jobs are not shown
+        if profile == DEFAULT:
+            homes, sethome = ctx.homes, await ctx.store.get_setting(HOME_SETTING)
+        else:  # `home` of a job of another profile is that profile's home
+            homes, sethome = ctx.profile_homes.get(profile, ()), None
+        reporting = {j.id for j in await service.delivering_to(here, homes=homes, sethome=sethome)}
         found = [
             j
             for j in await service.find()
-            if (user_id is not None and j.user_id == user_id) or j.id in reporting
+            if j.profile == profile
+            and ((user_id is not None and j.user_id == user_id) or j.id in reporting)
         ]
         return Answer(jobs_answer(service, found))
 
@@ -281,6 +285,16 @@ class Commands:
                 f"(An operator lists {row.platform}:{row.sender_id} in access.operators.)",
                 outcome=Outcome.REJECTED,
                 detail="/sethome: not an operator",
+            )
+        profile = (await ctx.agent_of(row)).profile
+        if profile != DEFAULT:
+            # /sethome chooses the default profile's home; this chat's profile has its own.
+            return Answer(
+                f"This chat answers as profile {profile}: its scheduled reports go to "
+                f"profiles.{profile}.home in the config file. /sethome chooses the default "
+                "profile's home: send it in a chat of the default profile.",
+                outcome=Outcome.REJECTED,
+                detail=f"/sethome: a chat of profile {profile}",
             )
         home = chat_target(
             row.platform,

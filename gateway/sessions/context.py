@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +70,8 @@ class SessionContext:
     """Speaks voice replies (`speech`; None: every answer is text)."""
     homes: tuple[str, ...] = ()
     """`home.targets` from the config: `/cron` lists the jobs reporting to them too."""
+    profile_homes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """The home of each profile but the default one (`profiles.<name>.home`)."""
     outbox: Outbox = field(init=False)
     lanes: dict[SessionKey, Lane] = field(default_factory=dict)
     """Sessions with a turn running or waiting here; a lane is freed when it empties."""

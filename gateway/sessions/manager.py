@@ -78,6 +78,7 @@ class SessionManager:
         homes: Sequence[str] = (),
         redact: Callable[[str], str] = lambda text: text,
         profiles: ProfileAgents | None = None,
+        profile_homes: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.ctx = ctx = SessionContext(
             store=store,
@@ -98,6 +99,7 @@ class SessionManager:
             homes=tuple(homes),
             redact=redact,
             profiles=profiles,
+            profile_homes={k: tuple(v) for k, v in (profile_homes or {}).items()},
         )
         self.signals = ClusterSignals(ctx, scan_interval)
         self.commands = Commands(ctx, self.signals)

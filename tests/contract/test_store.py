@@ -129,6 +129,30 @@ async def test_downgrade_to_base_and_upgrade_again(store: Store) -> None:
     assert await store.search_messages("downgrade", user_id=None) == []
 
 
+async def test_profiles_migration_keeps_existing_sessions_as_the_default_profiles(
+    store: Store,
+) -> None:
+    """0017 on a database with data: every session made before it is the default
+    profile's and stays searchable; going back to 0016 and up again keeps them."""
+    work = await store.open_session(
+        SessionKey("test:acct:w"),
+        platform="test",
+        user_id=None,
+        snapshot=Snapshots(),
+        profile="work",
+    )
+    await add_messages(store, work.id, ["a pelican before the migration"])
+    await StoredBindings(store).bind(Binding("work", "test", None, "w", source="cli"))
+    await downgrade(store, "0016")
+    await engine_mod.upgrade(store.engine)
+    again = await store.get_session(SessionKey("test:acct:w"))
+    assert again is not None
+    assert again.profile == "default"  # the column came back with its default
+    hits = await store.search_messages("pelican", user_id=None, profile="default")
+    assert [h.session_id for h in hits] == [work.id]
+    assert await StoredBindings(store).list() == []
+
+
 # users -------------------------------------------------------------------------------------------
 
 

@@ -697,6 +697,19 @@ async def test_api_and_terminal_questions_show_and_each_conversation_has_its_own
         assert other.status_code == 404
 
 
+async def test_the_sessions_page_names_each_conversations_profile(rig: Rig) -> None:
+    key = SessionKey("test:acct:bound")
+    await rig.store.open_session(
+        key, platform="test", user_id=None, snapshot=_no_snapshot, profile="work"
+    )
+    async with rig.client() as http:
+        listing = await http.get("/console/sessions")
+        assert "<th>profile</th>" in listing.text
+        assert "<td>work</td>" in listing.text
+        view = await http.get("/console/sessions/view", params={"key": str(key)})
+        assert "profile work" in view.text
+
+
 def chart_summary(page: str, chart_id: str) -> str:
     found = re.search(rf'<title id="{chart_id}-summary">([^<]*)</title>', page)
     assert found, page

@@ -5,9 +5,11 @@ fake LLM, one daemon for the lot."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -18,6 +20,8 @@ import httpx
 import openai
 import pytest
 
+from gateway.contracts.ids import SessionKey
+from gateway.cron.targets import HOME_SETTING
 from gateway.profiles import Binding
 from gateway.store.profiles import StoredBindings
 from tests.e2e.daemon import free_port
@@ -26,6 +30,7 @@ from tests.fakes.clock import FakeClock
 from tests.fakes.honcho_server import FakeHoncho
 from tests.fakes.llm import FakeLLM, Reply
 from tests.integration.inproc import Herald, running_daemon
+from tests.integration.media_rig import image_parts, picture
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -300,6 +305,15 @@ async def test_the_api_lists_the_profiles_and_routes_by_model(rig: Rig) -> None:
         default = rig.asked("api to default")
         assert default["model"] == "default-model"
         assert "api to work" not in str(default["messages"])
+        # /new in work's session starts work's next conversation (not one of the default).
+        await sdk.chat.completions.create(
+            model="herald:work",
+            messages=[{"role": "user", "content": "/new"}],
+            extra_headers={"X-Herald-Session-Id": "s1"},
+        )
+        renewed = await rig.herald.store.get_session(SessionKey("api:work:s1"))
+        assert renewed is not None
+        assert (renewed.profile, renewed.epoch) == ("work", 1)
         # The header picks one too; a stateless request as well.
         await sdk.chat.completions.create(
             model="gpt-4o",
@@ -360,3 +374,180 @@ async def test_only_the_default_namespace_reaches_the_memory_provider(tmp_path: 
     assert len(work_turns) == 2
     # No recall in a profile of its own namespace: the default profile's memory stays there.
     assert "<recalled-memory" not in str(work_turns[-1]["messages"])
+
+
+async def test_cron_lists_only_the_jobs_of_the_chats_profile(rig: Rig) -> None:
+    rig.llm.script(
+        Reply(
+            tool_calls=[
+                (
+                    "schedule_job",
+                    {"action": "create", "prompt": "work digest", "schedule": "every 30m"},
+                )
+            ]
+        ),
+        Reply("scheduled"),
+    )
+    await rig.say("w1", "schedule the work digest")
+    [job] = (await rig.api.get("/api/jobs")).json()["jobs"]
+    assert job["profile"] == "work"
+    # The same person's /cron in a chat of another profile does not show work's job …
+    assert job["id"] not in (await rig.say("fam", "/cron")).text
+    # … in a chat of work it does.
+    assert job["id"] in (await rig.say("w2", "/cron")).text
+    # A job of work reporting to work's home is listed in that chat (work's home, not the
+    # default profile's).
+    homed = await rig.api.post(
+        "/api/jobs",
+        json={"prompt": "p", "schedule": "every 30m", "targets": ["home"], "profile": "work"},
+    )
+    assert homed.status_code == 201, homed.text
+    assert homed.json()["id"] in (await rig.say("work-home", "/cron")).text
+    # Over the API too: the owner's job of family is listed in a session of family only.
+    made = await rig.api.post(
+        "/api/jobs", json={"prompt": "family digest", "schedule": "every 30m", "profile": "family"}
+    )
+    assert made.status_code == 201, made.text
+    job = made.json()
+    for model, shown in (("herald:work", False), ("herald:family", True)):
+        answer = await rig.api.post(
+            "/v1/chat/completions",
+            json={"model": model, "messages": [{"role": "user", "content": "/cron"}]},
+            headers={"X-Herald-Session-Id": "c1"},
+        )
+        assert answer.status_code == 200, answer.text
+        assert (job["id"] in answer.text) is shown, (model, answer.text)
+
+
+async def test_a_stored_binding_of_a_removed_profile_is_skipped_saying_so_once(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    # `herald profiles bind` checked the profile, then the operator removed it from the config.
+    await StoredBindings(rig.herald.store).bind(Binding("gone", "test", "bot1", "w9", source="cli"))
+    with caplog.at_level(logging.WARNING, logger="gateway.agents"):
+        await rig.say("w9", "first while gone")
+        await rig.say("w9", "second while gone")
+    # The next binding that matches answers (work, by the account) …
+    assert rig.asked("second while gone")["model"] == "work-model"
+    # … and the log says once which stored binding names no profile and how to remove it.
+    said = [r.getMessage() for r in caplog.records if "'gone'" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "herald profiles unbind --platform test --account bot1 --chat w9" in said[0]
+
+
+async def test_a_profiles_model_gets_pictures_only_when_it_can_see(tmp_path: Path) -> None:
+    """`vision` is a key of the model: a profile whose model cannot see is told a picture
+    came (no image parts), and one whose model can is shown it, whatever the default's."""
+    png = base64.b64encode(picture(64, 48)).decode()
+    port = free_port()
+    async with FakeLLM() as llm, FakeChatServer(TOKEN) as chat:
+        section = {"url": chat.base_url, "token": TOKEN, "allowed_users": ["*"]}
+        extra = {
+            "api": {"host": "127.0.0.1", "port": port},
+            "llm": {"base_url": llm.base_url, "memory_pass": False, "vision": True},
+            "profiles": {
+                "blind": {"llm": {"model": "text-only", "vision": False}},
+                "sees": {"llm": {"model": "sees-model"}},
+            },
+        }
+        async with (
+            running_daemon(tmp_path, llm, "test", section, port=port, extra=extra) as herald,
+            httpx.AsyncClient(base_url=herald.url, timeout=30.0, trust_env=False) as http,
+        ):
+            for model in ("herald:blind", "herald:sees"):
+                parts = [
+                    {"type": "text", "text": f"what is this, {model}?"},
+                    {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png}"}},
+                ]
+                answer = await http.post(
+                    "/v1/chat/completions",
+                    json={
+                        "model": model,
+                        "user": "ann",
+                        "messages": [{"role": "user", "content": parts}],
+                    },
+                )
+                assert answer.status_code == 200, answer.text
+    blind = next(b for b in llm.requests if b["model"] == "text-only")
+    sees = next(b for b in llm.requests if b["model"] == "sees-model")
+    assert image_parts(blind) == []
+    assert len(image_parts(sees)) == 1
+
+
+async def test_sethome_in_a_chat_of_another_profile_changes_nothing_and_says_why(rig: Rig) -> None:
+    # alice is an operator; w1 answers as work, whose home is set in the config.
+    said = await rig.say("w1", "/sethome")
+    assert "profiles.work.home" in said.text
+    assert await rig.herald.store.get_setting(HOME_SETTING) is None
+    # In a chat of the default profile /sethome does what it did.
+    assert "Scheduled reports will come to this chat" in (await rig.say("plain", "/sethome")).text
+    assert await rig.herald.store.get_setting(HOME_SETTING) == "test:plain"
+
+
+async def test_health_names_a_profiles_model_failing_apart_from_the_default(
+    tmp_path: Path,
+) -> None:
+    """A profile's broken model shows under its name in /health; the default model's state
+    stays its own (one outage is not reported as the other's)."""
+    port = free_port()
+    closed = free_port()
+    async with FakeLLM() as llm, FakeChatServer(TOKEN) as chat:
+        section = {"url": chat.base_url, "token": TOKEN, "allowed_users": ["*"]}
+        extra = {
+            "api": {"host": "127.0.0.1", "port": port, "key": KEY},
+            "llm": {"base_url": llm.base_url, "api_key": "k", "memory_pass": False},
+            "profiles": {
+                "broken": {
+                    "llm": {
+                        "base_url": f"http://127.0.0.1:{closed}/v1",
+                        "api_key": "broken-key",
+                        "model": "gone-model",
+                        "max_retries": 0,
+                        "connect_timeout": 0.5,
+                    }
+                }
+            },
+        }
+        async with (
+            running_daemon(tmp_path, llm, "test", section, port=port, extra=extra) as herald,
+            httpx.AsyncClient(
+                base_url=herald.url,
+                headers={"Authorization": f"Bearer {KEY}"},
+                timeout=30.0,
+                trust_env=False,
+            ) as http,
+        ):
+            for model in ("herald", "herald:broken"):
+                await http.post(
+                    "/v1/chat/completions",
+                    json={"model": model, "messages": [{"role": "user", "content": "hi"}]},
+                )
+            body = (await http.get("/health")).json()
+    assert body["llm"]["state"] == "ok", body["llm"]
+    broken = body["llm"]["profiles"]["broken"]
+    assert broken["model"] == "gone-model"
+    assert broken["state"] == "unreachable"
+    assert "broken-key" not in json.dumps(body)
+
+
+async def test_odd_profile_names_in_the_model_or_header_are_refused_briefly(rig: Rig) -> None:
+    for headers, model in (
+        ({"X-Herald-Profile": "../../etc/passwd"}, "herald"),
+        ({"X-Herald-Profile": "w" * 4000}, "herald"),
+        ({}, "herald:" + "ü" * 100_000),
+        ({}, "herald:work/../default"),
+        ({}, "herald:WORK"),
+        ({"X-Herald-Profile": "work"}, "herald:" + "x" * 100_000),
+    ):
+        refused = await rig.api.post(
+            "/v1/chat/completions",
+            json={"model": model, "messages": [{"role": "user", "content": "odd"}]},
+            headers=headers,
+        )
+        assert refused.status_code == 400, refused.text
+        assert len(refused.text) < 600, refused.text[:200]
+        # Says which models there are (a header over 256 characters: that it is too long).
+        assert any(
+            said in refused.text for said in ("herald:work", "longer than 256", "name one profile")
+        )
+    assert not [b for b in rig.llm.requests if "odd" in str(b["messages"][-1])]

@@ -512,3 +512,22 @@ async def test_a_skill_command_carries_the_skill_in_the_users_message(world: Wor
     assert text.endswith("at 7 please")
     assert world.agent.skill_message("/unknown x", ADA_KEY, world.ada) == "/unknown x"
     assert world.agent.skill_message("plain", ADA_KEY, world.ada) == "plain"
+
+
+async def test_a_profile_without_skill_manage_earns_no_review(world: World) -> None:
+    """A profile whose `tools` leave out skill_manage never has skills written for it in
+    the background either (its tool list narrows, never widens)."""
+    narrowed = Agent(
+        world.provider,
+        world.store,
+        world.agent.memory,
+        world.agent.tools,
+        AgentSettings(memory_pass=False),
+        skills=world.skills,
+        allowed=frozenset({"skills_list", "skill_view"}),
+    )
+    session = await world.session(ADA_KEY, world.ada)
+    assert narrowed.skill_review(session, _long_exchange("x", 20)) is None
+    review = world.agent.skill_review(session, _long_exchange("x", 20))
+    assert review is not None
+    review.close()

@@ -7,6 +7,7 @@ free, and can serve the fake LLM meanwhile.
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 from typing import Any
@@ -26,7 +27,7 @@ from tests.unit.cli_harness import Herald
 
 pytestmark = pytest.mark.usefixtures("clean_environment")
 
-VERDICT = re.compile(r"^(OK|WARN|FAIL)\s+(\w+): (.*)$")
+VERDICT = re.compile(r"^(OK|WARN|FAIL)\s+([\w.]+): (.*)$")
 
 ALICE = SessionKey("telegram:bot:alice")
 BOB = SessionKey("api:default:bob")
@@ -210,6 +211,26 @@ async def test_sessions_list_shows_every_session(populated: Herald) -> None:
     assert list(rows) == ["key", BOB, ALICE]  # most recently active first
 
 
+async def test_sessions_list_names_each_sessions_profile(herald: Herald) -> None:
+    async def nothing(*_: object) -> tuple[str, str]:
+        return "", ""
+
+    async with Store.open(herald.database_url) as store:
+        await store.open_session(
+            SessionKey("test:acct:w"),
+            platform="test",
+            user_id=None,
+            snapshot=nothing,
+            profile="work",
+        )
+    listed = await herald.invoke("sessions", "list")
+    assert listed.exit_code == 0, listed.output
+    [row] = [line.split() for line in listed.stdout.splitlines() if "test:acct:w" in line]
+    assert "work" in row
+    as_json = await herald.invoke("sessions", "list", "--json")
+    assert json.loads(as_json.stdout)[0]["profile"] == "work"
+
+
 async def test_sessions_show_prints_the_transcript_with_the_interrupted_mark(
     populated: Herald,
 ) -> None:
@@ -374,6 +395,35 @@ async def test_doctor_warns_when_the_model_is_not_listed(herald: Herald) -> None
     verdict, detail = verdicts(result)["llm"]
     assert verdict == "WARN"
     assert detail.endswith("'fake' not listed")
+
+
+async def test_doctor_checks_each_profiles_own_model(herald: Herald) -> None:
+    async with FakeLLM() as llm:
+        herald.configure(
+            llm={"base_url": llm.base_url, "model": llm.model, "max_retries": 0},
+            profiles={
+                "work": {
+                    "llm": {
+                        "base_url": f"http://127.0.0.1:{closed_port()}/v1",
+                        "api_key": "work-secret-key",
+                        "connect_timeout": 0.5,
+                    }
+                },
+                "same": {"soul": "the default's model"},  # no model of its own: not checked
+            },
+        )
+
+        result = await herald.invoke("doctor")
+
+    assert result.exit_code == 1, result.output
+    found = verdicts(result)
+    assert found["llm"][0] == "OK"
+    verdict, detail = found["profiles.work.llm"]
+    assert verdict == "FAIL"
+    assert "cannot reach the model endpoint" in detail
+    assert "profiles.same.llm" not in found
+    assert "work-secret-key" not in result.output
+    assert llm.model_listings == 1
 
 
 # chat --------------------------------------------------------------------------------------------

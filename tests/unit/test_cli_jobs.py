@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -158,3 +159,13 @@ async def test_runs_show_why_a_report_was_not_delivered(herald: Herald) -> None:
     assert "ok" in line
     assert "failed" in line
     assert "no home channel" in line
+
+
+async def test_list_names_each_jobs_profile(herald: Herald) -> None:
+    herald.configure(profiles={"work": {"home": "telegram:2"}})
+    job_id = await add(herald, "--schedule", "every 2h", "--prompt", "ping", "--profile", "work")
+    listed = await herald.invoke("jobs", "list")
+    [line] = [row for row in listed.output.splitlines() if job_id in row]
+    assert "work" in line.split()  # `home` of this job is work's home, not the default's
+    as_json = await herald.invoke("jobs", "list", "--json")
+    assert json.loads(as_json.stdout)[0]["profile"] == "work"

@@ -178,3 +178,40 @@ profiles:
     assert "sk-home" not in shown
     redact = Redactor.of(cfg)
     assert redact("keys sk-work-0123456789 sk-home-0123456789") == "keys *** ***"
+
+
+def test_the_model_key_never_goes_to_a_profiles_model_on_another_host(tmp_path: Path) -> None:
+    cfg = load(
+        tmp_path,
+        """
+llm: {base_url: "https://api.example.com/v1", api_key: top-secret-key, model: m1}
+profiles:
+  elsewhere: {llm: {base_url: "http://203.0.113.9:11434/v1", model: llama}}
+  same: {llm: {base_url: "https://API.example.com:443/v2", model: m2}}
+  own: {llm: {base_url: "http://203.0.113.9:11434/v1", api_key: its-own}}
+  model_only: {llm: {model: m3}}
+""",
+    )
+    # A model on another host gets no key of the top-level model's …
+    assert cfg.profile_llm("elsewhere").api_key is None
+    # … one on the same server (scheme, host, port) does, as does a profile naming no server.
+    same, model_only = cfg.profile_llm("same").api_key, cfg.profile_llm("model_only").api_key
+    assert same is not None
+    assert same.get_secret_value() == "top-secret-key"
+    assert model_only is not None
+    assert model_only.get_secret_value() == "top-secret-key"
+    own = cfg.profile_llm("own").api_key
+    assert own is not None
+    assert own.get_secret_value() == "its-own"
+
+
+def test_the_openai_key_never_goes_to_a_profiles_local_model(tmp_path: Path) -> None:
+    cfg = load(
+        tmp_path,
+        """
+llm: {api_key: sk-openai, model: gpt-4o-mini}
+profiles:
+  family: {llm: {base_url: "http://127.0.0.1:11434/v1", model: llama3.1}}
+""",
+    )
+    assert cfg.profile_llm("family").api_key is None
