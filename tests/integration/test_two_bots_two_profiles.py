@@ -133,11 +133,15 @@ async def test_two_bots_answer_as_their_profiles_and_keep_their_memories_apart(
         )
         work.inject_message(ANN, "remember: we ship on Fridays", sender_id=ANN)
         await work.wait_for_sent(2)
-        # … which the work profile reads back, and the family profile never sees.
+        # … which the work profile reads back in her next conversation (memory is read at a
+        # session's start), and the family profile never sees.
+        for bot, sent in ((work, 3), (family, 2)):
+            bot.inject_message(ANN, "/new", sender_id=ANN)
+            await bot.wait_for_sent(sent)
         work.inject_message(ANN, "what about Friday, work?", sender_id=ANN)
         family.inject_message(ANN, "what about Friday, family?", sender_id=ANN)
-        await work.wait_for_sent(3)
-        await family.wait_for_sent(2)
+        await work.wait_for_sent(4)
+        await family.wait_for_sent(3)
         assert "ships on Fridays" in system(asked(llm, "what about Friday, work?"))
         assert "ships on Fridays" not in system(asked(llm, "what about Friday, family?"))
 
