@@ -112,7 +112,7 @@ def test_one_section_means_what_it_meant(tmp_path: Path) -> None:
         ),
         (
             {"accounts": {"w x": {"token": "1:x"}}},
-            "platforms.telegram.accounts.w x.account: String should match pattern",
+            "platforms.telegram.accounts.w x.account: 'w x' cannot name an account",
         ),
         (
             {"accounts": {"a": {"token": "1:x", "account": "b"}}},
@@ -126,6 +126,18 @@ def test_bad_accounts_are_refused_naming_the_key(
     tmp_path: Path, telegram: dict[str, Any], error: str
 ) -> None:
     assert error in refused(tmp_path, {"platforms": {"telegram": telegram}})
+
+
+@pytest.mark.parametrize("name", ["a/b", "..", ".", "a\\b", "a?b", "a#b", "a%2Fb"])
+def test_account_names_that_are_not_one_path_segment_are_refused(tmp_path: Path, name: str) -> None:
+    """The name is a directory (`files/<platform>/<account>/`) and a webhook path segment
+    (`/webhooks/<platform>:<account>`): `..` or `/` would leave the files directory or
+    send another account's webhooks there."""
+    error = refused(
+        tmp_path,
+        {"platforms": {"telegram": {"accounts": {name: {"token": "1:x"}, "b": {"token": "2:y"}}}}},
+    )
+    assert f"accounts.{name}.account" in error
 
 
 def test_a_trigger_target_must_name_the_account_when_it_cannot_be_told(tmp_path: Path) -> None:
