@@ -128,6 +128,59 @@ def test_bad_accounts_are_refused_naming_the_key(
     assert error in refused(tmp_path, {"platforms": {"telegram": telegram}})
 
 
+MAILBOX = {
+    "imap_host": "imap.example.test",
+    "smtp_host": "smtp.example.test",
+    "username": "herald",
+    "password": "pw",
+}
+
+
+@pytest.mark.parametrize(
+    ("platform", "entry", "key"),
+    [
+        (
+            "email",
+            {
+                **MAILBOX,
+                "accounts": {
+                    "a": {"address": "a@example.test"},
+                    "b": {"address": "b@example.test"},
+                },
+            },
+            "username",
+        ),
+        (
+            "matrix",
+            {
+                "homeserver": "https://matrix.example.test",
+                "user_id": "@herald:example.test",
+                "accounts": {"a": {"access_token": "t1"}, "b": {"access_token": "t2"}},
+            },
+            "user_id",
+        ),
+    ],
+)
+def test_two_accounts_on_one_mailbox_or_user_are_refused(
+    tmp_path: Path, platform: str, entry: dict[str, Any], key: str
+) -> None:
+    """Inherited login keys: two receivers of one mailbox (or one Matrix user) would take
+    every message twice and answer it twice."""
+    error = refused(tmp_path, {"platforms": {platform: entry}})
+    assert f"platforms.{platform}.accounts.b.{key}: the same as " in error
+    assert "(one bot twice)" in error
+
+
+def test_one_mailbox_may_serve_two_accounts_through_two_folders(tmp_path: Path) -> None:
+    entry = {
+        **MAILBOX,
+        "address": "h@example.test",
+        "accounts": {"a": {"folder": "INBOX"}, "b": {"folder": "Work"}},
+    }
+    config = load(tmp_path, {"platforms": {"email": entry}})
+    assert list(config.platforms.accounts()) == [("email", "a"), ("email", "b")]
+
+
 @pytest.mark.parametrize("name", ["a/b", "..", ".", "a\\b", "a?b", "a#b", "a%2Fb"])
 def test_account_names_that_are_not_one_path_segment_are_refused(tmp_path: Path, name: str) -> None:
     """The name is a directory (`files/<platform>/<account>/`) and a webhook path segment
