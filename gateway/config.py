@@ -195,7 +195,8 @@ class AccessConfig(Section):
 
     pairing_ttl: float = Field(default=3600.0, gt=0)
     max_pending_pairings: int = Field(default=3, ge=1)
-    """Pending codes per platform; further unknown senders are told to try later."""
+    """Pending codes per account (of each platform); further unknown senders are told to try
+    later."""
     pairing_reply_interval: float = Field(default=600.0, ge=0)
     """At most one pairing reply per unknown sender in this many seconds."""
 

@@ -644,8 +644,10 @@ class PairingRepository(Protocol):
         when there is none."""
         ...
 
-    async def count_pending(self, conn: AsyncConnection, platform: str) -> int:
-        """Pending requests of `platform`."""
+    async def count_pending(
+        self, conn: AsyncConnection, platform: str, account: str | None = None
+    ) -> int:
+        """Pending requests of `platform` (with `account`: asked on that account)."""
         ...
 
     async def insert_pairing(self, conn: AsyncConnection, values: dict[str, Any]) -> bool:

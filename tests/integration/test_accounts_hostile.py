@@ -9,14 +9,16 @@ from contextlib import asynccontextmanager
 
 import pytest
 
+from gateway.access import Access, Decision, Verdict
 from gateway.channels import Channels
-from gateway.config import DeliveryConfig
+from gateway.config import AccessConfig, DeliveryConfig
+from gateway.contracts.config import PlatformSection
 from gateway.contracts.ids import AccountId, ChatId
 from gateway.delivery import DeliveryWorker
 from gateway.metrics import Metrics
 from gateway.store import Store
 from gateway.store.outbox import Chunk, Outbox, OutboxStatus, Target
-from tests.fakes.platform import RecordingAdapter
+from tests.fakes.platform import RecordingAdapter, inbound
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -73,3 +75,25 @@ async def test_flush_does_not_wait_for_chunks_of_an_account_not_live_here(
     async with worker(store, adapter) as delivery:
         assert await delivery.flush(20), "flush waited for another instance's chunks"
     assert [d.chat_id for d in adapter.delivered] == ["mine"]
+
+
+async def test_strangers_flooding_one_bot_do_not_shut_pairing_on_another(store: Store) -> None:
+    """`max_pending_pairings` codes asked on the family bot: a stranger writing to the work
+    bot still gets a code of their own (the limit is per account, like the codes)."""
+    sections = {
+        ("test", account): PlatformSection(account=account, allowed_users=("alice",))
+        for account in ("family", "work")
+    }
+    access = Access(store, sections, AccessConfig(max_pending_pairings=1, pairing_reply_interval=0))
+
+    async def decide(sender: str, account: str) -> Decision:
+        async with store.write() as conn:
+            return await access.decide(conn, inbound("hi", sender=sender, account=account))
+
+    first = await decide("s1", "family")
+    flood = await decide("s2", "family")
+    other = await decide("s3", "work")
+    assert (first.verdict, flood.verdict, other.verdict) == (Verdict.PAIR,) * 3
+    assert "pairing code" in (first.reply or "")
+    assert "try again later" in (flood.reply or ""), "the family bot's limit holds"
+    assert "pairing code" in (other.reply or ""), "the work bot was shut by the family bot's"
