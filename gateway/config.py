@@ -522,6 +522,18 @@ class PlatformsConfig(Section):
                         out[(name, section.account)] = section
         return out
 
+    def every_account(self) -> dict[AccountKey, PlatformSection]:
+        """Every account's section by (platform, account), turned off (`enabled: false`)
+        or not: what names an adapter (`gateway.supervisor.adapter_name`), so that turning
+        one account off leaves the others' names and webhook paths as they were."""
+        out: dict[AccountKey, PlatformSection] = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, PlatformAccounts):
+                for section in value.sections:
+                    out[(name, section.account)] = section
+        return out
+
     def platform_names(self) -> list[str]:
         """The platforms with at least one enabled account."""
         return sorted({platform for platform, _ in self.accounts()})

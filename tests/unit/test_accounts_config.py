@@ -292,3 +292,15 @@ def test_twilio_signs_the_webhook_url_of_its_account() -> None:
         shop.webhook_url("sms", "twilio:shop")
         == "https://herald.example.com/webhooks/twilio:shop/sms"
     )
+
+
+def test_turning_one_account_off_renames_no_other(tmp_path: Path) -> None:
+    """A webhook receiver's URL is `/webhooks/<adapter name>` (Twilio's console points at it
+    by hand): turning the work account off must not move the family account's from
+    `twilio:family` to `twilio` (Twilio would post to a 404 and the texts would be lost)."""
+    accounts = {"family": {"token": "1:family"}, "work": {"token": "2:work", "enabled": False}}
+    config = load(tmp_path, {"platforms": {"telegram": {"accounts": accounts}}})
+    assert list(config.platforms.accounts()) == [("telegram", "family")]
+    every = config.platforms.every_account()
+    assert list(every) == [("telegram", "family"), ("telegram", "work")]
+    assert adapter_name("telegram", "family", every) == "telegram:family"
