@@ -183,10 +183,11 @@ class Access:
             )
             if created:
                 logger.info(
-                    "%s sender %s asked to pair: code %s, expires %s UTC; "
+                    "%s sender %s asked to pair (account %s): code %s, expires %s UTC; "
                     "approve with `herald pairing approve %s`",
                     platform,
                     sender,
+                    message.account,
                     code,
                     f"{now + timedelta(seconds=self.config.pairing_ttl):%Y-%m-%d %H:%M}",
                     code,
