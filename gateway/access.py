@@ -75,7 +75,8 @@ class Access:
         self.config = config
         self._replied: dict[tuple[str, str], float] = {}
         self._told_full: dict[str, list[float]] = {}
-        """Per platform, when strangers were last told that too many codes are pending."""
+        """Per `platform:account`, when strangers were last told that too many codes are
+        pending."""
 
     def is_operator(self, platform: str, external_id: str, account: str | None = None) -> bool:
         """Whether this sender operates Herald: listed in `access.operators` (as
@@ -149,8 +150,11 @@ class Access:
             return Decision(
                 Verdict.PAIR, self._pair_text(existing), "sender not allowed; code resent"
             )
-        if await pairings_sql.count_pending(conn, platform) >= self.config.max_pending_pairings:
-            if not self._may_tell_full(platform):  # a flood of strangers: no reply each
+        # Per account: strangers flooding one bot never shut pairing on another.
+        waiting = await pairings_sql.count_pending(conn, platform, str(message.account))
+        if waiting >= self.config.max_pending_pairings:
+            # A flood of strangers: no reply each.
+            if not self._may_tell_full(f"{platform}:{message.account}"):
                 return Decision(
                     Verdict.IGNORE,
                     detail="sender not allowed; too many pending pairing codes (not told)",
@@ -179,10 +183,11 @@ class Access:
             )
             if created:
                 logger.info(
-                    "%s sender %s asked to pair: code %s, expires %s UTC; "
+                    "%s sender %s asked to pair (account %s): code %s, expires %s UTC; "
                     "approve with `herald pairing approve %s`",
                     platform,
                     sender,
+                    message.account,
                     code,
                     f"{now + timedelta(seconds=self.config.pairing_ttl):%Y-%m-%d %H:%M}",
                     code,
@@ -225,17 +230,17 @@ class Access:
             f"Ask its operator to run: herald pairing approve {code}"
         )
 
-    def _may_tell_full(self, platform: str) -> bool:
+    def _may_tell_full(self, account: str) -> bool:
         """Whether one more stranger may be told to try later: at most
-        `max_pending_pairings` such replies per platform per `pairing_reply_interval`, so a
+        `max_pending_pairings` such replies per account per `pairing_reply_interval`, so a
         flood of strangers gets a bounded number of replies. Records it."""
         now = time.monotonic()
         interval = self.config.pairing_reply_interval
-        told = [t for t in self._told_full.get(platform, []) if now - t < interval]
+        told = [t for t in self._told_full.get(account, []) if now - t < interval]
         if len(told) >= self.config.max_pending_pairings:
-            self._told_full[platform] = told
+            self._told_full[account] = told
             return False
-        self._told_full[platform] = [*told, now]
+        self._told_full[account] = [*told, now]
         return True
 
     def _may_reply(self, platform: str, sender: str) -> bool:

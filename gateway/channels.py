@@ -41,6 +41,13 @@ class Channels:
         channel = self._channels.get((platform, account))
         return SendLimits() if channel is None else channel.limits
 
+    def away(self) -> list[tuple[str, str]]:
+        """The accounts configured here whose adapter is not connected here (reconnecting,
+        or their receiver runs on another instance): their chats are left alone here, so
+        that they neither take the places of other accounts' chats in a look nor hold up
+        a flush."""
+        return sorted(key for key, c in self._channels.items() if c.live() is None)
+
     def platforms(self) -> list[str]:
         """The platforms with a connected account here: what this instance can deliver.
 

@@ -205,7 +205,8 @@ class AccessConfig(Section):
 
     pairing_ttl: float = Field(default=3600.0, gt=0)
     max_pending_pairings: int = Field(default=3, ge=1)
-    """Pending codes per platform; further unknown senders are told to try later."""
+    """Pending codes per account (of each platform); further unknown senders are told to try
+    later."""
     pairing_reply_interval: float = Field(default=600.0, ge=0)
     """At most one pairing reply per unknown sender in this many seconds."""
 
@@ -529,6 +530,18 @@ class PlatformsConfig(Section):
                 for section in value.sections:
                     if section.enabled:
                         out[(name, section.account)] = section
+        return out
+
+    def every_account(self) -> dict[AccountKey, PlatformSection]:
+        """Every account's section by (platform, account), turned off (`enabled: false`)
+        or not: what names an adapter (`gateway.supervisor.adapter_name`), so that turning
+        one account off leaves the others' names and webhook paths as they were."""
+        out: dict[AccountKey, PlatformSection] = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, PlatformAccounts):
+                for section in value.sections:
+                    out[(name, section.account)] = section
         return out
 
     def platform_names(self) -> list[str]:

@@ -189,7 +189,9 @@ class DeliveryWorker:
             return False, None
         free = self.config.concurrency - len(self._busy)
         limit = self.config.concurrency * 2
-        chats, later = await self.outbox.look(self.clock(), platforms=platforms, limit=limit)
+        chats, later = await self.outbox.look(
+            self.clock(), platforms=platforms, limit=limit, away=self.channels.away()
+        )
         skipped = len(chats) >= limit  # more may be due than one look returns
         for chat in chats:
             if chat in self._busy:
@@ -236,7 +238,10 @@ class DeliveryWorker:
                     await self._idle.wait()
                     platforms = self.channels.platforms()
                     left = platforms and (
-                        await self.outbox.next_due_at(platforms=platforms) is not None
+                        await self.outbox.next_due_at(
+                            platforms=platforms, away=self.channels.away()
+                        )
+                        is not None
                     )
                     if not left and self._idle.is_set():
                         return True

@@ -262,7 +262,8 @@ def adapter_name(
 ) -> str:
     """How an account's adapter is named in `/health`, `/ready`, the console, logs, metrics
     and its webhook path (`/webhooks/<name>`): the platform's name when it is the platform's
-    only account, else `platform:account`."""
+    only account, else `platform:account`. `sections` are every configured account, turned
+    off or not (`PlatformsConfig.every_account`): turning one off renames no other."""
     if sum(1 for p, _ in sections if p == platform) == 1:
         return platform
     return f"{platform}:{account}"
@@ -688,7 +689,10 @@ class Supervisor:
         its receiver runs on one instance at a time)."""
         for (name, account), section in core.sections.items():
             runner = self._runner(
-                name, section, StoreCheckpoints(core.store, name, account), core.sections
+                name,
+                section,
+                StoreCheckpoints(core.store, name, account),
+                self.config.platforms.every_account(),
             )
             core.channels.register(name, account, runner.limits, runner.live)
             if section.singleton:

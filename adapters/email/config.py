@@ -140,6 +140,13 @@ class EmailConfig(PlatformSection):
         return True
 
     @property
+    def identity(self) -> tuple[str, str] | None:
+        """The watched folder of one mailbox: two accounts reading it would take (and
+        answer) every mail twice."""
+        where = f"{self.imap_host.lower()}:{self.imap_port}/{self.username}/{self.folder}"
+        return "username", where
+
+    @property
     def verified_senders(self) -> bool:
         """A mail's `From` is vouched for only by the receiving server's authentication
         results (`require_authentication_results`); otherwise anyone can write it."""

@@ -80,3 +80,9 @@ class MatrixConfig(PlatformSection):
     def singleton(self) -> bool:
         """One `/sync` loop per account across instances (its `since` token is one value)."""
         return True
+
+    @property
+    def identity(self) -> tuple[str, str] | None:
+        """The user the account is (a second access token of it is the same bot twice: two
+        `/sync` loops, every message answered twice)."""
+        return "user_id", self.user_id

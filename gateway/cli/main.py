@@ -628,6 +628,7 @@ def pairing_list(
                     {
                         "code": p.code,
                         "platform": p.platform,
+                        "account": p.account,
                         "user_id": p.external_id,
                         "name": p.display_name,
                         "status": p.status,
@@ -645,6 +646,7 @@ def pairing_list(
             [
                 Column("code", Kind.ID),
                 Column("platform", Kind.ID),
+                Column("account", Kind.ID),
                 Column("user id", Kind.ID),
                 Column("name"),
                 Column("status", Kind.ID),
@@ -654,6 +656,7 @@ def pairing_list(
                 [
                     p.code,
                     p.platform,
+                    p.account,
                     p.external_id,
                     p.display_name,
                     p.status,

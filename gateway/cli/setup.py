@@ -30,6 +30,7 @@ from gateway import platforms
 from gateway.cli.checks import OK, WARN, check_llm, check_platform
 from gateway.cli.setup_file import ConfigFile
 from gateway.config import config_path_from_env
+from gateway.contracts.config import ACCOUNT_FORBIDDEN
 from gateway.contracts.errors import ConfigError
 from gateway.contracts.platform import AnySpec, SetupQuestion
 from gateway.cron.targets import DEFAULT_ACCOUNT, home_problems
@@ -484,10 +485,13 @@ def _with_question_flags(command: Callable[..., None]) -> Callable[..., None]:
 
 
 def _check_account(name: str) -> None:
-    """An account name as config takes it (no colon, no space), or Stop."""
-    if not name or any(c == ":" or c.isspace() for c in name) or len(name) > 128:
+    """An account name as config takes it (one path segment: no `:`, `/`, `\\`, `?`, `#`,
+    `%` nor spaces, not `.` or `..`), or Stop."""
+    bad = any(c in ACCOUNT_FORBIDDEN or c.isspace() for c in name) or name in (".", "..")
+    if not name or bad or len(name) > 128:
         raise Stop(
-            f"{name!r} is not an account name: a word without ':' or spaces, like 'work'",
+            f"{name!r} is not an account name: a word of letters, digits, '-', '_' or '.', "
+            "like 'work'",
             EXIT_BAD_INPUT,
         )
 

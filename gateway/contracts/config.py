@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import NoDecode
 
 from gateway.contracts.messages import InboundMessage
@@ -161,6 +169,11 @@ class VoiceSection(Section):
         return data
 
 
+ACCOUNT_FORBIDDEN = frozenset(":/\\?#%")
+"""What an account's name may not hold (besides blanks): the separator of session keys
+and targets, and what would make it more or less than one path segment."""
+
+
 class PlatformSection(Section):
     """What every platform's config section has: access rules and session rules.
 
@@ -169,8 +182,10 @@ class PlatformSection(Section):
     """
 
     enabled: bool = True
-    account: str = Field(default="default", min_length=1, max_length=128, pattern=r"^[^:\s]+$")
-    """Names this account in session keys (`platform:account:chat`)."""
+    account: str = Field(default="default", min_length=1, max_length=128)
+    """Names this account in session keys (`platform:account:chat`), in its files' directory
+    (`files/<platform>/<account>/`) and its webhook path (`/webhooks/<platform>:<account>`):
+    one path segment, no `:` nor blanks."""
     allowed_users: IdList = ()
     pairing: bool = True
     """Unknown senders in direct messages get a pairing code for the operator to approve."""
@@ -179,6 +194,18 @@ class PlatformSection(Section):
     group_sessions: GroupSessions = GroupSessions.CHAT
     voice: VoiceSection = VoiceSection()
     """When answers are spoken: `voice.reply` is never, when_spoken_to (default) or always."""
+
+    @field_validator("account")
+    @classmethod
+    def _account_name(cls, value: str) -> str:
+        bad = sorted({c for c in value if c in ACCOUNT_FORBIDDEN or c.isspace()})
+        if bad or value in (".", ".."):
+            shown = ", ".join(repr(c) for c in bad) if bad else repr(value)
+            raise ValueError(
+                f"{value!r} cannot name an account ({shown}): it is a directory and a URL path "
+                "segment; use letters, digits, '-', '_' or '.'"
+            )
+        return value
 
     @property
     def singleton(self) -> bool:

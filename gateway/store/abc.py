@@ -374,20 +374,34 @@ class OutboxRepository(Protocol):
         ...
 
     async def due_chats(
-        self, now: datetime, *, platforms: Sequence[str], limit: int
+        self,
+        now: datetime,
+        *,
+        platforms: Sequence[str],
+        limit: int,
+        away: Sequence[tuple[str, str]] = (),
     ) -> list[tuple[str, str, str]]:
-        """Chats with a due chunk and nothing being sent, oldest first (at most `limit`)."""
+        """Chats with a due chunk and nothing being sent, oldest first (at most `limit`),
+        those of the `away` accounts (platform, account) left out."""
         ...
 
     async def look(
-        self, now: datetime, *, platforms: Sequence[str], limit: int
+        self,
+        now: datetime,
+        *,
+        platforms: Sequence[str],
+        limit: int,
+        away: Sequence[tuple[str, str]] = (),
     ) -> tuple[list[tuple[str, str, str]], datetime | None]:
         """`due_chats(now, …)`, and when the earliest pending chunk due after `now` becomes
         due (None: none), in one read."""
         ...
 
-    async def next_due_at(self, *, platforms: Sequence[str]) -> datetime | None:
-        """When the earliest pending chunk becomes due; None when nothing is pending."""
+    async def next_due_at(
+        self, *, platforms: Sequence[str], away: Sequence[tuple[str, str]] = ()
+    ) -> datetime | None:
+        """When the earliest pending chunk becomes due (the `away` accounts' left out);
+        None when nothing is pending."""
         ...
 
     async def take(
@@ -639,8 +653,10 @@ class PairingRepository(Protocol):
         when there is none."""
         ...
 
-    async def count_pending(self, conn: AsyncConnection, platform: str) -> int:
-        """Pending requests of `platform`."""
+    async def count_pending(
+        self, conn: AsyncConnection, platform: str, account: str | None = None
+    ) -> int:
+        """Pending requests of `platform` (with `account`: asked on that account)."""
         ...
 
     async def insert_pairing(self, conn: AsyncConnection, values: dict[str, Any]) -> bool:

@@ -308,7 +308,9 @@ class Outbox:
         return None if found is None else _row(found)
 
     @staticmethod
-    def _due_chats_query(now: datetime, platforms: Sequence[str], limit: int) -> Select[Any]:
+    def _due_chats_query(
+        now: datetime, platforms: Sequence[str], limit: int, away: Sequence[tuple[str, str]]
+    ) -> Select[Any]:
         head = (
             select(
                 outbox.c.platform,
@@ -317,7 +319,7 @@ class Outbox:
                 func.min(outbox.c.id).label("first_id"),
             )
             .where(outbox.c.status == str(OutboxStatus.PENDING))
-            .where(outbox.c.platform.in_(list(platforms)))
+            .where(outbox.c.platform.in_(list(platforms)), *_not_away(away))
             .where(~_sending_in_chat())
             .group_by(outbox.c.platform, outbox.c.account, outbox.c.chat_id)
             .subquery()
@@ -332,23 +334,35 @@ class Outbox:
         return query
 
     async def due_chats(
-        self, now: datetime, *, platforms: Sequence[str], limit: int
+        self,
+        now: datetime,
+        *,
+        platforms: Sequence[str],
+        limit: int,
+        away: Sequence[tuple[str, str]] = (),
     ) -> list[tuple[str, str, str]]:
         """Chats whose oldest pending chunk is due and none of whose chunks is being sent,
-        oldest first (at most `limit`)."""
-        query = self._due_chats_query(now, platforms, limit)
+        oldest first (at most `limit`); the chats of the `away` accounts (platform, account)
+        left out."""
+        query = self._due_chats_query(now, platforms, limit, away)
         rows = await self.store.unit(lambda conn: _all(conn, query), write=False)
         return [(str(r[0]), str(r[1]), str(r[2])) for r in rows]
 
     async def look(
-        self, now: datetime, *, platforms: Sequence[str], limit: int
+        self,
+        now: datetime,
+        *,
+        platforms: Sequence[str],
+        limit: int,
+        away: Sequence[tuple[str, str]] = (),
     ) -> tuple[list[tuple[str, str, str]], datetime | None]:
         """`due_chats(now, …)`, and when the earliest pending chunk due after `now` becomes
         due (None: none), in one read."""
-        due = self._due_chats_query(now, platforms, limit)
+        due = self._due_chats_query(now, platforms, limit, away)
         later = select(func.min(outbox.c.next_attempt_at)).where(
             outbox.c.status == str(OutboxStatus.PENDING),
             outbox.c.platform.in_(list(platforms)),
+            *_not_away(away),
             outbox.c.next_attempt_at > now,
             ~_sending_in_chat(),
         )
@@ -360,12 +374,16 @@ class Outbox:
         chats = [(str(r[0]), str(r[1]), str(r[2])) for r in rows]
         return chats, None if value is None else aware(value)
 
-    async def next_due_at(self, *, platforms: Sequence[str]) -> datetime | None:
+    async def next_due_at(
+        self, *, platforms: Sequence[str], away: Sequence[tuple[str, str]] = ()
+    ) -> datetime | None:
         """When the earliest pending chunk becomes due (None when nothing is pending), not
-        counting chats with a chunk being sent: whoever sends it goes on with the chat."""
+        counting chats with a chunk being sent (whoever sends it goes on with the chat) nor
+        those of the `away` accounts (platform, account)."""
         query = select(func.min(outbox.c.next_attempt_at)).where(
             outbox.c.status == str(OutboxStatus.PENDING),
             outbox.c.platform.in_(list(platforms)),
+            *_not_away(away),
             ~_sending_in_chat(),
         )
         value = await self.store.unit(lambda conn: conn.scalar(query), write=False)
@@ -749,6 +767,13 @@ class Outbox:
                 await conn.execute(select(outbox.c.status, func.count()).group_by(outbox.c.status))
             ).all()
         return {str(r[0]): int(r[1]) for r in rows}
+
+
+def _not_away(away: Sequence[tuple[str, str]]) -> list[ColumnElement[bool]]:
+    """Conditions leaving out the rows of the `away` accounts (platform, account)."""
+    if not away:
+        return []
+    return [~or_(*(and_(outbox.c.platform == p, outbox.c.account == a) for p, a in sorted(away)))]
 
 
 def _of_chat(chat: tuple[str, str, str]) -> tuple[ColumnElement[bool], ...]:

@@ -105,13 +105,16 @@ async def pending_code(
     return None if code is None else str(code)
 
 
-async def count_pending(conn: AsyncConnection, platform: str) -> int:
-    """How many requests of `platform` are pending."""
-    waiting = await conn.scalar(
+async def count_pending(conn: AsyncConnection, platform: str, account: str | None = None) -> int:
+    """How many requests of `platform` (with `account`: asked on that account) are pending."""
+    query = (
         select(func.count())
         .select_from(pairings)
         .where(pairings.c.platform == platform, pairings.c.status == "pending")
     )
+    if account is not None:
+        query = query.where(pairings.c.account == account)
+    waiting = await conn.scalar(query)
     return int(waiting or 0)
 
 

@@ -676,6 +676,6 @@ async def test_a_pairing_request_is_logged_with_its_platform_and_expiry(
     (record,) = [r for r in caplog.records if r.name == "gateway.access"]
     assert record.levelno == logging.INFO
     message = record.getMessage()
-    assert message.startswith("test sender mallory asked to pair: code ")
+    assert message.startswith("test sender mallory asked to pair (account acct): code ")
     assert code in message
     assert f"expires {pairing.expires_at:%Y-%m-%d %H:%M} UTC" in message

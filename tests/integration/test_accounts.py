@@ -215,3 +215,15 @@ async def test_an_old_single_section_config_keeps_its_names(tmp_path: Path, llm:
             ("telegram", "default"): "adapter:telegram:default"
         }
         assert herald.config.platforms.accounts().keys() == {("telegram", "default")}
+
+
+async def test_turning_one_account_off_keeps_the_others_name(
+    tmp_path: Path, llm: FakeLLM, bots: tuple[FakeTelegramServer, FakeTelegramServer]
+) -> None:
+    """The work bot turned off: the family bot is still `telegram:family` (its webhook path
+    `/webhooks/telegram:family` does not move to `/webhooks/telegram`)."""
+    async with two_bots(tmp_path, llm, bots, work={"enabled": False}) as herald:
+        assert list(herald.supervisor.adapter_states()) == ["telegram:family"]
+        family, _ = bots
+        family.inject_message(ANN, "hello", sender_id=ANN)
+        await family.wait_for_sent(1)

@@ -568,6 +568,7 @@ async def test_pairings_are_approved_and_rejected(
     async with rig.client() as http:
         page = await http.get("/console/access")
         assert "&lt;b&gt;Newcomer&lt;/b&gt;" in page.text
+        assert "<td><code>acct</code></td>" in page.text, "the account the code opens"
         token = csrf_of(page)
         ok = await http.post("/console/access/pairings/ABCD2345/approve", data={"csrf": token})
         assert ok.status_code == 303

@@ -492,3 +492,21 @@ async def test_a_second_account_moves_the_first_under_accounts(
     assert list(accounts) == [("telegram", "default"), ("telegram", "work")]
     assert accounts[("telegram", "work")].allowed_users == ("7",)
     assert [s.identity for s in accounts.values()] == [("token", TOKEN), ("token", work_token)]
+
+
+async def test_an_account_name_that_is_a_path_is_refused_before_anything_is_written(
+    tmp_path: Path, tg: FakeTelegramServer
+) -> None:
+    """The account names the secret file (`secrets/telegram.accounts.<account>.token`): a
+    name with `/` or `..` would write it outside the secrets directory."""
+    first = await script(
+        tmp_path, "--platform", "telegram", "--base-url", tg.base_url, "--token", TOKEN
+    )
+    assert first.exit_code == 0, first.stderr
+    before = read(tmp_path / "herald.yaml")
+    args = ("--platform", "telegram", "--base-url", tg.base_url, "--token", "9:other")
+    bad = await script(tmp_path, *args, "--account", "../../escape")
+    assert bad.exit_code == 2, bad.output
+    assert "is not an account name" in bad.stderr
+    assert read(tmp_path / "herald.yaml") == before
+    assert not (tmp_path / "escape.token").exists()

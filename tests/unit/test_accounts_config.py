@@ -112,7 +112,7 @@ def test_one_section_means_what_it_meant(tmp_path: Path) -> None:
         ),
         (
             {"accounts": {"w x": {"token": "1:x"}}},
-            "platforms.telegram.accounts.w x.account: String should match pattern",
+            "platforms.telegram.accounts.w x.account: 'w x' cannot name an account",
         ),
         (
             {"accounts": {"a": {"token": "1:x", "account": "b"}}},
@@ -126,6 +126,71 @@ def test_bad_accounts_are_refused_naming_the_key(
     tmp_path: Path, telegram: dict[str, Any], error: str
 ) -> None:
     assert error in refused(tmp_path, {"platforms": {"telegram": telegram}})
+
+
+MAILBOX = {
+    "imap_host": "imap.example.test",
+    "smtp_host": "smtp.example.test",
+    "username": "herald",
+    "password": "pw",
+}
+
+
+@pytest.mark.parametrize(
+    ("platform", "entry", "key"),
+    [
+        (
+            "email",
+            {
+                **MAILBOX,
+                "accounts": {
+                    "a": {"address": "a@example.test"},
+                    "b": {"address": "b@example.test"},
+                },
+            },
+            "username",
+        ),
+        (
+            "matrix",
+            {
+                "homeserver": "https://matrix.example.test",
+                "user_id": "@herald:example.test",
+                "accounts": {"a": {"access_token": "t1"}, "b": {"access_token": "t2"}},
+            },
+            "user_id",
+        ),
+    ],
+)
+def test_two_accounts_on_one_mailbox_or_user_are_refused(
+    tmp_path: Path, platform: str, entry: dict[str, Any], key: str
+) -> None:
+    """Inherited login keys: two receivers of one mailbox (or one Matrix user) would take
+    every message twice and answer it twice."""
+    error = refused(tmp_path, {"platforms": {platform: entry}})
+    assert f"platforms.{platform}.accounts.b.{key}: the same as " in error
+    assert "(one bot twice)" in error
+
+
+def test_one_mailbox_may_serve_two_accounts_through_two_folders(tmp_path: Path) -> None:
+    entry = {
+        **MAILBOX,
+        "address": "h@example.test",
+        "accounts": {"a": {"folder": "INBOX"}, "b": {"folder": "Work"}},
+    }
+    config = load(tmp_path, {"platforms": {"email": entry}})
+    assert list(config.platforms.accounts()) == [("email", "a"), ("email", "b")]
+
+
+@pytest.mark.parametrize("name", ["a/b", "..", ".", "a\\b", "a?b", "a#b", "a%2Fb"])
+def test_account_names_that_are_not_one_path_segment_are_refused(tmp_path: Path, name: str) -> None:
+    """The name is a directory (`files/<platform>/<account>/`) and a webhook path segment
+    (`/webhooks/<platform>:<account>`): `..` or `/` would leave the files directory or
+    send another account's webhooks there."""
+    error = refused(
+        tmp_path,
+        {"platforms": {"telegram": {"accounts": {name: {"token": "1:x"}, "b": {"token": "2:y"}}}}},
+    )
+    assert f"accounts.{name}.account" in error
 
 
 def test_a_trigger_target_must_name_the_account_when_it_cannot_be_told(tmp_path: Path) -> None:
@@ -227,3 +292,15 @@ def test_twilio_signs_the_webhook_url_of_its_account() -> None:
         shop.webhook_url("sms", "twilio:shop")
         == "https://herald.example.com/webhooks/twilio:shop/sms"
     )
+
+
+def test_turning_one_account_off_renames_no_other(tmp_path: Path) -> None:
+    """A webhook receiver's URL is `/webhooks/<adapter name>` (Twilio's console points at it
+    by hand): turning the work account off must not move the family account's from
+    `twilio:family` to `twilio` (Twilio would post to a 404 and the texts would be lost)."""
+    accounts = {"family": {"token": "1:family"}, "work": {"token": "2:work", "enabled": False}}
+    config = load(tmp_path, {"platforms": {"telegram": {"accounts": accounts}}})
+    assert list(config.platforms.accounts()) == [("telegram", "family")]
+    every = config.platforms.every_account()
+    assert list(every) == [("telegram", "family"), ("telegram", "work")]
+    assert adapter_name("telegram", "family", every) == "telegram:family"

@@ -80,7 +80,10 @@ async def test_pairing_list_shows_a_pending_code(herald: Herald) -> None:
     assert result.exit_code == 0, result.output
     (row,) = [line for line in result.stdout.splitlines() if code in line]
     cells = re.split(r"\s{2,}", row.strip())
-    assert cells[:5] == [code, "telegram", "123", "Alice", "pending"]
+    # The account the code was asked on: approving it lets the sender talk to that bot.
+    assert cells[:6] == [code, "telegram", "bot", "123", "Alice", "pending"]
+    listed = await herald.invoke("pairing", "list", "--json")
+    assert [(p["code"], p["account"]) for p in json.loads(listed.stdout)] == [(code, "bot")]
 
 
 async def test_pairing_list_hides_decided_codes_unless_all(herald: Herald) -> None:
