@@ -1,10 +1,10 @@
-"""Resident memory of several Telegram bots: one `herald run` with five accounts against five
-single-account `herald run` processes, each bot on a fake Bot API of its own and the fake
-LLM, on SQLite. A measurement, never an assertion: prints a Markdown table and JSON.
+"""Resident memory of several Telegram bots: one `herald run` with five accounts and three
+profiles (the accounts bound to them) against five single-account `herald run` processes,
+each bot on a fake Bot API of its own and the fake LLM, on SQLite. A measurement, never an
+assertion: prints a Markdown table and JSON.
 
 Each Herald is started, every bot gets one message and answers it (so each bot's adapter,
-session and turn path has run once), then the resident set (VmRSS) is read.
-(Profiles are not in this branch's config: measured without them.)
+session, profile agent and turn path has run once), then the resident set (VmRSS) is read.
 
 `python -m bench.accounts_rss [--bots 5] [--workdir DIR]`
 """
@@ -25,6 +25,8 @@ from bench.procs import Herald, database, fake_llm, herald, telegram_fake
 from tests.fakes.telegram import TelegramServerClient
 
 USER = 4242
+PROFILES = ("family", "work", "support")
+"""The profiles of the one Herald; bot i is bound to PROFILES[i % 3]."""
 
 
 def token(i: int) -> str:
@@ -65,8 +67,21 @@ async def measure(work: Path, count: int) -> dict[str, Any]:
 
         async with database("sqlite", work / "one" / "db") as url:
             accounts = {f"bot{i}": section(tg, i) for i, tg in enumerate(bots)}
+            profiles = {
+                name: {"soul": f"You are the {name} assistant.", "llm": {"model": f"{name}-model"}}
+                for name in PROFILES
+            }
+            bindings = [
+                {"profile": PROFILES[i % len(PROFILES)], "platform": "telegram", "account": bot}
+                for i, bot in enumerate(accounts)
+            ]
             async with herald(
-                work / "one" / "state", url, llm=llm, platforms={"telegram": {"accounts": accounts}}
+                work / "one" / "state",
+                url,
+                llm=llm,
+                platforms={"telegram": {"accounts": accounts}},
+                profiles=profiles,
+                bindings=bindings,
             ) as one:
                 await answered_once(bots)
                 together = one.rss_mb()
@@ -89,6 +104,7 @@ async def measure(work: Path, count: int) -> dict[str, Any]:
             apart = [d.rss_mb() for d in daemons]
     return {
         "bots": count,
+        "profiles": len(PROFILES),
         "one_process_mib": round(together, 1),
         "separate_processes_mib": [round(r, 1) for r in apart],
         "separate_total_mib": round(sum(apart), 1),
@@ -126,7 +142,10 @@ async def main(count: int, workdir: Path | None) -> None:
     print()
     print("| | RSS (MiB) |")
     print("|---|---|")
-    print(f"| one `herald run`, {count} Telegram accounts | {result['one_process_mib']} |")
+    print(
+        f"| one `herald run`, {count} Telegram accounts, {len(PROFILES)} profiles | "
+        f"{result['one_process_mib']} |"
+    )
     each = ", ".join(str(r) for r in result["separate_processes_mib"])
     print(f"| {count} `herald run`, one account each | {result['separate_total_mib']} ({each}) |")
 
