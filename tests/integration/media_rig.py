@@ -22,13 +22,14 @@ from tests.contract.harness import (
     EmailHarness,
     MattermostHarness,
     PlatformHarness,
+    SignalHarness,
     SlackHarness,
     TelegramHarness,
     TwilioHarness,
 )
 from tests.integration.inproc import Herald
 
-MEDIA_PLATFORMS = ("discord", "email", "mattermost", "slack", "sms", "telegram")
+MEDIA_PLATFORMS = ("discord", "email", "mattermost", "signal", "slack", "sms", "telegram")
 """The harnesses (tests/contract/harness.py) these tests run on: each platform once."""
 
 
@@ -78,6 +79,8 @@ async def send_file(
         await harness.mm.wait_for(lambda: harness.mm.connected > 0)
         file_id = harness.mm.add_file(data, name, mime, person)
         harness.mm.inject_post(harness.DMS[person], caption, user=person, files=(file_id,))
+    elif isinstance(harness, SignalHarness):
+        harness.signal.say(person, caption, files=[(data, mime, name)])
     elif isinstance(harness, TwilioHarness):
         form = harness.twilio.message_form(person, caption, media=[(data, mime)])
         await harness._post(herald, form)
@@ -127,6 +130,13 @@ def files_to(harness: PlatformHarness, person: str) -> list[tuple[str, int]]:
         return out
     if isinstance(harness, MattermostHarness):
         return [(n, len(d)) for c, n, d in harness.mm.uploads if c == harness.DMS[person]]
+    if isinstance(harness, SignalHarness):
+        return [
+            (f.filename, len(f.data))
+            for s in harness.signal.sent
+            if s.chat == person
+            for f in s.files
+        ]
     if isinstance(harness, TwilioHarness):
         return [("", len(m)) for s in harness.twilio.sent if s.to == person for m in s.media]
     raise NotImplementedError(type(harness).__name__)
