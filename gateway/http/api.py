@@ -162,10 +162,13 @@ router = APIRouter(prefix="/v1", tags=["openai"])
 
 @router.get("/models", responses={401: {"description": "Missing or wrong API key"}})
 async def list_models(deps: Deps) -> dict[str, Any]:
-    """The models Herald serves: the agent (`api.model_name`, the default profile) and
-    `herald:<profile>` for every profile."""
+    """The models Herald serves: the agent (`api.model_name`, the default profile) and, when
+    profiles are configured, `herald:<profile>` for every profile (a config without profiles
+    lists what it always listed)."""
     ids = [deps.config.api.model_name]
-    ids += [f"{MODEL_PREFIX}{name}" for name in deps.manager.profiles.names]
+    names = deps.manager.profiles.names
+    if len(names) > 1:
+        ids += [f"{MODEL_PREFIX}{name}" for name in names]
     return {
         "object": "list",
         "data": [

@@ -93,9 +93,8 @@ def section(platform: str, port: int) -> tuple[dict[str, Any], str, str]:
 
 
 @pytest.mark.parametrize(
-    "platform", ["slack", "discord", "twilio", "email", "matrix", "mattermost"]
+    "platform", ["slack", "discord", "twilio", "email", "matrix", "mattermost", "signal"]
 )
-@pytest.mark.parametrize("platform", ["slack", "discord", "twilio", "email", "matrix", "signal"])
 async def test_a_secret_echoed_by_the_platform_stays_out_of_the_log(
     tmp_path: Path, platform: str
 ) -> None:
