@@ -19,10 +19,11 @@ import pytest
 from aiohttp import web
 
 from adapters.mattermost import PLATFORM as MATTERMOST
+from adapters.mattermost import SPEC as MATTERMOST_SPEC
 from adapters.mattermost.adapter import MattermostAdapter
 from adapters.mattermost.config import MattermostConfig
 from gateway.checkpoints import MemoryCheckpoints
-from gateway.contracts.adapter import AdapterState, InboundSink
+from gateway.contracts.adapter import AdapterContext, AdapterState, InboundSink
 from gateway.contracts.errors import AuthError, NotReady, RateLimited
 from gateway.contracts.ids import AccountId, ChatId, PlatformMessageId, ThreadId
 from gateway.contracts.messages import Attachment, Button, OutboundMessage
@@ -381,3 +382,18 @@ async def test_a_refused_token(mm: FakeMattermostServer, tmp_path: Path) -> None
     with pytest.raises(AuthError):
         async with adapter_for(mm, tmp_path, token="x" * 26):
             pass
+
+
+async def test_an_accounts_buttons_post_to_its_own_webhook_name(
+    mm: FakeMattermostServer, tmp_path: Path
+) -> None:
+    """With several Mattermost accounts, the supervisor names each one's webhook
+    `mattermost:<account>`: its buttons post there, not to another account's path."""
+    context = AdapterContext(tmp_path / "files", MemoryCheckpoints(), webhook="mattermost:ops")
+    make = MATTERMOST_SPEC.factory(config(mm, public_url="https://herald.example"), context)
+    async with make() as adapter:
+        buttons = (Button("Approve", "/approve 3"), Button("Deny", "/deny 3"))
+        await adapter.send(chunk(TOWN, "Approval needed #3", buttons=buttons))
+    [question] = mm.posted
+    urls = {a["integration"]["url"] for a in question["props"]["attachments"][0]["actions"]}
+    assert urls == {"https://herald.example/webhooks/mattermost:ops/actions"}
