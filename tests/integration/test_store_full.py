@@ -114,7 +114,9 @@ async def test_delivery_backs_off_while_writes_fail_and_loses_nothing(
     # It slept between tries, growing delays up to the cap, instead of spinning: the writes
     # tried are bounded by the sleeps (c1's record, and c2 and c3's claims, per sleep).
     assert len(delays) >= 12
-    assert delays[0] <= BACKOFF.backoff_initial
+    # The first wait is the first try's (or the second's, when a chat's receipt and a look
+    # failed before it: on a loaded machine both can come first).
+    assert delays[0] <= 2 * BACKOFF.backoff_initial
     assert all(d <= BACKOFF.store_retry_max for d in delays)
     assert max(delays) >= BACKOFF.store_retry_max / 2
     assert len(disk.refused) <= 3 * len(delays) + 3
