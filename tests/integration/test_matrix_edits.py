@@ -100,13 +100,15 @@ async def test_edits_of_a_waiting_and_an_answered_message(tmp_path: Path) -> Non
             gate.set()
             await harness.proxy.wait_for(lambda: len(answers(harness, ann)) >= 2, WAIT)
             await edit(client, room, one, "one, fixed")
-            await harness.proxy.wait_for(lambda: len(answers(harness, ann)) >= 3, WAIT)
+            expected = [
+                "answer one",
+                "You said: two",
+                f"You said: {EDIT_OF_ANSWERED} one, fixed",
+            ]
+            # The third answer streams: its first edits end with "…"; wait for the last one.
+            await harness.proxy.wait_for(lambda: answers(harness, ann) == expected, WAIT)
             rows = await h.rows()
-        assert answers(harness, ann) == [
-            "answer one",
-            "You said: two",
-            f"You said: {EDIT_OF_ANSWERED} one, fixed",
-        ]
+        assert answers(harness, ann) == expected
         assert harness.edits() > 0  # the answers streamed as edits of Herald's own messages
         # Herald's own messages and edits never came back in: four rows, all Ann's.
         assert len(rows) == 4
