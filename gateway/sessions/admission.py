@@ -156,7 +156,11 @@ class Admission:
         lane = ctx.lanes.get(key)
         running = lane.running if lane else None
         if running is not None and admitted.row_id not in running.ids:
-            if admitted.steer_text is not None:
+            if admitted.steer_text is not None and not await ctx.steers_into(
+                running, platform, message.account, message.chat_id, message.thread_id
+            ):
+                await self._unsteer(admitted.row_id)  # its own turn, of the chat's profile now
+            elif admitted.steer_text is not None:
                 speaker = ctx.speaker(
                     platform,
                     str(message.sender.id),
@@ -173,6 +177,15 @@ class Admission:
             if admitted.interrupt:
                 running.cancel(INTERRUPTED_BY_NEWER)
         ctx.wake(key)
+
+    async def _unsteer(self, row_id: InboxId) -> None:
+        """A message stored to be steered waits for a turn of its own instead (a failed write
+        leaves it to the next claim of its session, which turns steer rows into plain ones)."""
+        try:
+            async with self.ctx.store.write() as conn:
+                await inbox_sql.requeue(conn, [row_id])
+        except Exception as err:
+            logger.warning("could not give message %s a turn of its own yet: %s", row_id, err)
 
     async def _edit_session(
         self, message: InboundMessage, key: SessionKey

@@ -31,7 +31,7 @@ from gateway.contracts.ids import SessionKey, TurnId, UserId
 from gateway.media import StoredFiles
 from gateway.memory_sync import SyncQueue
 from gateway.metrics import Metrics
-from gateway.sessions.state import Lane, Speaker
+from gateway.sessions.state import Lane, Running, Speaker
 from gateway.store import Store
 from gateway.store.inbox import InboxRow
 from gateway.store.outbox import Outbox
@@ -217,6 +217,22 @@ class SessionContext:
         if self.profiles is None:
             return ProfileAgents.single(self.agent).get(name)
         return self.profiles.get(name)
+
+    async def steers_into(
+        self, running: Running, platform: str, account: str, chat: str, thread: str | None
+    ) -> bool:
+        """Whether a message of this chat may join `running`: only while the chat is still
+        bound to the turn's profile (one profile never reads words meant for another). A
+        binding that cannot be read now counts as changed: the message waits for its own
+        turn, which reads the binding again."""
+        if self.profiles is None or len(self.profiles.agents) == 1:
+            return True
+        try:
+            agent = await self.profiles.choose(platform, account, chat, thread)
+        except Exception as err:
+            logger.warning("could not read the profile bindings; not steering: %s", err)
+            return False
+        return agent.profile == running.profile
 
     async def agent_of(self, row: InboxRow) -> Agent:
         """The agent of the profile bound to `row`'s chat now."""

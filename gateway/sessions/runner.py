@@ -157,7 +157,11 @@ class InboxTurns:
         assert claim is not None
         # Busy from here on, so a /stop or an interrupt during the commit below is not lost.
         running = Running(
-            TurnId(0), [r.id for r in batch], time.monotonic(), Steer(self.voice.steered)
+            TurnId(0),
+            [r.id for r in batch],
+            time.monotonic(),
+            Steer(self.voice.steered),
+            profile=agent.profile,
         )
         lane.running = running
         try:

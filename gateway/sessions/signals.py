@@ -107,15 +107,25 @@ class ClusterSignals:
             return
         known = {*running.ids, *running.steer.taken, *(i for i, _ in running.steer.waiting)}
         for row in rows:
-            if row.steer and row.id not in known:
-                speaker = self.ctx.speaker(
-                    row.platform,
-                    row.sender_id,
-                    row.sender_name,
-                    direct=row.is_direct,
-                    account=row.account,
-                )
-                running.steer.add(row.id, row.text, speaker=speaker, files=bool(row.attachments))
+            if not row.steer or row.id in known:
+                continue
+            if not await self.ctx.steers_into(
+                running, row.platform, row.account, row.chat_id, row.thread_id
+            ):
+                try:  # the chat is bound to another profile now: a turn of its own
+                    async with self.ctx.store.write() as conn:
+                        await inbox_sql.requeue(conn, [row.id])
+                except Exception as err:
+                    logger.warning("could not give message %s its own turn: %s", row.id, err)
+                continue
+            speaker = self.ctx.speaker(
+                row.platform,
+                row.sender_id,
+                row.sender_name,
+                direct=row.is_direct,
+                account=row.account,
+            )
+            running.steer.add(row.id, row.text, speaker=speaker, files=bool(row.attachments))
         self.ctx.wake(key)
 
     async def scanner(self) -> None:

@@ -89,6 +89,9 @@ class Running:
     task: asyncio.Task[TurnFailure | None] | None = None
     cancel_reason: str | None = None
     finishing: bool = False
+    profile: str = "default"
+    """The profile whose agent runs the turn: a message of a chat bound to another profile
+    since is never steered into it."""
 
     def cancel(self, reason: str) -> bool:
         """Cancel the agent's work unless its result is already being stored.

@@ -5,7 +5,9 @@ fake LLM, one daemon for the lot."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
@@ -103,6 +105,14 @@ def system(body: dict[str, Any]) -> str:
 
 @pytest.fixture
 async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    async with rigged(tmp_path) as r:
+        yield r
+
+
+@contextlib.asynccontextmanager
+async def rigged(tmp_path: Path, **section_keys: Any) -> AsyncIterator[Rig]:
+    """The daemon of this module's profiles and bindings (`section_keys` added to the
+    loopback platform's section)."""
     port = free_port()
     async with FakeLLM() as llm, FakeChatServer(TOKEN) as chat:
         section = {
@@ -112,6 +122,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
             "allowed_users": ["*"],
             "stream_edits": False,
             "poll_timeout": 1,
+            **section_keys,
         }
         extra = {
             "api": {"host": "127.0.0.1", "port": port, "key": KEY},
@@ -209,6 +220,44 @@ async def test_each_bound_chat_answers_with_its_profiles_persona_model_and_memor
     assert now["model"] == "family-model"
     assert FAMILY_SOUL in system(now)
     assert "first to work" not in str(now["messages"])  # not the work conversation
+
+
+async def test_a_message_after_a_rebinding_never_joins_the_old_profiles_turn(
+    tmp_path: Path,
+) -> None:
+    """Busy mode steer: a turn of `work` runs in w1 when w1 is bound to `family`; the next
+    message of w1 is not steered into the work turn (work's model never reads it) but answered
+    in a turn of its own, by family, in a new session."""
+    async with rigged(tmp_path, busy_mode="steer") as rig:
+        gate = asyncio.Event()
+        rig.llm.script(
+            Reply(tool_calls=[("session_search", {"query": "anything"})], gate=gate),
+            Reply("work is done"),
+            Reply("family answers"),
+        )
+        rig.chat.inject("w1", "start some work", sender_id="alice")
+        await rig.llm.wait_for_requests(1, WAIT)
+        await StoredBindings(rig.herald.store).bind(
+            Binding("family", "test", "bot1", "w1", source="cli")
+        )
+        rig.chat.inject("w1", "after rebinding", sender_id="alice")
+
+        async def stored() -> bool:
+            return any(r["text"] == "after rebinding" for r in await rig.herald.rows())
+
+        await rig.herald.until(stored, WAIT)
+        gate.set()  # the tool runs; its boundary is where a steered message would join
+        await rig.chat.wait_for_sent(lambda s: s.text == "family answers", WAIT)
+        work = [b for b in rig.llm.requests if b["model"] == "work-model"]
+        assert len(work) == 2
+        assert not any("after rebinding" in str(b["messages"]) for b in work)
+        family = rig.asked("after rebinding")
+        assert family["model"] == "family-model"
+        assert FAMILY_SOUL in system(family)
+        assert "start some work" not in str(family["messages"])  # a new session
+        rows = {r["text"]: r for r in await rig.herald.rows()}
+        assert rows["after rebinding"]["outcome"] == "answered"
+        assert rows["after rebinding"]["turn_id"] != rows["start some work"]["turn_id"]
 
 
 async def test_a_job_of_a_profile_runs_as_it_and_reports_to_its_home(rig: Rig) -> None:
