@@ -38,7 +38,6 @@ import asyncio
 import contextlib
 import json
 import secrets
-import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -47,7 +46,7 @@ from typing import Any
 import aiohttp
 from aiohttp import WSMsgType, web
 
-from tests.fakes.serving import Served
+from tests.fakes.serving import AiohttpServer, Served
 from tests.fakes.waiting import Changes, Waitable
 
 JSON = dict[str, Any]
@@ -132,17 +131,15 @@ class FakeMattermostServer(Served, Waitable):
         self._lose = 0
         self._duplicate = 0
         self._sockets: list[_Socket] = []
-        self._sock: socket.socket | None = None
-        self._runner: web.AppRunner | None = None
+        self._server: AiohttpServer | None = None
 
     # -- serving ------------------------------------------------------------------------------
 
     @property
     def port(self) -> int:
-        if self._sock is None:
+        if self._server is None:
             raise RuntimeError("the server is not started")
-        port: int = self._sock.getsockname()[1]
-        return port
+        return self._server.port
 
     @property
     def base_url(self) -> str:
@@ -150,11 +147,6 @@ class FakeMattermostServer(Served, Waitable):
         return self.url
 
     async def _start(self) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(128)
-        self._sock = sock
         app = web.Application(client_max_size=200 * 1024 * 1024)
         api = "/api/v4"
         app.router.add_get(f"{api}/websocket", self._websocket)
@@ -171,9 +163,8 @@ class FakeMattermostServer(Served, Waitable):
             f"{api}/users/{{user}}/posts/{{post}}/reactions/{{emoji}}", self._unreact
         )
         app.router.add_post(f"{api}/users/me/typing", self._typing)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await self._runner.setup()
-        await web.SockSite(self._runner, sock).start()
+        self._server = AiohttpServer(app)
+        await self._server.start()
 
     async def _stop(self) -> None:
         self._changes.stop()
@@ -181,11 +172,9 @@ class FakeMattermostServer(Served, Waitable):
             for s in list(self._sockets):
                 if s.transport is not None:
                     s.transport.abort()
-            if self._runner is not None:
-                await self._runner.cleanup()
         finally:
-            if self._sock is not None:
-                self._sock.close()
+            if self._server is not None:
+                await self._server.stop()
 
     # -- the world ----------------------------------------------------------------------------
 

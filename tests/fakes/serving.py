@@ -154,30 +154,28 @@ class Served:
         raise NotImplementedError
 
 
-class WebSocketListener:
-    """aiohttp's web server on 127.0.0.1:`port` (0: a free port) answering GET `path` with
-    `handler`: for websockets, which `LocalServer` does not serve."""
+class AiohttpServer:
+    """aiohttp's web server serving `app` on 127.0.0.1:`port` (0: a free port) between
+    `start` and `stop`: for fakes that need what `LocalServer` does not serve (websockets,
+    server-sent events written as they come)."""
 
-    def __init__(
-        self,
-        handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
-        port: int,
-        path: str,
-    ) -> None:
-        self._handler = handler
+    def __init__(self, app: web.Application, port: int = 0, *, shutdown_timeout: float = 1.0):
+        self._app = app
         self._port = port
-        self._path = path
+        self._shutdown_timeout = shutdown_timeout
         self._sock: socket.socket | None = None
         self._runner: web.AppRunner | None = None
 
     @property
     def port(self) -> int:
+        """The port listened on; RuntimeError before `start`."""
         if self._sock is None:
-            raise RuntimeError("the listener is not started")
+            raise RuntimeError("the server is not started")
         port: int = self._sock.getsockname()[1]
         return port
 
     async def start(self) -> None:
+        """Listen and serve; return once serving. Raises OSError (port taken)."""
         # IPPROTO_TCP for TCP_NODELAY on accepted sockets, as in `LocalServer`.
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         try:
@@ -188,16 +186,32 @@ class WebSocketListener:
             sock.close()
             raise
         self._sock = sock
-        app = web.Application()
-        app.router.add_get(self._path, self._handler)
-        self._runner = runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
+        self._runner = runner = web.AppRunner(
+            self._app, access_log=None, shutdown_timeout=self._shutdown_timeout
+        )
         await runner.setup()
         await web.SockSite(runner, sock).start()
 
     async def stop(self) -> None:
+        """Stop serving (open handlers get `shutdown_timeout`) and close the socket."""
         try:
             if self._runner is not None:
                 await self._runner.cleanup()
         finally:
             if self._sock is not None:
                 self._sock.close()
+
+
+class WebSocketListener(AiohttpServer):
+    """An `AiohttpServer` answering GET `path` with `handler`: for websockets, which
+    `LocalServer` does not serve."""
+
+    def __init__(
+        self,
+        handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+        port: int,
+        path: str,
+    ) -> None:
+        app = web.Application()
+        app.router.add_get(path, handler)
+        super().__init__(app, port, shutdown_timeout=2.0)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import socket
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -38,7 +37,7 @@ from urllib.parse import unquote_plus
 
 from aiohttp import web
 
-from tests.fakes.serving import Served
+from tests.fakes.serving import AiohttpServer, Served
 from tests.fakes.waiting import Changes, Waitable
 
 JSON = dict[str, Any]
@@ -146,42 +145,30 @@ class FakeSignalCli(Served, Waitable):
         self._last_stamp = 0
         self._changes = Changes()
         self._port = port
-        self._sock: socket.socket | None = None
-        self._runner: web.AppRunner | None = None
+        self._server: AiohttpServer | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     @property
     def port(self) -> int:
-        if self._sock is None:
+        if self._server is None:
             raise RuntimeError("the server is not started")
-        port: int = self._sock.getsockname()[1]
-        return port
+        return self._server.port
 
     async def _start(self) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", self._port))
-        sock.listen(128)
-        self._sock = sock
         app = web.Application()
         app.router.add_post("/api/v1/rpc", self._rpc)
         app.router.add_get("/api/v1/events", self._events)
         app.router.add_get("/api/v1/check", self._check)
-        self._runner = runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
-        await web.SockSite(runner, sock).start()
+        self._server = AiohttpServer(app, self._port)
+        await self._server.start()
 
     async def _stop(self) -> None:
         self._changes.stop()
         for stream in self._streams:
             stream.closed = True
-        try:
-            if self._runner is not None:
-                await self._runner.cleanup()
-        finally:
-            if self._sock is not None:
-                self._sock.close()
+        if self._server is not None:
+            await self._server.stop()
 
     # -- people ---------------------------------------------------------------------------------
 
