@@ -37,7 +37,7 @@ from gateway.sessions.voice_replies import VoiceJob, VoiceReplies, voice_chunk
 from gateway.store import inbox as inbox_sql
 from gateway.store.inbox import InboxRow, Outcome
 from gateway.store.outbox import Chunk, Target, enqueue, reply_chunks
-from gateway.store.store import read_history, record_finish, record_start
+from gateway.store.store import read_history, record_finish, record_start, turns_in_session
 from gateway.turns import FailureKind, TurnFailure, TurnStatus, run_agent
 
 logger = logging.getLogger(__name__)
@@ -148,10 +148,19 @@ class InboxTurns:
         # A group stays a group, even one person's session in it (no recall, no sync,
         # the group's memory files).
         session = replace(session, group=not head.is_direct)
+        # A row an earlier try stored in the history is not stored again, unless that try was
+        # in another session (the chat's profile changed since, as `/new` stores it again):
+        # the one answering now must read it.
+        tried = [r.turn_id for r in batch if r.turn_id is not None]
+        if tried:
+            async with self.ctx.store.read() as conn:
+                stored = await turns_in_session(conn, session.id, tried)
+        else:
+            stored = set()
         new_messages = [
             _user_message(r, agent.skill_message(r.content, key, user_id))
             for r in batch
-            if r.turn_id is None
+            if r.turn_id is None or r.turn_id not in stored
         ]
         claim = lane.claim
         assert claim is not None

@@ -793,6 +793,18 @@ async def record_start(
     return turn_id, ids
 
 
+async def turns_in_session(
+    conn: AsyncConnection, session_id: SessionId, turn_ids: Sequence[TurnId]
+) -> set[TurnId]:
+    """Which of `turn_ids` are turns of session `session_id`."""
+    if not turn_ids:
+        return set()
+    found = await conn.scalars(
+        select(turns.c.id).where(turns.c.session_id == session_id, turns.c.id.in_(turn_ids))
+    )
+    return {TurnId(i) for i in found}
+
+
 async def record_note(conn: AsyncConnection, session_id: SessionId, note: ChatMessage) -> None:
     """In the caller's transaction: a message in a session's history outside any turn (a
     reaction to one of the agent's messages), read with the session's next turn."""

@@ -110,9 +110,11 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
 
 
 @contextlib.asynccontextmanager
-async def rigged(tmp_path: Path, **section_keys: Any) -> AsyncIterator[Rig]:
+async def rigged(
+    tmp_path: Path, *, config: dict[str, Any] | None = None, **section_keys: Any
+) -> AsyncIterator[Rig]:
     """The daemon of this module's profiles and bindings (`section_keys` added to the
-    loopback platform's section)."""
+    loopback platform's section; `config`: top-level sections merged over the module's)."""
     port = free_port()
     async with FakeLLM() as llm, FakeChatServer(TOKEN) as chat:
         section = {
@@ -124,7 +126,7 @@ async def rigged(tmp_path: Path, **section_keys: Any) -> AsyncIterator[Rig]:
             "poll_timeout": 1,
             **section_keys,
         }
-        extra = {
+        extra: dict[str, Any] = {
             "api": {"host": "127.0.0.1", "port": port, "key": KEY},
             "cron": {"poll_interval": 0.1},
             "access": {"operators": ["test:alice"]},
@@ -146,6 +148,8 @@ async def rigged(tmp_path: Path, **section_keys: Any) -> AsyncIterator[Rig]:
                 }
             },
         }
+        for name, keys in (config or {}).items():
+            extra[name] = {**extra.get(name, {}), **keys}
         clock = FakeClock(datetime(2026, 11, 23, 7, 0, tzinfo=UTC))
         async with (
             running_daemon(
@@ -258,6 +262,36 @@ async def test_a_message_after_a_rebinding_never_joins_the_old_profiles_turn(
         rows = {r["text"]: r for r in await rig.herald.rows()}
         assert rows["after rebinding"]["outcome"] == "answered"
         assert rows["after rebinding"]["turn_id"] != rows["start some work"]["turn_id"]
+
+
+async def test_a_message_waiting_out_an_outage_is_read_by_the_profile_rebound_since(
+    tmp_path: Path,
+) -> None:
+    """A message of w1 (bound to `work`) is tried while the model is unreachable, so it waits,
+    stored in work's session; w1 is bound to `family` meanwhile. The next try is family's, in
+    a new session: family reads the message (stored again there, as `/new` does), and never
+    work's conversation."""
+    config = {
+        "sessions": {"drain_timeout": 2, "ack_interval": 0, "model_retry_initial": 0.05},
+        "llm": {"max_retries": 0},
+    }
+    async with rigged(tmp_path, config=config) as rig:
+        await rig.say("w1", "earlier work")
+        gate = asyncio.Event()
+        rig.llm.script(Reply(status=503, gate=gate), Reply("family answers"))
+        rig.chat.inject("w1", "the waiting question", sender_id="alice")
+        await rig.llm.wait_for_requests(2, WAIT)
+        await StoredBindings(rig.herald.store).bind(
+            Binding("family", "test", "bot1", "w1", source="cli")
+        )
+        gate.set()  # the work model fails: the message waits for the next try
+        await rig.chat.wait_for_sent(lambda s: s.text == "family answers", WAIT)
+        family = rig.llm.requests[-1]
+        assert family["model"] == "family-model"
+        assert "the waiting question" in str(family["messages"])
+        assert "earlier work" not in str(family["messages"])
+        rows = {r["text"]: r for r in await rig.herald.rows()}
+        assert rows["the waiting question"]["outcome"] == "answered"
 
 
 async def test_a_job_of_a_profile_runs_as_it_and_reports_to_its_home(rig: Rig) -> None:
