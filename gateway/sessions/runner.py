@@ -68,7 +68,6 @@ class InboxTurns:
     def __init__(self, ctx: SessionContext, feedback: Feedback) -> None:
         self.ctx = ctx
         self.feedback = feedback
-        self.voice = VoiceNotes(ctx, ctx.agent.transcriber)
         self.voice_replies = VoiceReplies(ctx, ctx.speech)
 
     async def run_batch(self, key: SessionKey, lane: Lane, batch: list[InboxRow]) -> None:
@@ -101,12 +100,14 @@ class InboxTurns:
             if not batch:
                 return
             head = batch[0]
-        batch = await self.voice.prepare(batch, target)
+        # The profile bound to the chat now (a session's rows are of one chat): its voice
+        # notes are heard by that profile's transcription, never another's.
+        agent = await self.ctx.agent_of(head)
+        batch = await VoiceNotes(self.ctx, agent.transcriber).prepare(batch, target)
         if not batch:
             return
         head = batch[0]
         user_id = await self.ctx.owner(head)
-        agent = await self.ctx.agent_of(head)
         exchange: tuple[SessionInfo, list[ChatMessage]] | None = None
         async with lane.lock:
             self.ctx.metrics.waiting_turns.inc()
@@ -169,7 +170,7 @@ class InboxTurns:
             TurnId(0),
             [r.id for r in batch],
             time.monotonic(),
-            Steer(self.voice.steered),
+            Steer(VoiceNotes(self.ctx, agent.transcriber).steered),
             profile=agent.profile,
         )
         lane.running = running

@@ -178,3 +178,36 @@ async def test_steered_voice_note_not_transcribed_is_told_and_dropped_once(
             told = [t for t in texts if "couldn't transcribe your voice note" in t]
             assert len(told) == 1
             assert "HTTP 500" in told[0]
+
+
+async def test_a_voice_note_is_heard_by_the_transcription_of_the_chats_profile(
+    tmp_path: Path, telegram: PlatformHarness
+) -> None:
+    """A chat bound to a profile with its own transcription endpoint: its voice notes go
+    there, never to the default profile's (the audio of one profile's chat is not sent to the
+    service another profile chose)."""
+    person = telegram.people[0]
+    async with FakeLLM() as llm:
+        port = free_port()
+        llm_section = {
+            "base_url": llm.base_url,
+            "api_key": "k",
+            "memory_pass": False,
+            "transcription": {"base_url": llm.base_url, "model": "whisper-default"},
+        }
+        family = {"transcription": {"base_url": llm.base_url, "model": "whisper-family"}}
+        extra = {
+            "llm": llm_section,
+            "profiles": {"family": {"llm": {"model": "family-model", **family}}},
+            "bindings": [{"profile": "family", "platform": "telegram"}],
+        }
+        section = telegram.section(port)
+        async with running_daemon(
+            tmp_path, llm, telegram.platform, section, port=port, extra=extra
+        ) as h:
+            llm.script(Reply(text="got it"))
+            await send_file(telegram, h, person, name="v.ogg", mime="audio/ogg", data=OGG)
+            [request] = await llm.wait_for_requests(1, timeout=20)
+            assert request["model"] == "family-model"
+            assert ", transcribed]: hello from a voice note" in last_user_text(request)
+            assert [t.model for t in llm.transcriptions] == ["whisper-family"]
