@@ -491,6 +491,13 @@ class Admission:
             # Someone else's session (one per person in a group): no note there.
             logger.debug("%s: a reaction to a message of another session ignored", platform)
             return
+        if not await ctx.bound_to(
+            session.profile, platform, reaction.account, reaction.chat_id, as_message.thread_id
+        ):
+            # Said by a profile the chat is no longer bound to: its conversation gets no word
+            # of the chat any more (and the profile answering now never said that message).
+            logger.debug("%s: a reaction to a message of another profile ignored", platform)
+            return
         who = reaction.sender.display_name or str(reaction.sender.id)
         note = ChatMessage(Role.USER, text if reaction.is_direct else f"[{who}] {text}")
 

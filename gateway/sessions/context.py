@@ -225,14 +225,22 @@ class SessionContext:
         bound to the turn's profile (one profile never reads words meant for another). A
         binding that cannot be read now counts as changed: the message waits for its own
         turn, which reads the binding again."""
+        return await self.bound_to(running.profile, platform, account, chat, thread)
+
+    async def bound_to(
+        self, profile: str, platform: str, account: str, chat: str, thread: str | None
+    ) -> bool:
+        """Whether this chat is bound to `profile` now (a binding that cannot be read now
+        counts as another: whatever asks does nothing for `profile`). Without profiles:
+        always."""
         if self.profiles is None or len(self.profiles.agents) == 1:
             return True
         try:
             agent = await self.profiles.choose(platform, account, chat, thread)
         except Exception as err:
-            logger.warning("could not read the profile bindings; not steering: %s", err)
+            logger.warning("could not read the profile bindings: %s", err)
             return False
-        return agent.profile == running.profile
+        return agent.profile == profile
 
     async def agent_of(self, row: InboxRow) -> Agent:
         """The agent of the profile bound to `row`'s chat now."""

@@ -9,10 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
+from gateway.profiles import Binding
 from gateway.sessions.admission import EDIT_OF_ANSWERED
 from gateway.store.inbox import Outcome
 from gateway.store.outbox import Outbox
+from gateway.store.profiles import StoredBindings
+from gateway.store.tables import messages
 from tests.fakes.llm import FakeLLM
 from tests.fakes.telegram import FakeTelegramServer
 from tests.integration.button_rig import MCP, mcp_ready, responder, tool_runs
@@ -98,3 +102,41 @@ async def test_reactions_approve_mark_and_note(tmp_path: Path) -> None:
             assert any("[reaction ❤ to your message «done:" in str(m["content"]) for m in last)
             # The stranger's reaction left no trace.
             assert not [r for r in await herald.rows() if r["sender_id"] == str(EVE)]
+
+
+async def test_a_reaction_after_a_rebinding_is_no_note_in_the_old_profiles_conversation(
+    tmp_path: Path,
+) -> None:
+    """Ann's chat answered as `work`, then bound to `family`: her reaction to work's answer
+    is no note in work's conversation (one profile never gets another's words), and family's
+    new conversation does not have it either (family never said that message)."""
+    async with FakeTelegramServer(TOKEN, bot_username="herald_bot") as tg, FakeLLM() as llm:
+        section = {
+            "token": TOKEN,
+            "base_url": tg.base_url,
+            "base_file_url": tg.base_file_url,
+            "allowed_users": [str(ANN)],
+            "pairing": False,
+            "poll_timeout": 1,
+            "stream_edits": False,
+            "min_send_interval": 0,
+            "working_reaction": "",
+        }
+        extra = {
+            "profiles": {"work": {"llm": {"model": "work-model"}}, "family": {}},
+            "bindings": [{"profile": "work", "platform": "telegram"}],
+        }
+        async with running_daemon(tmp_path, llm, "telegram", section, extra=extra) as herald:
+            tg.inject_message(ANN, "hello", sender_id=ANN)
+            [answer] = await tg.wait_for_sent(1, 30)
+            await herald.until(lambda: receipt(herald, f"{ANN}:{answer.message_id}"))
+            await StoredBindings(herald.store).bind(
+                Binding("family", "telegram", "default", str(ANN), source="cli")
+            )
+            tg.inject_reaction(ANN, answer.message_id, "❤", sender_id=ANN)
+            tg.inject_message(ANN, "and now?", sender_id=ANN)  # after the reaction, in order
+            await tg.wait_for_sent(2, 30)
+            assert llm.requests[-1]["model"] != "work-model"
+            async with herald.store.read() as conn:
+                stored = (await conn.execute(select(messages.c.content))).scalars().all()
+            assert not [c for c in stored if "[reaction" in c]
