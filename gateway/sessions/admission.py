@@ -29,7 +29,7 @@ from gateway.contracts.messages import InboundMessage, Reaction
 from gateway.sessions.context import SessionContext
 from gateway.sessions.keys import derive_session_key
 from gateway.sessions.policies import policy
-from gateway.sessions.state import INTERRUPTED_BY_NEWER
+from gateway.sessions.state import INTERRUPTED_BY_NEWER, Running
 from gateway.storable import storable
 from gateway.store import approvals as approvals_sql
 from gateway.store import inbox as inbox_sql
@@ -124,8 +124,10 @@ class Admission:
         section = ctx.platforms.get((platform, str(message.account)))
         groups = section.group_sessions if section else GroupSessions.CHAT
         key = derive_session_key(message, groups)
+        unbound = None
         if message.edit_of is not None:
             message, key = await self._edit_session(message, key)
+            unbound = await self._unbound_turn(message, key)
         if message.attachments and ctx.files is not None:  # bytes into the blob store
             message = await ctx.files.keep_received(message)
         target = Target(platform, message.account, message.chat_id, message.thread_id)
@@ -133,7 +135,7 @@ class Admission:
         parsed = None if message.edit_of is not None else parse_command(message.text)
 
         admitted = await ctx.store.unit(
-            lambda conn: self._admit(conn, message, key, target, parsed)
+            lambda conn: self._admit(conn, message, key, target, parsed, unbound=unbound)
         )
         if admitted.row_id is None:
             logger.debug("duplicate delivery of %s ignored", message.platform_message_id)
@@ -145,7 +147,7 @@ class Admission:
         if admitted.notices:
             ctx.on_outbox()
         if admitted.replaced is not None:
-            self._replace_steer(key, *admitted.replaced)
+            self._replace_steer(key, *admitted.replaced, unbound)
         if admitted.outcome is not None or admitted.elsewhere:
             return
         if admitted.command:
@@ -187,6 +189,17 @@ class Admission:
         except Exception as err:
             logger.warning("could not give message %s a turn of its own yet: %s", row_id, err)
 
+    async def _unbound_turn(self, message: InboundMessage, key: SessionKey) -> Running | None:
+        """The turn running in `key` when the chat is bound to another profile now: an edit
+        never steers words into it (a waiting steer message it edits leaves that turn)."""
+        lane = self.ctx.lanes.get(key)
+        running = lane.running if lane else None
+        if running is None or await self.ctx.steers_into(
+            running, str(message.platform), message.account, message.chat_id, message.thread_id
+        ):
+            return None
+        return running
+
     async def _edit_session(
         self, message: InboundMessage, key: SessionKey
     ) -> tuple[InboundMessage, SessionKey]:
@@ -212,15 +225,18 @@ class Admission:
         key: SessionKey,
         target: Target,
         parsed: ParsedCommand | None,
+        *,
+        unbound: Running | None = None,
     ) -> _Admitted:
         """In one write transaction (one trip to SQLite's thread): who may write, and the
-        row stored as a command, a queued message or a rejection, with its notices."""
+        row stored as a command, a queued message or a rejection, with its notices.
+        `unbound`: the running turn of a profile the chat is no longer bound to."""
         ctx = self.ctx
         decision = await ctx.access.decide(conn, message) if ctx.access else None
         if decision is not None and decision.verdict is not Verdict.ALLOW:
             admitted = await self._reject(conn, message, key, target, decision)
         elif message.edit_of is not None:
-            admitted = await self._edit(conn, message, key, target)
+            admitted = await self._edit(conn, message, key, target, unbound)
         elif parsed is not None and (parsed.command not in WITH_TEXT or not parsed.arg):
             row_id = await inbox_sql.insert(conn, message, key=key, user_id=None, kind="command")
             admitted = _Admitted(row_id, command=True)
@@ -235,7 +251,12 @@ class Admission:
         return admitted
 
     async def _edit(
-        self, conn: AsyncConnection, message: InboundMessage, key: SessionKey, target: Target
+        self,
+        conn: AsyncConnection,
+        message: InboundMessage,
+        key: SessionKey,
+        target: Target,
+        unbound: Running | None = None,
     ) -> _Admitted:
         """In the accept transaction: an edit of an earlier message. Waiting: its text is
         replaced. Being answered: the edit goes by the busy mode (steer and interrupt give the
@@ -272,8 +293,10 @@ class Admission:
         ):
             # In memory at once, before any await: a turn at its boundary now reads the new
             # text (checked not taken just above); the row follows when this commits.
-            self._replace_steer(key, original.id, message.text)
-            replaced = await self._replace(conn, message, key, original, message.text)
+            unsteer = self._replace_steer(key, original.id, message.text, unbound)
+            replaced = await self._replace(
+                conn, message, key, original, message.text, unsteer=unsteer
+            )
             if replaced is not None:
                 return replaced
             answering = True
@@ -289,8 +312,8 @@ class Admission:
                 None,
             )
             text = message.text if prefix is None else f"{prefix} {message.text}"
-            self._replace_steer(key, earlier.id, text)  # as above
-            replaced = await self._replace(conn, message, key, earlier, text)
+            unsteer = self._replace_steer(key, earlier.id, text, unbound)  # as above
+            replaced = await self._replace(conn, message, key, earlier, text, unsteer=unsteer)
             if replaced is not None:
                 return replaced
         if original is None:
@@ -320,11 +343,17 @@ class Admission:
 
     @staticmethod
     async def _replace(
-        conn: AsyncConnection, message: InboundMessage, key: SessionKey, row: InboxRow, text: str
+        conn: AsyncConnection,
+        message: InboundMessage,
+        key: SessionKey,
+        row: InboxRow,
+        text: str,
+        *,
+        unsteer: bool = False,
     ) -> _Admitted | None:
         """In the accept transaction: the edit `message` stored as merged into the waiting
         `row`, whose text becomes `text`; None (nothing stored) when a turn took `row` since
-        it was read."""
+        it was read. `unsteer`: `row` waits for a turn of its own, no longer a steer message."""
         row_id = await inbox_sql.insert(
             conn,
             message,
@@ -336,16 +365,29 @@ class Admission:
         if row_id is None:  # a redelivery
             return _Admitted(None)
         if await inbox_sql.replace_text(conn, row, text, edit=row_id, at=message.received_at):
+            if unsteer:
+                await inbox_sql.requeue(conn, [row.id])
             return _Admitted(row_id, Outcome.MERGED, replaced=(row.id, text))
         await inbox_sql.discard(conn, row_id)
         return None
 
-    def _replace_steer(self, key: SessionKey, row_id: InboxId, text: str) -> None:
-        """A waiting steer message's new text, where the running turn keeps it in memory."""
+    def _replace_steer(
+        self, key: SessionKey, row_id: InboxId, text: str, unbound: Running | None = None
+    ) -> bool:
+        """A waiting steer message's new text, where the running turn keeps it in memory.
+        In `unbound` (a turn of a profile the chat is no longer bound to) the message does
+        not wait any more: it leaves the turn unread (True), for a turn of its own."""
         lane = self.ctx.lanes.get(key)
-        steer = lane.running.steer if lane and lane.running else None
-        if steer is not None:
-            steer.waiting = [(i, text if i == row_id else t) for i, t in steer.waiting]
+        running = lane.running if lane else None
+        if running is None:
+            return False
+        steer = running.steer
+        if running is unbound:
+            before = len(steer.waiting)
+            steer.waiting = [(i, t) for i, t in steer.waiting if i != row_id]
+            return len(steer.waiting) < before
+        steer.waiting = [(i, text if i == row_id else t) for i, t in steer.waiting]
+        return False
 
     async def _reject(
         self,

@@ -6,6 +6,7 @@ turn reads."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from gateway.store.inbox import Outcome
 from gateway.store.outbox import Outbox
 from gateway.store.profiles import StoredBindings
 from gateway.store.tables import messages
-from tests.fakes.llm import FakeLLM
+from tests.fakes.llm import FakeLLM, Reply
 from tests.fakes.telegram import FakeTelegramServer
 from tests.integration.button_rig import MCP, mcp_ready, responder, tool_runs
 from tests.integration.inproc import Herald, running_daemon
@@ -140,3 +141,59 @@ async def test_a_reaction_after_a_rebinding_is_no_note_in_the_old_profiles_conve
             async with herald.store.read() as conn:
                 stored = (await conn.execute(select(messages.c.content))).scalars().all()
             assert not [c for c in stored if "[reaction" in c]
+
+
+async def test_an_edit_after_a_rebinding_never_reaches_the_old_profiles_turn(
+    tmp_path: Path,
+) -> None:
+    """Busy mode steer: Ann's message waits to be steered into a turn of `work`; her chat is
+    bound to `family`, and she edits that message. Work's turn never reads the edited words:
+    the message is answered in a turn of its own, by family."""
+    async with FakeTelegramServer(TOKEN, bot_username="herald_bot") as tg, FakeLLM() as llm:
+        section = {
+            "token": TOKEN,
+            "base_url": tg.base_url,
+            "base_file_url": tg.base_file_url,
+            "allowed_users": [str(ANN)],
+            "pairing": False,
+            "poll_timeout": 1,
+            "stream_edits": False,
+            "min_send_interval": 0,
+            "working_reaction": "",
+            "busy_mode": "steer",
+        }
+        extra = {
+            "profiles": {"work": {"llm": {"model": "work-model"}}, "family": {}},
+            "bindings": [{"profile": "work", "platform": "telegram"}],
+        }
+        async with running_daemon(tmp_path, llm, "telegram", section, extra=extra) as herald:
+            gate = asyncio.Event()
+            llm.script(
+                Reply(tool_calls=[("session_search", {"query": "anything"})], gate=gate),
+                Reply("work is done"),
+                Reply("family answers"),
+            )
+            tg.inject_message(ANN, "start some work", sender_id=ANN)
+            await llm.wait_for_requests(1, 30)
+            also = tg.inject_message(ANN, "also this", sender_id=ANN)
+
+            async def text_is(text: str) -> bool:
+                return any(r["text"] == text and r["steer"] for r in await herald.rows())
+
+            await herald.until(lambda: text_is("also this"), 30)
+            await StoredBindings(herald.store).bind(
+                Binding("family", "telegram", "default", str(ANN), source="cli")
+            )
+            tg.inject_message(ANN, "edited after rebinding", sender_id=ANN, edit_of=also.message_id)
+
+            async def edited() -> bool:
+                return any(r["text"] == "edited after rebinding" for r in await herald.rows())
+
+            await herald.until(edited, 30)
+            gate.set()
+            await tg.wait_for_sent(lambda s: "work is done" in s.plain_text, 30)
+            work = [b for b in llm.requests if b["model"] == "work-model"]
+            assert len(work) == 2
+            assert not any("edited after rebinding" in str(b["messages"]) for b in work)
+            await tg.wait_for_sent(lambda s: "family answers" in s.plain_text, 30)
+            assert "edited after rebinding" in str(llm.requests[-1]["messages"])
