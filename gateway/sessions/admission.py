@@ -517,6 +517,23 @@ class Admission:
             if verb is not None and await self._may_decide(as_message, int(question[1])):
                 await self.accept(replace(as_message, text=f"/{verb} {question[1]}"))
             return
+        groups = section.group_sessions
+        key = derive_session_key(as_message, groups)
+        said = None
+        if chunk.session_id is not None:  # the conversation the reacted message is of
+            said = await ctx.store.get_session_by_id(chunk.session_id)
+        if (
+            said is not None
+            and said.key == key
+            and not await ctx.bound_to(
+                said.profile, platform, reaction.account, reaction.chat_id, as_message.thread_id
+            )
+        ):
+            # Said in this chat by a profile it is no longer bound to: that conversation gets
+            # no word of the chat any more, and the profile answering now never said it (nor
+            # reads it, quoted in a turn).
+            logger.debug("%s: a reaction to a message of another profile ignored", platform)
+            return
         snippet = " ".join(chunk.text.split())
         snippet = snippet if len(snippet) <= 80 else snippet[:79] + "…"
         text = f"[reaction {reaction.emoji} to your message «{snippet}»]"
@@ -526,19 +543,10 @@ class Admission:
         if chunk.session_id is None:
             return
         session_id = chunk.session_id
-        groups = section.group_sessions
-        key = derive_session_key(as_message, groups)
-        session = await ctx.store.get_session_by_id(session_id)
+        session = said
         if session is None or session.key != key:
             # Someone else's session (one per person in a group): no note there.
             logger.debug("%s: a reaction to a message of another session ignored", platform)
-            return
-        if not await ctx.bound_to(
-            session.profile, platform, reaction.account, reaction.chat_id, as_message.thread_id
-        ):
-            # Said by a profile the chat is no longer bound to: its conversation gets no word
-            # of the chat any more (and the profile answering now never said that message).
-            logger.debug("%s: a reaction to a message of another profile ignored", platform)
             return
         who = reaction.sender.display_name or str(reaction.sender.id)
         note = ChatMessage(Role.USER, text if reaction.is_direct else f"[{who}] {text}")

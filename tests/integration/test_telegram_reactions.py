@@ -105,12 +105,14 @@ async def test_reactions_approve_mark_and_note(tmp_path: Path) -> None:
             assert not [r for r in await herald.rows() if r["sender_id"] == str(EVE)]
 
 
+@pytest.mark.parametrize("rule", ["note", "turn"])
 async def test_a_reaction_after_a_rebinding_is_no_note_in_the_old_profiles_conversation(
-    tmp_path: Path,
+    tmp_path: Path, rule: str
 ) -> None:
     """Ann's chat answered as `work`, then bound to `family`: her reaction to work's answer
     is no note in work's conversation (one profile never gets another's words), and family's
-    new conversation does not have it either (family never said that message)."""
+    new conversation does not have it either, nor a turn quoting it (family never said that
+    message, and reads nothing of work's conversation)."""
     async with FakeTelegramServer(TOKEN, bot_username="herald_bot") as tg, FakeLLM() as llm:
         section = {
             "token": TOKEN,
@@ -122,6 +124,7 @@ async def test_a_reaction_after_a_rebinding_is_no_note_in_the_old_profiles_conve
             "stream_edits": False,
             "min_send_interval": 0,
             "working_reaction": "",
+            "reactions": rule,
         }
         extra = {
             "profiles": {"work": {"llm": {"model": "work-model"}}, "family": {}},
@@ -141,6 +144,7 @@ async def test_a_reaction_after_a_rebinding_is_no_note_in_the_old_profiles_conve
             async with herald.store.read() as conn:
                 stored = (await conn.execute(select(messages.c.content))).scalars().all()
             assert not [c for c in stored if "[reaction" in c]
+            assert not [b for b in llm.requests if "[reaction" in str(b["messages"])]
 
 
 async def test_an_edit_after_a_rebinding_never_reaches_the_old_profiles_turn(
