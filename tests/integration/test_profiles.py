@@ -264,6 +264,39 @@ async def test_a_message_after_a_rebinding_never_joins_the_old_profiles_turn(
         assert rows["after rebinding"]["turn_id"] != rows["start some work"]["turn_id"]
 
 
+@pytest.mark.parametrize("mode", ["queue", "collect", "interrupt"])
+async def test_a_steer_command_after_a_rebinding_never_joins_the_old_profiles_turn(
+    tmp_path: Path, mode: str
+) -> None:
+    """`/steer TEXT` in w1 while a turn of `work` runs and w1 is bound to `family` since: the
+    text waits for a turn of its own, answered by family (whatever the chat's busy mode)."""
+    async with rigged(tmp_path, busy_mode=mode) as rig:
+        gate = asyncio.Event()
+        rig.llm.script(
+            Reply(tool_calls=[("session_search", {"query": "anything"})], gate=gate),
+            Reply("work is done"),
+            Reply("family answers"),
+        )
+        rig.chat.inject("w1", "start some work", sender_id="alice")
+        await rig.llm.wait_for_requests(1, WAIT)
+        await StoredBindings(rig.herald.store).bind(
+            Binding("family", "test", "bot1", "w1", source="cli")
+        )
+        rig.chat.inject("w1", "/steer after rebinding", sender_id="alice")
+
+        async def stored() -> bool:
+            return any(r["text"] == "after rebinding" for r in await rig.herald.rows())
+
+        await rig.herald.until(stored, WAIT)
+        gate.set()
+        await rig.chat.wait_for_sent(lambda s: s.text == "family answers", WAIT)
+        work = [b for b in rig.llm.requests if b["model"] == "work-model"]
+        assert not any("after rebinding" in str(b["messages"]) for b in work)
+        family = rig.asked("after rebinding")
+        assert family["model"] == "family-model"
+        assert "start some work" not in str(family["messages"])
+
+
 async def test_a_message_waiting_out_an_outage_is_read_by_the_profile_rebound_since(
     tmp_path: Path,
 ) -> None:
