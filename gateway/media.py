@@ -89,7 +89,11 @@ class StoredFiles:
     async def received(self, session: SessionInfo) -> Sequence[Attachment]:
         """The attachments of the session's inbound messages, oldest first, then the files
         it was sent otherwise (pictures over the HTTP API)."""
-        rows = await self.inbox.for_session(session.key, limit=RECEIVED_LOOKBACK)
+        # Not those another profile answered (the chat was bound to it then): one profile
+        # never reads another's conversation, its files included.
+        rows = await self.inbox.for_session(
+            session.key, limit=RECEIVED_LOOKBACK, profile=session.profile
+        )
         stored = [a for r in rows for a in r.attachments]
         more = await self.blobs.records.session_files(session.key, RECEIVED_LOOKBACK)
         return [*stored, *more]

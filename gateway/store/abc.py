@@ -323,8 +323,11 @@ class InboxReader(Protocol):
         """The row with that id; None when there is none."""
         ...
 
-    async def for_session(self, key: SessionKey | str, *, limit: int = 200) -> list[InboxRow]:
-        """The inbound messages of a session key (every epoch), oldest first."""
+    async def for_session(
+        self, key: SessionKey | str, *, limit: int = 200, profile: str | None = None
+    ) -> list[InboxRow]:
+        """The inbound messages of a session key (every epoch), oldest first. With
+        `profile`, not those a turn of another profile took."""
         ...
 
     async def counts(self) -> dict[str, int]:

@@ -452,18 +452,22 @@ class Inbox:
             )
         return None if row is None else _row(row)
 
-    async def for_session(self, key: SessionKey | str, *, limit: int = 200) -> list[InboxRow]:
-        """The inbound messages of a session key (all epochs), oldest first."""
+    async def for_session(
+        self, key: SessionKey | str, *, limit: int = 200, profile: str | None = None
+    ) -> list[InboxRow]:
+        """The inbound messages of a session key (all epochs), oldest first. With `profile`,
+        not those a turn of another profile took (the chat was bound to it then)."""
+        query = select(inbox).where(inbox.c.session_key == key)
+        if profile is not None:
+            other = (
+                select(turns.c.id)
+                .join(sessions, sessions.c.id == turns.c.session_id)
+                .where(turns.c.id == inbox.c.turn_id, sessions.c.profile != profile)
+            )
+            query = query.where(~other.exists())
         async with self.store.read() as conn:
             rows = (
-                (
-                    await conn.execute(
-                        select(inbox)
-                        .where(inbox.c.session_key == key)
-                        .order_by(inbox.c.id.desc())
-                        .limit(limit)
-                    )
-                )
+                (await conn.execute(query.order_by(inbox.c.id.desc()).limit(limit)))
                 .mappings()
                 .all()
             )
