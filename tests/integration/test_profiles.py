@@ -297,6 +297,49 @@ async def test_a_steer_command_after_a_rebinding_never_joins_the_old_profiles_tu
         assert "start some work" not in str(family["messages"])
 
 
+async def test_a_message_whose_binding_cannot_be_read_waits_and_is_answered_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Busy mode steer, w1 bound to `work` throughout: while a work turn runs, the stored
+    bindings cannot be read when a message of w1 arrives. It is not steered in (fails
+    closed) but waits as a plain message, and is answered exactly once, in the next turn."""
+    failing = asyncio.Event()
+    listed = StoredBindings.list
+
+    async def flaky(self: StoredBindings) -> list[Binding]:
+        if failing.is_set():
+            raise ConnectionError("the database went away (test)")
+        return await listed(self)
+
+    monkeypatch.setattr(StoredBindings, "list", flaky)
+    async with rigged(tmp_path, busy_mode="steer") as rig:
+        gate = asyncio.Event()
+        rig.llm.script(
+            Reply(tool_calls=[("session_search", {"query": "anything"})], gate=gate),
+            Reply("work is done"),
+            Reply("answered on its own"),
+        )
+        rig.chat.inject("w1", "start some work", sender_id="alice")
+        await rig.llm.wait_for_requests(1, WAIT)
+        failing.set()
+        rig.chat.inject("w1", "while unreadable", sender_id="alice")
+
+        async def waits_plain() -> bool:
+            rows = [r for r in await rig.herald.rows() if r["text"] == "while unreadable"]
+            return bool(rows) and rows[0]["status"] == "pending" and not rows[0]["steer"]
+
+        await rig.herald.until(waits_plain, WAIT)
+        failing.clear()
+        gate.set()
+        await rig.chat.wait_for_sent(lambda s: s.text == "answered on its own", WAIT)
+        asked = [b for b in rig.llm.requests if "while unreadable" in str(b["messages"])]
+        assert len(asked) == 1
+        assert "while unreadable" in str(asked[0]["messages"][-1]["content"])
+        rows = {r["text"]: r for r in await rig.herald.rows()}
+        assert rows["while unreadable"]["outcome"] == "answered"
+        assert len(rig.llm.requests) == 3
+
+
 async def test_a_message_waiting_out_an_outage_is_read_by_the_profile_rebound_since(
     tmp_path: Path,
 ) -> None:
