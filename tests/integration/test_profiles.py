@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+import sqlalchemy
 
 from gateway.contracts.ids import SessionKey
 from gateway.cron.targets import HOME_SETTING
@@ -101,6 +102,13 @@ def system(body: dict[str, Any]) -> str:
     first = body["messages"][0]
     assert first["role"] == "system"
     return str(first["content"])
+
+
+async def bindings_table(rig: Rig, name: str, to: str) -> None:
+    """Rename the stored bindings' table: away, every read of the bindings fails as a
+    database that lost it would."""
+    async with rig.herald.store.write() as conn:
+        await conn.execute(sqlalchemy.text(f"ALTER TABLE {name} RENAME TO {to}"))
 
 
 @pytest.fixture
@@ -298,20 +306,12 @@ async def test_a_steer_command_after_a_rebinding_never_joins_the_old_profiles_tu
 
 
 async def test_a_message_whose_binding_cannot_be_read_waits_and_is_answered_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     """Busy mode steer, w1 bound to `work` throughout: while a work turn runs, the stored
-    bindings cannot be read when a message of w1 arrives. It is not steered in (fails
-    closed) but waits as a plain message, and is answered exactly once, in the next turn."""
-    failing = asyncio.Event()
-    listed = StoredBindings.list
-
-    async def flaky(self: StoredBindings) -> list[Binding]:
-        if failing.is_set():
-            raise ConnectionError("the database went away (test)")
-        return await listed(self)
-
-    monkeypatch.setattr(StoredBindings, "list", flaky)
+    bindings cannot be read when a message of w1 arrives (their table is gone for a moment).
+    It is not steered in (fails closed) but waits as a plain message, and is answered exactly
+    once, in the next turn."""
     async with rigged(tmp_path, busy_mode="steer") as rig:
         gate = asyncio.Event()
         rig.llm.script(
@@ -321,7 +321,7 @@ async def test_a_message_whose_binding_cannot_be_read_waits_and_is_answered_once
         )
         rig.chat.inject("w1", "start some work", sender_id="alice")
         await rig.llm.wait_for_requests(1, WAIT)
-        failing.set()
+        await bindings_table(rig, "profile_bindings", "profile_bindings_away")
         rig.chat.inject("w1", "while unreadable", sender_id="alice")
 
         async def waits_plain() -> bool:
@@ -329,7 +329,7 @@ async def test_a_message_whose_binding_cannot_be_read_waits_and_is_answered_once
             return bool(rows) and rows[0]["status"] == "pending" and not rows[0]["steer"]
 
         await rig.herald.until(waits_plain, WAIT)
-        failing.clear()
+        await bindings_table(rig, "profile_bindings_away", "profile_bindings")
         gate.set()
         await rig.chat.wait_for_sent(lambda s: s.text == "answered on its own", WAIT)
         asked = [b for b in rig.llm.requests if "while unreadable" in str(b["messages"])]
