@@ -13,14 +13,27 @@ from sqlalchemy import Connection, func, select, text
 from sqlalchemy.exc import IntegrityError, StatementError
 
 from gateway.contracts.history import ChatMessage, Role, SessionInfo, ToolCall, TurnResult
-from gateway.contracts.ids import MessageId, SessionId, SessionKey, TurnId, UserId
-from gateway.contracts.messages import utcnow
+from gateway.contracts.ids import (
+    AccountId,
+    ChatId,
+    ExternalUserId,
+    MessageId,
+    Platform,
+    PlatformMessageId,
+    SessionId,
+    SessionKey,
+    TurnId,
+    UserId,
+)
+from gateway.contracts.messages import InboundMessage, Sender, utcnow
 from gateway.profiles import Binding
 from gateway.store import Store
 from gateway.store import engine as engine_mod
+from gateway.store.inbox import Inbox
+from gateway.store.inbox import insert as insert_inbound
 from gateway.store.profiles import StoredBindings
-from gateway.store.store import busy_mode_of, owner_key
-from gateway.store.tables import messages, sessions, turns, users
+from gateway.store.store import busy_mode_of, owner_key, turns_in_session
+from gateway.store.tables import inbox, messages, sessions, turns, users
 from tests.turns import finish_turn, start_turn
 
 KEY = SessionKey("test:acct:chat")
@@ -208,6 +221,49 @@ async def test_new_epoch_starts_a_fresh_session(store: Store) -> None:
     assert await store.get_session(KEY) == second
     assert await store.get_session_by_id(first.id) is not None
     assert (await store.load_history(second.id, 10)).messages == ()
+
+
+async def test_a_keys_inbound_leaves_out_what_a_turn_of_another_profile_took(
+    store: Store,
+) -> None:
+    """A chat answered by `work`, then bound to `family` (a new session of the key): with
+    `profile`, `for_session` lists the rows no turn took and those of that profile's turns;
+    `turns_in_session` tells the turns of one session apart."""
+    work = await store.open_session(
+        KEY, platform="test", user_id=None, snapshot=Snapshots(), profile="work"
+    )
+    family = await store.open_session(
+        KEY, platform="test", user_id=None, snapshot=Snapshots(), new_epoch=True, profile="family"
+    )
+    work_turn, _ = await start_turn(store, work.id, user("to work"))
+    family_turn, _ = await start_turn(store, family.id, user("to family"))
+    ids = {}
+    async with store.write() as conn:
+        for n, (text, turn_id) in enumerate(
+            [("to work", work_turn), ("to family", family_turn), ("waiting", None)]
+        ):
+            message = InboundMessage(
+                platform=Platform("test"),
+                account=AccountId("acct"),
+                chat_id=ChatId("chat"),
+                sender=Sender(ExternalUserId("ann"), "Ann"),
+                text=text,
+                platform_message_id=PlatformMessageId(f"m{n}"),
+            )
+            row_id = await insert_inbound(conn, message, key=KEY, user_id=None)
+            assert row_id is not None
+            ids[text] = row_id
+            await conn.execute(inbox.update().where(inbox.c.id == row_id).values(turn_id=turn_id))
+    rows = Inbox(store)
+    assert [r.text for r in await rows.for_session(KEY)] == ["to work", "to family", "waiting"]
+    assert [r.text for r in await rows.for_session(KEY, profile="family")] == [
+        "to family",
+        "waiting",
+    ]
+    assert [r.text for r in await rows.for_session(KEY, profile="work")] == ["to work", "waiting"]
+    async with store.read() as conn:
+        assert await turns_in_session(conn, family.id, [work_turn, family_turn]) == {family_turn}
+        assert await turns_in_session(conn, work.id, []) == set()
 
 
 async def test_concurrent_open_session_creates_one_session(store: Store) -> None:
