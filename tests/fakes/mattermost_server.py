@@ -25,7 +25,8 @@ the action's request (`user_id`, `user_name`, `channel_id`, `post_id`, `trigger_
 Faults: `rate_limit(channel, reset, times)` (429 with `X-Ratelimit-Limit`, `-Remaining`,
 `-Reset` on posts to that channel), `fail_posts(status, times)`, `drop_connections()` (no
 close frame), `lose_next_event()` (its seq is used, the event never sent: a gap),
-`duplicate_next_event()`, `remove_channel(id)` (404 after).
+`duplicate_next_event()`, `remove_channel(id)` (404 after); `clear_faults()` switches off
+every fault not yet used.
 
 Hostile payloads: a prop whose value is `DEEP` (or `DEEPISH`) goes out (on the stream and
 read back) as JSON nested `DEEP_LEVELS` (`DEEPISH_LEVELS`) deep, as the real server keeps and
@@ -374,6 +375,13 @@ class FakeMattermostServer(Served, Waitable):
 
     def duplicate_next_event(self) -> None:
         self._duplicate += 1
+
+    def clear_faults(self) -> None:
+        """Every 429, failure, lost and duplicated event not yet used is forgotten."""
+        self._rate.clear()
+        self._fail.clear()
+        self._lose = 0
+        self._duplicate = 0
 
     # -- reading what happened ----------------------------------------------------------------
 

@@ -20,7 +20,7 @@
 Faults: `rate_limit(to, retry_after)` (the next send to that chat: -5), `fail(count, status)`
 (the next `count` sends: HTTP 5xx), `block(to)` (every send there: UNREGISTERED_FAILURE, -1),
 `drop_streams()` (every open stream closed between two events), `deliver_twice()` (the next
-message is written twice).
+message is written twice); `clear_faults()` switches them all off.
 """
 
 from __future__ import annotations
@@ -382,6 +382,10 @@ class FakeSignalCli(Served, Waitable):
     def deliver_twice(self, count: int = 1) -> None:
         """The next `count` messages are written to the stream twice."""
         self.faults.twice += count
+
+    def clear_faults(self) -> None:
+        """Every fault not yet used is forgotten, and no chat is blocked any more."""
+        self.faults = _Faults()
 
     # -- HTTP ---------------------------------------------------------------------------------
 
