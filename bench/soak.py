@@ -1,23 +1,29 @@
 """`make soak`: every platform at once against its fake, faults and kills, nothing lost.
 
-One `herald run` serves every platform (the loopback chat server, Telegram, Slack, Discord,
-Email through a real Dovecot and SMTP server, Twilio SMS), each against the fake of
-`tests/fakes/` that keeps or repeats what Herald did not acknowledge the way the platform does
-(see tests/e2e/crash_platforms.py). While people write, the fakes inject faults at random (429
-with retry_after, 5xx, dropped and silent connections, duplicate deliveries, stalled polls),
-the fake LLM answers after a random delay and sometimes fails (500, 503, 429 with
-Retry-After), each platform runs another busy mode, scheduled jobs fire, and the daemon is
-SIGKILLed at random moments, `kills` times, then started once more, allowed to settle and
-stopped with SIGTERM (exit 0 expected).
+One `herald run` serves every platform but Matrix (the loopback chat server, Telegram, Slack,
+Discord, Email through a real Dovecot and SMTP server, Twilio SMS, Mattermost, and Signal
+through a fake signal-cli daemon), each against the fake of `tests/fakes/` that keeps or
+repeats what Herald did not acknowledge the way the platform does (see
+tests/e2e/crash_platforms.py); Matrix needs a real Synapse and has its own SIGKILL test. While
+people write, the fakes inject faults at random (429 with retry_after, 5xx, dropped and
+silent connections, a skipped websocket seq, duplicate deliveries, stalled polls), the fake
+LLM answers after a random delay and sometimes fails (500, 503, 429 with Retry-After), each
+platform runs another busy mode, scheduled jobs fire, and the daemon is SIGKILLed at random
+moments, `kills` times, then started once more, allowed to settle and stopped with SIGTERM
+(exit 0 expected).
 
-The report, per platform: messages sent and accepted (each exactly once), outcomes (each row
+The report, per platform: messages sent and accepted (each exactly once; on Signal, a message
+the fake signal-cli wrote to the stream of a process then killed may be lost instead, as
+signal-cli has no redelivery: counted apart as lost with a killed stream), outcomes (each row
 exactly one), replies delivered, duplicates (a text that reached a chat more often than Herald
-queued it: allowed only for a chunk marked recovered), dead letters with their reasons, p50/p99
-from a message's arrival at the platform to its reply's send, for chats with no fault and for
-chats with one (a per-chat 429 or duplicate delivery, or an LLM error on the message), and the
-daemon's RSS over time. `python -m bench.soak [--messages 5000] [--kills 20] [--seed N]
-[--backend sqlite|postgres] [--out bench/results]` writes `<out>/<date>-soak.{json,md}`; exit
-status 1 when an invariant failed.
+queued it: allowed only for a chunk marked recovered; exactly by idempotency key on the
+loopback platform, and on Mattermost, whose posts carry a digest of the key, where any second
+post of a chunk counts), dead letters with their reasons, p50/p99 from a message's arrival at
+the platform to its reply's send, for chats with no fault and for chats with one (a per-chat
+429 or duplicate delivery, or an LLM error on the message), and the daemon's RSS over time.
+`python -m bench.soak [--messages 5000] [--kills 20] [--seed N] [--backend sqlite|postgres]
+[--out bench/results]` writes `<out>/<date>-soak.{json,md}`; exit status 1 when an invariant
+failed.
 
 Platform-wide faults (a 5xx on sends, a dropped socket) touch every chat of the platform; the
 "faulted" split counts only what was aimed at one chat.
@@ -60,9 +66,19 @@ BUSY_MODES = {
     "discord": "interrupt",
     "email": "queue",
     "twilio": "collect",
+    "mattermost": "interrupt",
+    "signal": "steer",
 }
 """Each platform's default busy mode: every mode runs somewhere."""
-SHARES = {"test": 0.28, "telegram": 0.24, "slack": 0.2, "twilio": 0.12, "discord": 0.1}
+SHARES = {
+    "test": 0.22,
+    "telegram": 0.18,
+    "slack": 0.15,
+    "twilio": 0.1,
+    "discord": 0.08,
+    "mattermost": 0.1,
+    "signal": 0.1,
+}
 """Each platform's share of the messages; email gets the rest."""
 API_KEY = "soak-key"
 FAULTY = 3
@@ -106,6 +122,11 @@ class PlatformReport:
     sent: int = 0
     accepted: int = 0
     lost: list[str] = field(default_factory=list)
+    no_redelivery: bool = False
+    """The platform never sends again what it wrote to a killed process (Signal)."""
+    lost_with_killed_stream: int = 0
+    """Messages the platform wrote to a process that was then killed, never stored and never
+    sent again (allowed on Signal only: signal-cli has no redelivery)."""
     accepted_twice: int = 0
     open_rows: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
@@ -187,6 +208,8 @@ class Driver:
 
     scenario_class: ClassVar[type[cp.CrashScenario]]
     users: ClassVar[int]
+    no_redelivery: ClassVar[bool] = False
+    """See `allowed_lost`."""
 
     def __init__(self, messages: int, kills: int, seed: int, settle_timeout: float) -> None:
         attrs = {"messages": messages, "kills": kills, "settle_timeout": settle_timeout}
@@ -235,6 +258,11 @@ class Driver:
 
     def clear_faults(self) -> None:
         """Switch every lasting fault off, so the work can settle."""
+
+    def allowed_lost(self) -> set[str]:
+        """Messages the platform may have lost without Herald at fault (none but on Signal:
+        what signal-cli wrote to the stream of a killed process, which it never sends again)."""
+        return set()
 
     def received(self) -> Iterable[tuple[str, str, bool]]:
         """(chat id, text, marked recovered by the platform or unknown) of every send."""
@@ -434,6 +462,82 @@ class TwilioDriver(Driver):
             yield str(s.to), str(s.body), False
 
 
+class MattermostDriver(Driver):
+    scenario_class = cp.MattermostCrash
+    users = cp.MattermostCrash.USERS
+
+    def inject_faults(self, rate: float) -> None:
+        mm = self.scenario.mm  # type: ignore[attr-defined]
+        rng = self.rng
+        if rng.random() < rate:
+            dm = cp.MattermostCrash.dm_id(rng.randrange(0, self.users, FAULTY))
+            mm.rate_limit(dm, reset=1, times=rng.randint(1, 2))
+            self.fault("429", dm)
+        if rng.random() < rate:
+            mm.fail_posts(rng.choice([500, 502, 503]), times=rng.randint(1, 2))
+            self.fault("5xx")
+        if rng.random() < rate / 2:
+            mm.drop_connections()
+            self.fault("dropped connection")
+        if rng.random() < rate / 2:
+            mm.lose_next_event()  # a gap in the seqs: Herald reads the channels back
+            self.fault("skipped seq")
+        recent = [key for key, value in self.injected().items() if self.faulty(int(value[0][4:]))]
+        if recent and rng.random() < rate:
+            key = rng.choice(recent[-20:])
+            mm.redeliver(mm.posts[key.split(":", 1)[1]])
+            self.fault("duplicate delivery", self.chat_of(key))
+
+    def clear_faults(self) -> None:
+        self.scenario.mm.clear_faults()  # type: ignore[attr-defined]
+
+    def received(self) -> Iterable[tuple[str, str, bool]]:
+        for p in self.scenario.mm.posted:  # type: ignore[attr-defined]
+            yield str(p["channel_id"]), str(p["message"]), False
+
+    def sends_by_key(self) -> dict[str, list[bool]] | None:
+        """By each post's `herald_send` prop (a digest of the chunk's key). The server does
+        not see the recovered mark: a chunk posted twice is a duplicate (Herald looks for a
+        recovered chunk among the channel's posts before posting it again)."""
+        keys: dict[str, list[bool]] = defaultdict(list)
+        for p in self.scenario.mm.posted:  # type: ignore[attr-defined]
+            keys[str(p["props"].get("herald_send"))].append(False)
+        return keys
+
+
+class SignalDriver(Driver):
+    scenario_class = cp.SignalCrash
+    users = cp.SignalCrash.USERS
+    no_redelivery = True
+
+    def inject_faults(self, rate: float) -> None:
+        signal_cli = self.scenario.signal  # type: ignore[attr-defined]
+        rng = self.rng
+        if rng.random() < rate:
+            number = cp.SignalCrash.number(rng.randrange(0, self.users, FAULTY))
+            signal_cli.rate_limit(number, retry_after=1)
+            self.fault("429", number)
+        if rng.random() < rate:
+            signal_cli.fail(rng.randint(1, 2), rng.choice([500, 503]))
+            self.fault("5xx")
+        if rng.random() < rate / 2:
+            signal_cli.drop_streams()
+            self.fault("dropped connection")
+        if rng.random() < rate:
+            signal_cli.deliver_twice()  # the next message, whoever writes it
+            self.fault("duplicate delivery")
+
+    def clear_faults(self) -> None:
+        self.scenario.signal.clear_faults()  # type: ignore[attr-defined]
+
+    def allowed_lost(self) -> set[str]:
+        return self.scenario.lost()  # type: ignore[attr-defined, no-any-return]
+
+    def received(self) -> Iterable[tuple[str, str, bool]]:
+        for s in self.scenario.signal.sent:  # type: ignore[attr-defined]
+            yield str(s.chat), str(s.text), False
+
+
 DRIVERS: dict[str, type[Driver]] = {
     "test": LoopbackDriver,
     "telegram": TelegramDriver,
@@ -441,6 +545,8 @@ DRIVERS: dict[str, type[Driver]] = {
     "discord": DiscordDriver,
     "email": EmailDriver,
     "twilio": TwilioDriver,
+    "mattermost": MattermostDriver,
+    "signal": SignalDriver,
 }
 
 
@@ -602,13 +708,18 @@ def account(
 ) -> PlatformReport:
     """The platform's report from what the store and its fake say."""
     name = driver.name
-    report = PlatformReport(name, BUSY_MODES[name], faults=dict(driver.faults))
+    report = PlatformReport(
+        name, BUSY_MODES[name], faults=dict(driver.faults), no_redelivery=driver.no_redelivery
+    )
     injected = driver.injected()
     mine = [r for r in rows if r["platform"] == name]
     by_id = Counter(str(r["platform_message_id"]) for r in mine)
     report.sent = len(injected)
     report.accepted = len(by_id)
-    report.lost = sorted(set(injected) - set(by_id))
+    missing = set(injected) - set(by_id)
+    allowed = missing & driver.allowed_lost()
+    report.lost = sorted(missing - allowed)
+    report.lost_with_killed_stream = len(allowed)
     report.accepted_twice = sum(1 for n in by_id.values() if n > 1)
     report.open_rows = sum(1 for r in mine if r["status"] != "done" or not r["outcome"])
     report.outcomes = dict(Counter(str(r["outcome"]) for r in mine))
@@ -820,20 +931,32 @@ def markdown(result: SoakResult) -> str:
         "delivered. "
         f"Result: {'PASS' if result.ok else 'FAIL'}.",
         "",
-        "| platform | busy mode | sent | accepted | outcomes | replies delivered | "
-        "recovered resends | unmarked dups | answered twice | dead letters | "
-        "p50/p99 s (fault-free) | p50/p99 s (faulted) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| platform | busy mode | sent | accepted | lost with a killed stream | outcomes | "
+        "replies delivered | recovered resends | unmarked dups | answered twice | "
+        "dead letters | p50/p99 s (fault-free) | p50/p99 s (faulted) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for p in result.platforms:
         outcomes = ", ".join(f"{k} {v}" for k, v in sorted(p.outcomes.items()))
         dead = sum(p.dead_letters.values())
         lines.append(
-            f"| {p.platform} | {p.busy_mode} | {p.sent} | {p.accepted} | {outcomes} | "
+            f"| {p.platform} | {p.busy_mode} | {p.sent} | {p.accepted} | "
+            f"{p.lost_with_killed_stream if p.no_redelivery else '–'} | {outcomes} | "
             f"{p.replies_delivered}/{p.replies_queued} | {p.recovered_resends} | "
             f"{len(p.unmarked_duplicates)} | {len(p.answered_twice)} | {dead} | "
             f"{_lat(p.latency_fault_free)} | {_lat(p.latency_faulted)} |"
         )
+    if any(p.lost_with_killed_stream for p in result.platforms):
+        lines += [
+            "",
+            "Lost with a killed stream (allowed: signal-cli has no redelivery): "
+            + ", ".join(
+                f"{p.platform} {p.lost_with_killed_stream}"
+                for p in result.platforms
+                if p.lost_with_killed_stream
+            )
+            + ".",
+        ]
     lines += ["", "Faults injected:", ""]
     for p in result.platforms:
         faults = ", ".join(f"{k} {v}" for k, v in sorted(p.faults.items())) or "none"
