@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -105,6 +106,28 @@ async def test_reactions_approve_mark_and_note(tmp_path: Path) -> None:
             assert not [r for r in await herald.rows() if r["sender_id"] == str(EVE)]
 
 
+WORK_THEN_FAMILY = {
+    "profiles": {"work": {"llm": {"model": "work-model"}}, "family": {}},
+    "bindings": [{"profile": "work", "platform": "telegram"}],
+}
+"""Two profiles; every Telegram chat answered as `work` until a test binds it elsewhere."""
+
+
+def ann_only(tg: FakeTelegramServer) -> dict[str, Any]:
+    """The Telegram section of the rebinding tests: Ann alone, answers sent whole at once."""
+    return {
+        "token": TOKEN,
+        "base_url": tg.base_url,
+        "base_file_url": tg.base_file_url,
+        "allowed_users": [str(ANN)],
+        "pairing": False,
+        "poll_timeout": 1,
+        "stream_edits": False,
+        "min_send_interval": 0,
+        "working_reaction": "",
+    }
+
+
 @pytest.mark.parametrize("rule", ["note", "turn"])
 async def test_a_reaction_after_a_rebinding_is_no_note_in_the_old_profiles_conversation(
     tmp_path: Path, rule: str
@@ -114,22 +137,8 @@ async def test_a_reaction_after_a_rebinding_is_no_note_in_the_old_profiles_conve
     new conversation does not have it either, nor a turn quoting it (family never said that
     message, and reads nothing of work's conversation)."""
     async with FakeTelegramServer(TOKEN, bot_username="herald_bot") as tg, FakeLLM() as llm:
-        section = {
-            "token": TOKEN,
-            "base_url": tg.base_url,
-            "base_file_url": tg.base_file_url,
-            "allowed_users": [str(ANN)],
-            "pairing": False,
-            "poll_timeout": 1,
-            "stream_edits": False,
-            "min_send_interval": 0,
-            "working_reaction": "",
-            "reactions": rule,
-        }
-        extra = {
-            "profiles": {"work": {"llm": {"model": "work-model"}}, "family": {}},
-            "bindings": [{"profile": "work", "platform": "telegram"}],
-        }
+        section = {**ann_only(tg), "reactions": rule}
+        extra = WORK_THEN_FAMILY
         async with running_daemon(tmp_path, llm, "telegram", section, extra=extra) as herald:
             tg.inject_message(ANN, "hello", sender_id=ANN)
             [answer] = await tg.wait_for_sent(1, 30)
@@ -154,22 +163,8 @@ async def test_an_edit_after_a_rebinding_never_reaches_the_old_profiles_turn(
     bound to `family`, and she edits that message. Work's turn never reads the edited words:
     the message is answered in a turn of its own, by family."""
     async with FakeTelegramServer(TOKEN, bot_username="herald_bot") as tg, FakeLLM() as llm:
-        section = {
-            "token": TOKEN,
-            "base_url": tg.base_url,
-            "base_file_url": tg.base_file_url,
-            "allowed_users": [str(ANN)],
-            "pairing": False,
-            "poll_timeout": 1,
-            "stream_edits": False,
-            "min_send_interval": 0,
-            "working_reaction": "",
-            "busy_mode": "steer",
-        }
-        extra = {
-            "profiles": {"work": {"llm": {"model": "work-model"}}, "family": {}},
-            "bindings": [{"profile": "work", "platform": "telegram"}],
-        }
+        section = {**ann_only(tg), "busy_mode": "steer"}
+        extra = WORK_THEN_FAMILY
         async with running_daemon(tmp_path, llm, "telegram", section, extra=extra) as herald:
             gate = asyncio.Event()
             llm.script(
