@@ -124,10 +124,9 @@ class Admission:
         section = ctx.platforms.get((platform, str(message.account)))
         groups = section.group_sessions if section else GroupSessions.CHAT
         key = derive_session_key(message, groups)
-        unbound = None
         if message.edit_of is not None:
             message, key = await self._edit_session(message, key)
-            unbound = await self._unbound_turn(message, key)
+        unbound = await self._unbound_turn(message, key)
         if message.attachments and ctx.files is not None:  # bytes into the blob store
             message = await ctx.files.keep_received(message)
         target = Target(platform, message.account, message.chat_id, message.thread_id)
@@ -185,13 +184,14 @@ class Admission:
         leaves it to the next claim of its session, which turns steer rows into plain ones)."""
         try:
             async with self.ctx.store.write() as conn:
-                await inbox_sql.requeue(conn, [row_id])
+                await inbox_sql.unsteer(conn, [row_id])
         except Exception as err:
             logger.warning("could not give message %s a turn of its own yet: %s", row_id, err)
 
     async def _unbound_turn(self, message: InboundMessage, key: SessionKey) -> Running | None:
-        """The turn running in `key` when the chat is bound to another profile now: an edit
-        never steers words into it (a waiting steer message it edits leaves that turn)."""
+        """The turn running here in `key` when the chat is bound to another profile now: no
+        message is steered into it (it is queued instead, and told so), and a waiting steer
+        message an edit changes leaves that turn."""
         lane = self.ctx.lanes.get(key)
         running = lane.running if lane else None
         if running is None or await self.ctx.steers_into(
@@ -244,7 +244,13 @@ class Admission:
             text = message.text if parsed is None else parsed.arg
             forced = None if parsed is None else BusyMode(str(parsed.command))
             admitted = await self._queue(
-                conn, message=message, key=key, target=target, text=text, forced=forced
+                conn,
+                message=message,
+                key=key,
+                target=target,
+                text=text,
+                forced=forced,
+                rebound=unbound is not None,
             )
         if admitted.notices:
             await enqueue(conn, admitted.notices)
@@ -318,7 +324,13 @@ class Admission:
                 return replaced
         if original is None:
             return await self._queue(
-                conn, message=message, key=key, target=target, text=message.text, forced=None
+                conn,
+                message=message,
+                key=key,
+                target=target,
+                text=message.text,
+                forced=None,
+                rebound=unbound is not None,
             )
         if not answering and (original.status is Status.DONE or original.kind != "message"):
             section = self.ctx.platforms.get((str(message.platform), str(message.account)))
@@ -338,7 +350,13 @@ class Admission:
         else:
             text = f"{EDIT_OF_CURRENT} {message.text}"
         return await self._queue(
-            conn, message=message, key=key, target=target, text=text, forced=None
+            conn,
+            message=message,
+            key=key,
+            target=target,
+            text=text,
+            forced=None,
+            rebound=unbound is not None,
         )
 
     @staticmethod
@@ -366,7 +384,7 @@ class Admission:
             return _Admitted(None)
         if await inbox_sql.replace_text(conn, row, text, edit=row_id, at=message.received_at):
             if unsteer:
-                await inbox_sql.requeue(conn, [row.id])
+                await inbox_sql.unsteer(conn, [row.id])
             return _Admitted(row_id, Outcome.MERGED, replaced=(row.id, text))
         await inbox_sql.discard(conn, row_id)
         return None
@@ -421,12 +439,17 @@ class Admission:
         target: Target,
         text: str,
         forced: BusyMode | None,
+        rebound: bool = False,
     ) -> _Admitted:
         """In the accept transaction: a message for a turn, and what its busy policy does
-        when its session is answering already (here or on another instance)."""
+        when its session is answering already (here or on another instance). `rebound`: the
+        turn running here is of a profile the chat is no longer bound to, so a message that
+        would be steered into it is queued for a turn of its own instead."""
         ctx = self.ctx
         section = ctx.platforms.get((str(message.platform), str(message.account)))
         busy_policy = policy(forced or await ctx.mode(conn, key, section))
+        if rebound and busy_policy.steers:
+            busy_policy = policy(BusyMode.QUEUE)
         lane = ctx.lanes.get(key)
         remote = LaneState(None, False)
         if lane is None or lane.claim is None:

@@ -114,7 +114,7 @@ class ClusterSignals:
             ):
                 try:  # the chat is bound to another profile now: a turn of its own
                     async with self.ctx.store.write() as conn:
-                        await inbox_sql.requeue(conn, [row.id])
+                        await inbox_sql.unsteer(conn, [row.id])
                 except Exception as err:
                     logger.warning("could not give message %s its own turn: %s", row.id, err)
                 continue

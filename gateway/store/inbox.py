@@ -384,6 +384,16 @@ async def requeue(
     )
 
 
+async def unsteer(conn: AsyncConnection, ids: Sequence[InboxId]) -> None:
+    """Waiting steer rows → plain waiting rows, each for a turn of its own. A row a turn has
+    taken or settled meanwhile is left as it is."""
+    await conn.execute(
+        update(inbox)
+        .where(inbox.c.id.in_(list(ids)), inbox.c.status == str(Status.PENDING))
+        .values(steer=False)
+    )
+
+
 async def release_running(conn: AsyncConnection, key: SessionKey) -> int:
     """The session's rows a turn took but never settled (its settling write failed: the
     database went away) → pending again, keeping their turn id and attempts, so that they are

@@ -23,9 +23,11 @@ import openai
 import pytest
 import sqlalchemy
 
+from gateway.contracts.config import BusyMode
 from gateway.contracts.ids import SessionKey
 from gateway.cron.targets import HOME_SETTING
 from gateway.profiles import Binding
+from gateway.sessions import ACKS
 from gateway.store.profiles import StoredBindings
 from tests.e2e.daemon import free_port
 from tests.fakes.chat_server import FakeChatServer, Sent
@@ -279,6 +281,10 @@ async def test_a_message_after_a_rebinding_never_joins_the_old_profiles_turn(
         rows = {r["text"]: r for r in await rig.herald.rows()}
         assert rows["after rebinding"]["outcome"] == "answered"
         assert rows["after rebinding"]["turn_id"] != rows["start some work"]["turn_id"]
+        # Told it waits (queued), never that it joins the answer being written.
+        told = [m.text for m in rig.chat.sent if m.chat_id == "w1"]
+        assert ACKS[BusyMode.STEER] not in told
+        assert ACKS[BusyMode.QUEUE] in told
 
 
 async def test_a_message_whose_binding_cannot_be_read_waits_and_is_answered_once(
