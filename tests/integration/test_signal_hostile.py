@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from adapters.signal.adapter import SignalAdapter
-from adapters.signal.config import SignalConfig
 from gateway.contracts.adapter import AdapterState
 from gateway.contracts.errors import AuthError, NotReady
-from gateway.contracts.ids import AccountId, ChatId
-from gateway.contracts.messages import InboundMessage, OutboundMessage
+from gateway.contracts.messages import InboundMessage
 from tests.fakes.signal_cli import FakeSignalCli
 from tests.fakes.sink import ListSink, receiving, until_or_ended
+from tests.integration.test_signal import adapter_of as signal_adapter
+from tests.integration.test_signal import outbound
 
 pytestmark = pytest.mark.timeout(60)
 WAIT = 30.0
@@ -25,19 +25,8 @@ OTHER = "+15550008888"
 
 
 def adapter_of(signal: FakeSignalCli, tmp_path: Path, **changes: object) -> SignalAdapter:
-    section = {"number": signal.number, "url": signal.url, "allowed_users": [ANN]}
-    config = SignalConfig.model_validate({**section, **changes})
-    return SignalAdapter(config, tmp_path / "files")
-
-
-def outbound(chat: str, text: str) -> OutboundMessage:
-    return OutboundMessage(
-        platform=SignalAdapter.platform,
-        account=AccountId("default"),
-        chat_id=ChatId(chat),
-        text=text,
-        idempotency_key=f"test:{chat}:{text}",
-    )
+    """The adapter of tests/integration/test_signal.py, with Ann the only one allowed."""
+    return signal_adapter(signal, tmp_path, **{"allowed_users": [ANN], **changes})
 
 
 async def test_a_strangers_huge_message_is_skipped_and_the_stream_goes_on(
